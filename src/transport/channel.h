@@ -1,0 +1,79 @@
+// transport/channel.h — the one datagram interface every transport implements.
+//
+// The client's protocol engine and the switch's I/O loop are written against `Channel` once
+// (ARCHITECTURE.md §3.2); kernel UDP (udp_channel.h), the in-process loopback fabric for tests
+// (loopback.h), and later AF_XDP/DPDK plug in underneath.
+//
+// A Channel is an unconnected, addressed datagram endpoint with burst operations:
+//
+//   std::array<uint8_t, 4106> buf;
+//   TxDatagram tx{buf.data(), len, switch_endpoint};
+//   SWITCHML_ASSIGN_OR_RETURN(size_t sent, channel->SendBurst({&tx, 1}));
+//   RxDatagram rx[32] = ...;  // each with data/capacity set
+//   SWITCHML_ASSIGN_OR_RETURN(size_t got, channel->RecvBurst(rx, std::chrono::milliseconds(1)));
+//
+// Threading: a Channel is used by one thread at a time (the owning engine or switch thread);
+// only Wake() may be called from another thread. Bursts exist because every syscall costs
+// about 6 µs on the target machine: one call moves up to ~32 datagrams (ENVIRONMENT.md).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "switchml/status.h"
+
+namespace switchml::transport {
+
+// An IPv4 address and UDP port, both in host byte order (a.b.c.d = a<<24 | ...).
+struct Endpoint {
+  uint32_t ipv4 = 0;
+  uint16_t port = 0;
+  friend bool operator==(const Endpoint&, const Endpoint&) = default;
+  std::string ToString() const;  // "127.0.0.1:48864"
+};
+
+// Parses "a.b.c.d" (IPv4 dotted quad) and an optional ":port". Names the problem on error.
+StatusOr<Endpoint> ParseEndpoint(const std::string& text, uint16_t default_port);
+
+struct TxDatagram {
+  const uint8_t* data = nullptr;
+  uint32_t size = 0;
+  Endpoint to;
+};
+
+struct RxDatagram {
+  uint8_t* data = nullptr;  // caller-owned buffer
+  uint32_t capacity = 0;    // bytes available at data
+  uint32_t size = 0;        // filled by RecvBurst; a datagram longer than capacity is truncated
+  bool truncated = false;   // and flagged here
+  Endpoint from;            // filled by RecvBurst
+};
+
+class Channel {
+ public:
+  virtual ~Channel() = default;
+
+  // Queues datagrams for transmission, in order. Returns how many were accepted (a prefix of
+  // `batch`); fewer than batch.size() means the transmit path is full for now and the caller
+  // retries the rest later. Errors: Unavailable (socket error), InvalidArgument.
+  virtual StatusOr<size_t> SendBurst(std::span<const TxDatagram> batch) = 0;
+
+  // Receives up to batch.size() datagrams. Waits at most `timeout` for the first one
+  // (zero = do not wait), then returns whatever is immediately available. Returns 0 on
+  // timeout or after Wake(). Errors: Unavailable.
+  virtual StatusOr<size_t> RecvBurst(std::span<RxDatagram> batch,
+                                     std::chrono::microseconds timeout) = 0;
+
+  // The address peers send to in order to reach this channel.
+  virtual Endpoint local_endpoint() const = 0;
+
+  // Makes a RecvBurst blocked in another thread return early. Thread-safe.
+  virtual void Wake() = 0;
+
+  // "udp 127.0.0.1:40001" — for logs and error messages.
+  virtual std::string Describe() const = 0;
+};
+
+}  // namespace switchml::transport
