@@ -10,7 +10,7 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libhwy-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  iproute2 iptables
+  iproute2 iptables python3
 )
 missing=()
 for p in "${PKGS[@]}"; do

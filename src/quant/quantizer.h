@@ -1,9 +1,9 @@
 // quant/quantizer.h — float32 <-> int32 block-exponent quantizer and big-endian int32 kernels.
 //
 // Implements the reference's CPU exponent quantizer (spec §5.8.2) with SIMD (Highway, dynamic
-// dispatch: Debian's Highway 1.0.3 compiles to scalar code otherwise; AVX2 is picked at run
-// time where available). Every function processes one packet's worth of elements (n <= 1024,
-// but any n works) and is pure, allocation-free and thread-safe.
+// dispatch: Debian's Highway 1.0.3 compiles to scalar code otherwise; the best of AVX3 (AVX-512),
+// AVX2, SSE4, SSSE3 is picked at run time). Every function processes one packet's worth of elements
+// (n <= 1024, but any n works) and is pure, allocation-free and thread-safe.
 //
 // Float path, per block of a slice (one block = one packet payload):
 //   int8_t e;  if (!BlockExponent(x, n, &e)) → the input holds Inf/NaN: reject the job.
@@ -15,8 +15,12 @@
 // Guarantee: for finite inputs with |x| < 2^E* every quantized value lies in
 // [-floor(INT32_MAX / num_workers), +floor(INT32_MAX / num_workers)], so the switch's int32
 // sum over num_workers contributions never wraps (the reference can wrap by a few units at the
-// boundary). Per-element absolute error of the dequantized sum is at most
-// num_workers * 0.5 / s + float32 rounding of the result (see QuantizationErrorBound).
+// boundary). Per-element absolute error of the dequantized sum: num_workers * 0.5 / s when s
+// is a power of two (num_workers a power of two, scale not clamped), plus the float32 rounding of
+// the product x * s (at most 2^-24 relative, i.e. up to ~128 / num_workers quanta, when it is not)
+// and of the result; QuantizationErrorBound gives the exact rigorous bound.
+//
+// Results are bit-identical on every SIMD target (rounding is ties-to-even everywhere).
 #pragma once
 
 #include <cstddef>
@@ -25,26 +29,35 @@
 namespace switchml::quant {
 
 // Exponent of the block: e = biased_exponent(max |x|) - 126 (so |x| < 2^e), -126 for an
-// all-zero or subnormal-max block. Returns false (and leaves *exp undefined) if any element is
-// Inf or NaN: such input cannot be quantized (reference defect D12).
+// all-zero or subnormal-max block (and for n == 0; x may then be null). Returns false (and
+// leaves *exp unchanged) if any element is Inf or NaN: such input cannot be quantized
+// (reference defect D12). Also returns false if max |x| >= 2^127, whose e = 128 does not fit
+// in int8 (the reference wraps it to -128).
 bool BlockExponent(const float* x, size_t n, int8_t* exp);
 
 // s = INT32_MAX / (num_workers * 2^max_exp), computed in double and clamped to the largest
 // finite float, so tiny blocks keep their precision instead of flushing to zero (D12).
-// num_workers >= 1.
+// Equals the reference's value wherever that is finite and non-zero (num_workers <= 2^24).
+// num_workers >= 1
+// (0 is treated as 1). The result is always finite and > 0.
 float ScaleForExponent(int8_t max_exp, uint32_t num_workers);
 
-// dst[i] = big-endian int32 of clamp(round_to_nearest_even(x[i] * scale), ±INT32_MAX/num_workers).
+// dst[i] = big-endian int32 of clamp(round_to_nearest_even(x[i] * scale), ±INT32_MAX/num_workers)
+// (integer division; x[i] * scale is a float32 multiply, as in the reference). dst holds 4 * n
+// bytes, any alignment. Values beyond the exponent's range, including ±Inf, clamp to the
+// bound; NaN gives an unspecified value (BlockExponent rejects NaN blocks first).
 void QuantizeToBE(const float* x, size_t n, float scale, uint32_t num_workers, uint8_t* dst);
 
 // y[i] = float(int32 from big-endian src[i]) / scale.
 void DequantizeFromBE(const uint8_t* src, size_t n, float scale, float* y);
 
-// Bound on |dequantized sum - exact sum| per element for a block whose switch-wide exponent
-// is max_exp and whose exact sum has magnitude <= |sum_abs_max|.
+// Rigorous bound on |dequantized sum - exact sum| per element, for a block whose switch-wide
+// exponent is max_exp (every contribution |x| < 2^max_exp), quantized by num_workers workers
+// with s = ScaleForExponent(max_exp, num_workers), whose exact sum has magnitude
+// <= |sum_abs_max|. +Inf if the float32 sum itself may overflow. Derivation in quantizer.cc.
 double QuantizationErrorBound(int8_t max_exp, uint32_t num_workers, double sum_abs_max);
 
-// Byte-order kernels for int32 payloads.
+// Byte-order kernels for int32 payloads (dst/src hold 4 * n bytes, any alignment).
 void Int32ToBE(const int32_t* x, size_t n, uint8_t* dst);
 void BEToInt32(const uint8_t* src, size_t n, int32_t* y);
 // acc[i] += int32 from big-endian src[i], with 32-bit wrap-around (the switch's add).

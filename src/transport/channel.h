@@ -34,7 +34,10 @@ struct Endpoint {
   std::string ToString() const;  // "127.0.0.1:48864"
 };
 
-// Parses "a.b.c.d" (IPv4 dotted quad) and an optional ":port". Names the problem on error.
+// Parses "a.b.c.d" (IPv4 dotted quad, decimal octets without leading zeros) or "localhost"
+// (127.0.0.1), with an optional ":port" in 0..65535; without one the port is `default_port`.
+// No DNS. Errors: InvalidArgument quoting the text and naming the problem (empty, bad octet,
+// port out of range, trailing junk).
 StatusOr<Endpoint> ParseEndpoint(const std::string& text, uint16_t default_port);
 
 struct TxDatagram {
@@ -69,7 +72,10 @@ class Channel {
   // The address peers send to in order to reach this channel.
   virtual Endpoint local_endpoint() const = 0;
 
-  // Makes a RecvBurst blocked in another thread return early. Thread-safe.
+  // Makes a RecvBurst blocked in another thread return early. Thread-safe. A Wake() while no
+  // RecvBurst is waiting is remembered: the next RecvBurst that would wait returns at once
+  // (so a wake-up racing with the start of a wait is never lost). Several Wake() calls before
+  // one wait count once.
   virtual void Wake() = 0;
 
   // "udp 127.0.0.1:40001" — for logs and error messages.

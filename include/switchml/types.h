@@ -1,0 +1,30 @@
+// switchml/types.h — value types of the public API.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace switchml {
+
+enum class DataType : uint8_t { kInt32, kFloat32 };
+enum class ReduceOp : uint8_t { kSum };
+
+inline constexpr size_t ElementSize(DataType) { return 4; }
+std::string_view DataTypeName(DataType t);  // "int32", "float32"
+
+// Per-context counters, summed over worker threads. Read with Context::GetStats().
+struct Stats {
+  uint64_t jobs_submitted = 0;
+  uint64_t jobs_completed = 0;   // finished OK
+  uint64_t jobs_failed = 0;
+  uint64_t packets_sent = 0;     // including retransmissions
+  uint64_t retransmissions = 0;  // packets resent after a timeout
+  uint64_t results_received = 0; // results accepted (one per packet of a slice)
+  uint64_t duplicates = 0;       // results that were duplicates or belonged to no in-flight packet
+  uint64_t malformed = 0;        // datagrams that failed to decode
+  uint64_t timeouts = 0;         // retransmission timer expiries
+  uint64_t send_stalls = 0;      // bursts the transport could not take at once
+};
+
+}  // namespace switchml

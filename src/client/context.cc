@@ -1,0 +1,378 @@
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "client/context_impl.h"
+#include "quant/quantizer.h"
+#include "transport/channel.h"
+#include "wire/packet.h"
+
+namespace switchml {
+
+std::string_view DataTypeName(DataType t) {
+  switch (t) {
+    case DataType::kInt32: return "int32";
+    case DataType::kFloat32: return "float32";
+  }
+  return "invalid";
+}
+
+namespace {
+template <typename D>
+long long CountUs(D d) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+}
+}  // namespace
+
+Status Options::Validate() const {
+  auto bad = [](const std::string& m) { return InvalidArgumentError(m); };
+  if (num_workers < 1 || num_workers > 256)
+    return bad("num_workers must be in [1, 256], got " + std::to_string(num_workers));
+  if (rank >= num_workers)
+    return bad("rank must be in [0, num_workers=" + std::to_string(num_workers) + "), got " +
+               std::to_string(rank));
+  if (num_worker_threads < 1 || num_worker_threads > 64)
+    return bad("num_worker_threads must be in [1, 64], got " + std::to_string(num_worker_threads));
+  if (window_packets < num_worker_threads || window_packets > wire::kMaxSlots)
+    return bad("window_packets must be in [num_worker_threads=" + std::to_string(num_worker_threads) +
+               ", " + std::to_string(wire::kMaxSlots) + "], got " + std::to_string(window_packets));
+  if (window_packets % num_worker_threads != 0)
+    return bad("window_packets (" + std::to_string(window_packets) +
+               ") must be a multiple of num_worker_threads (" + std::to_string(num_worker_threads) + ")");
+  if (!wire::SizeCodeForElements(elements_per_packet).has_value())
+    return bad("elements_per_packet must be one of 64, 256, 512, 1024, got " +
+               std::to_string(elements_per_packet));
+  if (min_rto.count() <= 0) return bad("min_rto must be > 0, got " + std::to_string(CountUs(min_rto)) + " us");
+  if (initial_rto < min_rto || initial_rto > max_rto)
+    return bad("initial_rto must be in [min_rto, max_rto] = [" + std::to_string(CountUs(min_rto)) + ", " +
+               std::to_string(CountUs(max_rto)) + "] us, got " + std::to_string(CountUs(initial_rto)) + " us");
+  if (job_timeout.count() <= 0) return bad("job_timeout must be > 0 ms, got " + std::to_string(job_timeout.count()));
+  if (rpc_timeout.count() <= 0) return bad("rpc_timeout must be > 0 ms, got " + std::to_string(rpc_timeout.count()));
+  if (controller_address.empty()) return bad("controller_address must not be empty");
+  if (auto ep = transport::ParseEndpoint(controller_address, 50099); !ep.ok())
+    return bad("controller_address: " + ep.status().message());
+  if (!bind_ip.empty()) {
+    if (auto ep = transport::ParseEndpoint(bind_ip, 0); !ep.ok()) return bad("bind_ip: " + ep.status().message());
+  }
+  if (!advertise_ip.empty()) {
+    if (auto ep = transport::ParseEndpoint(advertise_ip, 0); !ep.ok())
+      return bad("advertise_ip: " + ep.status().message());
+  }
+  return OkStatus();
+}
+
+// ---- AllReduceHandle ----
+
+Status AllReduceHandle::Wait() const {
+  if (!state_) return FailedPreconditionError("Wait() on an empty AllReduceHandle");
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  return state_->status;
+}
+
+bool AllReduceHandle::WaitFor(std::chrono::nanoseconds timeout) const {
+  if (!state_) return false;
+  std::unique_lock lock(state_->mu);
+  return state_->cv.wait_for(lock, timeout, [&] { return state_->done; });
+}
+
+bool AllReduceHandle::IsDone() const {
+  if (!state_) return false;
+  std::lock_guard lock(state_->mu);
+  return state_->done;
+}
+
+Status AllReduceHandle::status() const {
+  if (!state_) return FailedPreconditionError("status() on an empty AllReduceHandle");
+  std::lock_guard lock(state_->mu);
+  if (!state_->done) return FailedPreconditionError("job " + std::to_string(state_->id) + " has not finished");
+  return state_->status;
+}
+
+// ---- Context ----
+
+Context::Context(std::unique_ptr<client::ContextImpl> impl) : impl_(std::move(impl)) {}
+Context::~Context() = default;
+
+AllReduceHandle Context::AllReduceAsync(const void* in, void* out, size_t n, DataType type, ReduceOp op) {
+  return impl_->Submit(in, out, n, type, op);
+}
+
+Status Context::AllReduce(const void* in, void* out, size_t n, DataType type, ReduceOp op) {
+  return AllReduceAsync(in, out, n, type, op).Wait();
+}
+
+Stats Context::GetStats() const { return impl_->GetStats(); }
+const Options& Context::options() const { return impl_->options(); }
+
+namespace client {
+
+Status CheckFinite(const float* x, size_t n) {
+  constexpr size_t kChunk = 4096;
+  for (size_t off = 0; off < n; off += kChunk) {
+    const size_t len = std::min(kChunk, n - off);
+    int8_t e;
+    if (quant::BlockExponent(x + off, len, &e)) continue;
+    for (size_t i = off; i < off + len; ++i) {
+      if (!std::isfinite(x[i])) {
+        return InvalidArgumentError("float32 input element " + std::to_string(i) + " is " +
+                                    (std::isnan(x[i]) ? "NaN" : "infinite") +
+                                    "; SwitchML quantization needs finite values");
+      }
+    }
+  }
+  return OkStatus();
+}
+
+// ---- Worker ----
+
+Worker::Worker(ContextImpl* owner, uint32_t index, const EngineConfig& config,
+               std::unique_ptr<transport::Channel> channel)
+    : owner_(owner), index_(index), engine_(config), channel_(std::move(channel)) {}
+
+Worker::~Worker() { Stop(); }
+
+void Worker::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void Worker::Enqueue(SliceTask task) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void Worker::Stop() {
+  stop_.store(true, std::memory_order_release);
+  cv_.notify_all();
+  if (channel_) channel_->Wake();
+  if (thread_.joinable()) thread_.join();
+  // Whatever is left never ran.
+  std::deque<SliceTask> left;
+  {
+    std::lock_guard lock(mu_);
+    left.swap(queue_);
+  }
+  for (auto& t : left) owner_->OnSliceDone(t.job, CancelledError("context destroyed before job " +
+                                                                  std::to_string(t.job->id) + " ran"));
+}
+
+EngineStats Worker::stats() const {
+  std::lock_guard lock(stats_mu_);
+  return published_;
+}
+
+void Worker::PublishStats() {
+  std::lock_guard lock(stats_mu_);
+  published_ = engine_.stats();
+}
+
+void Worker::Run() {
+  while (true) {
+    SliceTask task;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_.load(std::memory_order_acquire) || !queue_.empty(); });
+      if (stop_.load(std::memory_order_acquire)) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Status result = RunSlice(task);
+    PublishStats();
+    owner_->OnSliceDone(task.job, result);
+  }
+}
+
+Status Worker::RunSlice(SliceTask& task) {
+  if (owner_->broken()) {
+    return AbortedError("job " + std::to_string(task.job->id) +
+                        " not started: " + owner_->broken_status().ToString());
+  }
+  engine_.Begin(task.spec, Clock::now());
+  constexpr size_t kBurst = 32;  // ~32 datagrams per syscall amortises the ~6 us call cost.
+  transport::TxDatagram tx[kBurst];
+  transport::RxDatagram rx[kBurst];
+  static thread_local std::vector<uint8_t> rx_storage;
+  rx_storage.resize(kBurst * wire::kMaxPacketBytes);
+  for (size_t i = 0; i < kBurst; ++i) {
+    rx[i].data = rx_storage.data() + i * wire::kMaxPacketBytes;
+    rx[i].capacity = uint32_t(wire::kMaxPacketBytes);
+  }
+  uint64_t iterations = 0;
+  while (engine_.active()) {
+    if (stop_.load(std::memory_order_acquire)) {
+      engine_.Abort(CancelledError("context destroyed while job " + std::to_string(task.job->id) + " ran"));
+      break;
+    }
+    if (owner_->broken()) {
+      engine_.Abort(AbortedError("job " + std::to_string(task.job->id) +
+                                 " aborted: " + owner_->broken_status().ToString()));
+      break;
+    }
+    // Transmit everything queued, one burst at a time.
+    bool stalled = false;
+    while (engine_.pending_sends() > 0) {
+      const size_t k = engine_.PeekSends(tx);
+      auto sent = channel_->SendBurst({tx, k});
+      if (!sent.ok()) {
+        engine_.Abort(sent.status().WithContext("sending to the switch"));
+        break;
+      }
+      engine_.ConfirmSent(*sent, Clock::now());
+      if (*sent < k) {
+        stalled = true;
+        send_stalls_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+    }
+    if (!engine_.active()) break;
+    // Wait for results, at most until the next timer (and briefly when the socket was full).
+    const TimePoint now = Clock::now();
+    auto wait = std::chrono::duration_cast<std::chrono::microseconds>(engine_.NextDeadline() - now);
+    wait = std::clamp(wait, std::chrono::microseconds(0), std::chrono::microseconds(stalled ? 50 : 100000));
+    auto got = channel_->RecvBurst(rx, wait);
+    if (!got.ok()) {
+      engine_.Abort(got.status().WithContext("receiving from the switch"));
+      break;
+    }
+    const TimePoint after = Clock::now();
+    for (size_t i = 0; i < *got; ++i) {
+      if (rx[i].truncated) continue;  // larger than any SwitchML datagram: not ours
+      engine_.OnDatagram({rx[i].data, rx[i].size}, after);
+    }
+    engine_.OnTick(after);
+    if ((++iterations & 63) == 0) PublishStats();
+  }
+  return engine_.result();
+}
+
+// ---- ContextImpl ----
+
+ContextImpl::ContextImpl(const Options& options, transport::Endpoint switch_endpoint)
+    : options_(options), switch_endpoint_(switch_endpoint) {}
+
+std::unique_ptr<Context> ContextImpl::CreateWithChannels(
+    const Options& options, std::vector<std::unique_ptr<transport::Channel>> channels,
+    transport::Endpoint switch_endpoint) {
+  auto impl = std::unique_ptr<ContextImpl>(new ContextImpl(options, switch_endpoint));
+  const uint32_t threads = options.num_worker_threads;
+  const uint32_t window = options.window_packets / threads;
+  for (uint32_t t = 0; t < threads; ++t) {
+    EngineConfig c;
+    c.slot_base = t * window;
+    c.window = window;
+    c.elements_per_packet = options.elements_per_packet;
+    c.num_workers = options.num_workers;
+    c.switch_endpoint = switch_endpoint;
+    c.initial_rto = options.initial_rto;
+    c.min_rto = options.min_rto;
+    c.max_rto = options.max_rto;
+    c.job_timeout = options.job_timeout;
+    impl->workers_.push_back(std::make_unique<Worker>(impl.get(), t, c, std::move(channels[t])));
+  }
+  for (auto& w : impl->workers_) w->Start();
+  return std::unique_ptr<Context>(new Context(std::move(impl)));
+}
+
+ContextImpl::~ContextImpl() {
+  for (auto& w : workers_) w->Stop();
+}
+
+Status ContextImpl::broken_status() const {
+  std::lock_guard lock(broken_mu_);
+  return broken_status_;
+}
+
+AllReduceHandle ContextImpl::Failed(Status s) {
+  auto job = std::make_shared<JobState>();
+  job->done = true;
+  job->status = std::move(s);
+  jobs_failed_.fetch_add(1, std::memory_order_relaxed);
+  return AllReduceHandle(job);
+}
+
+AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataType type, ReduceOp op) {
+  jobs_submitted_.fetch_add(1, std::memory_order_relaxed);
+  if (op != ReduceOp::kSum) return Failed(InvalidArgumentError("op: only SUM is supported"));
+  if (type != DataType::kInt32 && type != DataType::kFloat32)
+    return Failed(InvalidArgumentError("type: only int32 and float32 are supported"));
+  if (n > 0 && in == nullptr) return Failed(InvalidArgumentError("in is null but num_elements is " + std::to_string(n)));
+  if (n > 0 && out == nullptr) return Failed(InvalidArgumentError("out is null but num_elements is " + std::to_string(n)));
+  const size_t bytes = n * ElementSize(type);
+  if (n > (size_t(1) << 40)) return Failed(InvalidArgumentError("num_elements " + std::to_string(n) + " exceeds 2^40"));
+  if (n > 0 && in != out) {
+    auto a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out);
+    if (a < b + bytes && b < a + bytes)
+      return Failed(InvalidArgumentError("in and out overlap without being identical (use in == out for in place)"));
+  }
+  if (type == DataType::kFloat32 && n > 0) {
+    if (Status s = CheckFinite(static_cast<const float*>(in), n); !s.ok()) return Failed(s);
+  }
+  if (broken()) {
+    return Failed(FailedPreconditionError("context unusable after an earlier failure: " + broken_status().ToString()));
+  }
+  auto job = std::make_shared<JobState>();
+  const uint32_t threads = uint32_t(workers_.size());
+  std::lock_guard lock(submit_mu_);
+  job->id = next_job_id_++;
+  job->remaining_slices = int(threads);
+  // Slicing of spec §5.4: thread t gets the same elements on every worker.
+  const size_t base = n / threads, rem = n % threads;
+  for (uint32_t t = 0; t < threads; ++t) {
+    const size_t len = t < rem ? base + 1 : base;
+    const size_t offset = t < rem ? t * (base + 1) : t * base + rem;
+    SliceTask task;
+    task.job = job;
+    task.spec.job_id = job->id;
+    task.spec.type = type;
+    task.spec.in = static_cast<const uint8_t*>(in) + offset * 4;
+    task.spec.out = static_cast<uint8_t*>(out) + offset * 4;
+    task.spec.num_elements = len;
+    if (n == 0) task.spec.in = task.spec.out = nullptr;
+    workers_[t]->Enqueue(std::move(task));
+  }
+  return AllReduceHandle(job);
+}
+
+void ContextImpl::OnSliceDone(const std::shared_ptr<JobState>& job, const Status& s) {
+  if (!s.ok() && s.code() != StatusCode::kAborted) {
+    std::lock_guard lock(broken_mu_);
+    if (!broken_.load(std::memory_order_relaxed)) {
+      broken_status_ = s;
+      broken_.store(true, std::memory_order_release);
+    }
+  }
+  bool finished = false;
+  {
+    std::lock_guard lock(job->mu);
+    if (!s.ok() && job->status.ok()) job->status = s;
+    finished = --job->remaining_slices == 0;
+    if (finished) job->done = true;
+  }
+  if (finished) {
+    (job->status.ok() ? jobs_completed_ : jobs_failed_).fetch_add(1, std::memory_order_relaxed);
+    job->cv.notify_all();
+  }
+}
+
+Stats ContextImpl::GetStats() const {
+  Stats s;
+  s.jobs_submitted = jobs_submitted_.load();
+  s.jobs_completed = jobs_completed_.load();
+  s.jobs_failed = jobs_failed_.load();
+  for (auto& w : workers_) {
+    EngineStats e = w->stats();
+    s.packets_sent += e.packets_sent;
+    s.retransmissions += e.retransmissions;
+    s.results_received += e.results_received;
+    s.duplicates += e.duplicates;
+    s.malformed += e.malformed;
+    s.timeouts += e.timeouts;
+    s.send_stalls += w->send_stalls();
+  }
+  return s;
+}
+
+}  // namespace client
+}  // namespace switchml

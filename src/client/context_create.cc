@@ -1,0 +1,64 @@
+// Context::Create: opens the data sockets, registers with the switch through the controller
+// (spec §4.3 session sequence) and starts the worker threads.
+#include <string>
+
+#include "client/context_impl.h"
+#include "controller/session_client.h"
+#include "transport/udp_channel.h"
+
+namespace switchml {
+
+StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options) {
+  SWITCHML_RETURN_IF_ERROR(options.Validate());
+  SWITCHML_ASSIGN_OR_RETURN(transport::Endpoint controller,
+                            transport::ParseEndpoint(options.controller_address, 50099));
+  uint32_t bind_ip = 0;
+  if (!options.bind_ip.empty()) {
+    SWITCHML_ASSIGN_OR_RETURN(transport::Endpoint b, transport::ParseEndpoint(options.bind_ip, 0));
+    bind_ip = b.ipv4;
+  }
+  uint32_t advertise_ip = 0;
+  if (!options.advertise_ip.empty()) {
+    SWITCHML_ASSIGN_OR_RETURN(transport::Endpoint b, transport::ParseEndpoint(options.advertise_ip, 0));
+    advertise_ip = b.ipv4;
+  } else if (bind_ip != 0) {
+    advertise_ip = bind_ip;
+  } else {
+    SWITCHML_ASSIGN_OR_RETURN(advertise_ip, transport::LocalIpv4For(controller));
+  }
+
+  // One socket per worker thread; each thread's port is registered so the switch can send
+  // each thread its own results.
+  std::vector<std::unique_ptr<transport::Channel>> channels;
+  controller::WorkerRegistration reg;
+  reg.rank = options.rank;
+  reg.num_workers = options.num_workers;
+  reg.ipv4 = advertise_ip;
+  for (uint32_t t = 0; t < options.num_worker_threads; ++t) {
+    transport::UdpChannelOptions uo;
+    uo.local = transport::Endpoint{bind_ip, 0};
+    SWITCHML_ASSIGN_OR_RETURN(auto ch, transport::UdpChannel::Create(uo));
+    reg.udp_ports.push_back(ch->local_endpoint().port);
+    channels.push_back(std::move(ch));
+  }
+
+  SWITCHML_ASSIGN_OR_RETURN(auto session,
+                            controller::SessionClient::Connect(options.controller_address, options.rpc_timeout));
+  SWITCHML_ASSIGN_OR_RETURN(controller::SwitchInfo info, controller::Bootstrap(*session, reg));
+
+  const uint32_t slots_needed = options.window_packets;  // threads × (window / threads)
+  if (info.num_slots != 0 && slots_needed > info.num_slots) {
+    return FailedPreconditionError("window_packets=" + std::to_string(options.window_packets) +
+                                   " needs that many switch slots but the switch has " +
+                                   std::to_string(info.num_slots));
+  }
+  if (info.max_workers != 0 && options.num_workers > info.max_workers) {
+    return FailedPreconditionError("num_workers=" + std::to_string(options.num_workers) +
+                                   " exceeds the switch's maximum of " + std::to_string(info.max_workers));
+  }
+  // A switch bound to the wildcard address reports IP 0: it is reached where the controller is.
+  transport::Endpoint sw{info.ipv4 != 0 ? info.ipv4 : controller.ipv4, info.udp_port};
+  return client::ContextImpl::CreateWithChannels(options, std::move(channels), sw);
+}
+
+}  // namespace switchml

@@ -1,0 +1,222 @@
+// Context over the in-process loopback fabric with a real SwitchServer: the whole client
+// (job slicing, several threads, async handles, errors) without sockets or processes.
+#include "switchml/context.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "client/context_impl.h"
+#include "dataplane/switch_server.h"
+#include "testing/exact_inputs.h"
+#include "transport/loopback.h"
+
+namespace switchml {
+namespace {
+
+constexpr transport::Endpoint kSwitchEp{0x7F000001, 48864};
+
+class LoopbackCluster {
+ public:
+  LoopbackCluster(uint32_t n, Options base, transport::FaultOptions faults = {}) {
+    transport::LoopbackOptions lo;
+    lo.faults = faults;
+    fabric_ = std::move(transport::LoopbackFabric::Create(lo)).value();
+    dataplane::SwitchConfig sc;
+    sc.num_slots = 512;
+    auto sw_channel = fabric_->CreateChannel(kSwitchEp);
+    EXPECT_TRUE(sw_channel.ok());
+    server_ = std::move(dataplane::SwitchServer::Create(sc, std::move(*sw_channel))).value();
+    EXPECT_TRUE(server_->Start().ok());
+    for (uint32_t r = 0; r < n; ++r) {
+      Options o = base;
+      o.rank = r;
+      o.num_workers = n;
+      EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+      controller::WorkerRegistration reg;
+      reg.rank = r;
+      reg.num_workers = n;
+      reg.ipv4 = 0x0A000001 + r;
+      std::vector<std::unique_ptr<transport::Channel>> chans;
+      for (uint32_t t = 0; t < o.num_worker_threads; ++t) {
+        auto ch = fabric_->CreateChannel({reg.ipv4, uint16_t(6000 + t)});
+        EXPECT_TRUE(ch.ok());
+        reg.udp_ports.push_back(uint16_t(6000 + t));
+        chans.push_back(std::move(*ch));
+      }
+      EXPECT_TRUE(server_->RegisterWorker(reg).ok());
+      contexts_.push_back(client::ContextImpl::CreateWithChannels(o, std::move(chans), kSwitchEp));
+    }
+  }
+  Context& ctx(uint32_t r) { return *contexts_[r]; }
+  dataplane::SwitchServer& server() { return *server_; }
+  uint32_t size() const { return uint32_t(contexts_.size()); }
+
+  std::unique_ptr<transport::LoopbackFabric> fabric_;
+  std::unique_ptr<dataplane::SwitchServer> server_;
+  std::vector<std::unique_ptr<Context>> contexts_;
+};
+
+Options FastOptions(uint32_t threads = 1) {
+  Options o;
+  o.num_worker_threads = threads;
+  o.window_packets = 16 * threads;
+  o.elements_per_packet = 64;
+  o.initial_rto = std::chrono::milliseconds(5);
+  o.min_rto = std::chrono::milliseconds(2);
+  o.max_rto = std::chrono::milliseconds(100);
+  o.job_timeout = std::chrono::milliseconds(3000);
+  return o;
+}
+
+TEST(ContextTest, SeveralAsyncJobsSeveralThreadsInt32AndFloat32) {
+  const uint32_t n = 3;
+  LoopbackCluster c(n, FastOptions(3));
+  const std::vector<size_t> sizes = {0, 1, 2, 100, 5000, 777};
+  std::vector<std::vector<std::vector<int32_t>>> in(n), out(n);
+  std::vector<std::vector<std::vector<float>>> fin(n), fout(n);
+  std::vector<std::vector<AllReduceHandle>> handles(n);
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < n; ++r) {
+    for (size_t j = 0; j < sizes.size(); ++j) {
+      in[r].emplace_back(sizes[j]);
+      out[r].emplace_back(sizes[j]);
+      testing::FillInt32(r, j * 10000, in[r][j].data(), sizes[j]);
+      fin[r].emplace_back(sizes[j]);
+      fout[r].emplace_back(sizes[j]);
+      testing::FillFloat32(r, j * 10000, fin[r][j].data(), sizes[j]);
+    }
+  }
+  for (uint32_t r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      for (size_t j = 0; j < sizes.size(); ++j) {
+        handles[r].push_back(c.ctx(r).AllReduceAsync(in[r][j].data(), out[r][j].data(), sizes[j], DataType::kInt32));
+        handles[r].push_back(
+            c.ctx(r).AllReduceAsync(fin[r][j].data(), fout[r][j].data(), sizes[j], DataType::kFloat32));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (uint32_t r = 0; r < n; ++r) {
+    for (auto& h : handles[r]) ASSERT_TRUE(h.Wait().ok()) << h.status();
+    for (size_t j = 0; j < sizes.size(); ++j) {
+      EXPECT_EQ(testing::VerifyInt32(out[r][j].data(), sizes[j], n, j * 10000).wrong, 0u) << r << " " << j;
+      EXPECT_EQ(testing::VerifyFloat32(fout[r][j].data(), sizes[j], n, j * 10000).wrong, 0u) << r << " " << j;
+    }
+    Stats s = c.ctx(r).GetStats();
+    EXPECT_EQ(s.jobs_completed, 2 * sizes.size());
+    EXPECT_EQ(s.jobs_failed, 0u);
+  }
+}
+
+TEST(ContextTest, InPlaceWithLossAndDuplication) {
+  transport::FaultOptions f;
+  f.loss = 0.02;
+  f.duplicate = 0.02;
+  f.reorder = 0.0;  // reordering a retransmission behind a newer packet breaks contract C6
+  f.seed = 5;
+  const uint32_t n = 4;
+  LoopbackCluster c(n, FastOptions(2), f);
+  const size_t count = 20000;
+  std::vector<std::vector<int32_t>> data(n, std::vector<int32_t>(count));
+  std::vector<AllReduceHandle> h;
+  for (uint32_t r = 0; r < n; ++r) {
+    testing::FillInt32(r, 0, data[r].data(), count);
+    h.push_back(c.ctx(r).AllReduceAsync(data[r].data(), data[r].data(), count, DataType::kInt32));
+  }
+  for (auto& x : h) ASSERT_TRUE(x.Wait().ok()) << x.status();
+  for (uint32_t r = 0; r < n; ++r) EXPECT_EQ(testing::VerifyInt32(data[r].data(), count, n).wrong, 0u);
+  uint64_t retx = 0;
+  for (uint32_t r = 0; r < n; ++r) retx += c.ctx(r).GetStats().retransmissions;
+  EXPECT_GT(retx, 0u);
+}
+
+TEST(ContextTest, BadArgumentsAreReportedThroughTheHandle) {
+  LoopbackCluster c(1, FastOptions());
+  std::vector<float> buf(100, 1.0f);
+  auto h = c.ctx(0).AllReduceAsync(nullptr, buf.data(), 10, DataType::kFloat32);
+  ASSERT_TRUE(h.IsDone());
+  EXPECT_EQ(h.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(h.status().message().find("in is null"), std::string::npos);
+  h = c.ctx(0).AllReduceAsync(buf.data(), buf.data() + 5, 10, DataType::kFloat32);
+  EXPECT_EQ(h.Wait().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(h.status().message().find("overlap"), std::string::npos);
+  buf[42] = std::numeric_limits<float>::quiet_NaN();
+  h = c.ctx(0).AllReduceAsync(buf.data(), buf.data(), 100, DataType::kFloat32);
+  EXPECT_EQ(h.Wait().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(h.status().message().find("element 42 is NaN"), std::string::npos) << h.status();
+  buf[42] = std::numeric_limits<float>::infinity();
+  EXPECT_NE(c.ctx(0).AllReduce(buf.data(), buf.data(), 100, DataType::kFloat32).message().find("infinite"),
+            std::string::npos);
+  // The context still works after argument errors.
+  buf[42] = 2.0f;
+  ASSERT_TRUE(c.ctx(0).AllReduce(buf.data(), buf.data(), 100, DataType::kFloat32).ok());
+  EXPECT_EQ(buf[42], 2.0f);
+  EXPECT_EQ(buf[0], 1.0f);
+  AllReduceHandle empty;
+  EXPECT_FALSE(empty.valid());
+  EXPECT_EQ(empty.Wait().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(ContextTest, MissingPeerTimesOutThenContextIsBroken) {
+  // Two workers registered, only rank 0 submits: its job must fail within the job timeout.
+  Options o = FastOptions();
+  o.job_timeout = std::chrono::milliseconds(300);
+  LoopbackCluster c(2, o);
+  std::vector<int32_t> buf(1000, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kInt32);
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("127.0.0.1:48864"), std::string::npos) << s;
+  EXPECT_GE(elapsed, std::chrono::milliseconds(300));
+  EXPECT_LT(elapsed, std::chrono::milliseconds(2000));
+  s = c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kInt32);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("earlier failure"), std::string::npos) << s;
+}
+
+TEST(ContextTest, DestroyingContextCancelsQueuedJobs) {
+  LoopbackCluster c(2, FastOptions());
+  std::vector<int32_t> buf(100000, 1);
+  auto h1 = c.ctx(0).AllReduceAsync(buf.data(), buf.data(), buf.size(), DataType::kInt32);
+  auto h2 = c.ctx(0).AllReduceAsync(buf.data(), buf.data(), buf.size(), DataType::kInt32);
+  c.contexts_[0].reset();  // rank 1 never participates
+  ASSERT_TRUE(h1.IsDone());
+  ASSERT_TRUE(h2.IsDone());
+  EXPECT_FALSE(h1.status().ok());
+  EXPECT_EQ(h2.status().code(), StatusCode::kCancelled) << h2.status();
+}
+
+TEST(OptionsTest, ValidateNamesTheField) {
+  Options o;
+  EXPECT_TRUE(o.Validate().ok());
+  auto msg = [](Options x) { return x.Validate().message(); };
+  Options b = o;
+  b.num_workers = 0;
+  EXPECT_NE(msg(b).find("num_workers"), std::string::npos);
+  b = o; b.num_workers = 257;
+  EXPECT_NE(msg(b).find("num_workers"), std::string::npos);
+  b = o; b.num_workers = 4; b.rank = 4;
+  EXPECT_NE(msg(b).find("rank"), std::string::npos);
+  b = o; b.elements_per_packet = 100;
+  EXPECT_NE(msg(b).find("elements_per_packet must be one of 64, 256, 512, 1024, got 100"), std::string::npos);
+  b = o; b.num_worker_threads = 3; b.window_packets = 256;
+  EXPECT_NE(msg(b).find("multiple of num_worker_threads"), std::string::npos);
+  b = o; b.num_worker_threads = 0;
+  EXPECT_NE(msg(b).find("num_worker_threads"), std::string::npos);
+  b = o; b.window_packets = 0;
+  EXPECT_NE(msg(b).find("window_packets"), std::string::npos);
+  b = o; b.initial_rto = std::chrono::seconds(5);
+  EXPECT_NE(msg(b).find("initial_rto"), std::string::npos);
+  b = o; b.job_timeout = std::chrono::milliseconds(0);
+  EXPECT_NE(msg(b).find("job_timeout"), std::string::npos);
+  b = o; b.controller_address = "300.1.1.1:5";
+  EXPECT_NE(msg(b).find("controller_address"), std::string::npos);
+  b = o; b.controller_address = "";
+  EXPECT_NE(msg(b).find("controller_address"), std::string::npos);
+  EXPECT_EQ(b.Validate().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace switchml

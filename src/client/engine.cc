@@ -1,0 +1,259 @@
+#include "client/engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "quant/quantizer.h"
+#include "wire/packet.h"
+
+namespace switchml::client {
+
+namespace {
+std::string Ms(Duration d) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
+}
+}  // namespace
+
+SliceEngine::SliceEngine(const EngineConfig& config) : config_(config) {
+  slots_.resize(config_.window);
+  // Stride rounded up to a cache line so slots never share lines.
+  buffer_stride_ = (wire::PacketBytes(config_.elements_per_packet) + 63) / 64 * 64;
+  buffers_.assign(buffer_stride_ * config_.window, 0);
+  size_code_ = wire::SizeCodeForElements(config_.elements_per_packet).value_or(0);
+  queue_.resize(config_.window);
+  rto_ = config_.initial_rto;
+}
+
+uint32_t SliceEngine::BlockLength(uint64_t block) const {
+  const uint64_t n = config_.elements_per_packet;
+  return uint32_t(std::min<uint64_t>(n, slice_.num_elements - block * n));
+}
+
+void SliceEngine::Begin(const SliceSpec& slice, TimePoint now) {
+  slice_ = slice;
+  job_number_ = uint8_t(slice.job_id & 0xFF);
+  const uint64_t n = config_.elements_per_packet;
+  blocks_ = (slice.num_elements + n - 1) / n;
+  batch_ = uint32_t(std::min<uint64_t>(config_.window, blocks_));
+  total_ = blocks_ + (slice.type == DataType::kFloat32 ? batch_ : 0);
+  completed_ = 0;
+  queue_head_ = queue_size_ = 0;
+  next_timer_ = TimePoint::max();
+  last_progress_ = now;
+  result_ = OkStatus();
+  active_ = true;
+  if (total_ == 0) {
+    Finish(OkStatus());
+    return;
+  }
+  for (uint32_t p = 0; p < batch_ && active_; ++p) BuildPacket(p, now);
+}
+
+void SliceEngine::BuildPacket(uint32_t p, TimePoint now) {
+  const uint32_t i = p % batch_;
+  Slot& s = slots_[i];
+  s.packet = p;
+  s.set = s.next_set;
+  s.next_set ^= 1;
+  s.resent = false;
+  s.sent_once = false;
+  s.retransmitting = false;
+  s.rto = rto_;
+  s.deadline = TimePoint::max();
+  const uint32_t n = config_.elements_per_packet;
+  s.size = uint32_t(wire::PacketBytes(n));
+
+  uint8_t* buf = Buffer(i);
+  wire::Header h;
+  h.size_code = size_code_;
+  h.job_number = job_number_;
+  h.tsi = p;
+  h.slot = uint16_t(config_.slot_base + i);
+  h.set = s.set;
+  uint8_t* payload = buf + wire::kPrefixBytes;
+  const bool is_float = slice_.type == DataType::kFloat32;
+  if (is_float && p < blocks_) {
+    int8_t e = 0;
+    const float* x = static_cast<const float*>(slice_.in) + uint64_t{p} * n;
+    if (!quant::BlockExponent(x, BlockLength(p), &e)) {
+      // Input is checked for finiteness at submission; reaching this means it changed since.
+      Finish(InvalidArgumentError("float32 input of job " + std::to_string(slice_.job_id) +
+                                  " became non-finite while the job ran"));
+      return;
+    }
+    h.exp0 = e;
+  }
+  wire::EncodePrefix(h, buf);
+
+  // Which data block this packet carries, if any.
+  const int64_t block = is_float ? int64_t{p} - int64_t{batch_} : int64_t{p};
+  uint32_t len = 0;
+  if (block >= 0 && uint64_t(block) < blocks_) {
+    len = BlockLength(uint64_t(block));
+    const uint64_t offset = uint64_t(block) * n;
+    if (is_float) {
+      quant::QuantizeToBE(static_cast<const float*>(slice_.in) + offset, len, s.scale,
+                          config_.num_workers, payload);
+    } else {
+      quant::Int32ToBE(static_cast<const int32_t*>(slice_.in) + offset, len, payload);
+    }
+  }
+  // Deterministic padding (the reference sends whatever the buffer held).
+  std::memset(payload + 4 * size_t{len}, 0, 4 * size_t{n - len});
+  (void)now;
+  Queue(i);
+}
+
+void SliceEngine::Queue(uint32_t i) {
+  Slot& s = slots_[i];
+  if (s.queued) return;
+  s.queued = true;
+  queue_[(queue_head_ + queue_size_) % queue_.size()] = i;
+  ++queue_size_;
+}
+
+size_t SliceEngine::PeekSends(std::span<transport::TxDatagram> out) const {
+  const size_t k = std::min(out.size(), queue_size_);
+  for (size_t j = 0; j < k; ++j) {
+    const uint32_t i = queue_[(queue_head_ + j) % queue_.size()];
+    out[j] = transport::TxDatagram{Buffer(i), slots_[i].size, config_.switch_endpoint};
+  }
+  return k;
+}
+
+void SliceEngine::ConfirmSent(size_t count, TimePoint now) {
+  count = std::min(count, queue_size_);
+  for (size_t j = 0; j < count; ++j) {
+    const uint32_t i = queue_[queue_head_];
+    queue_head_ = (queue_head_ + 1) % queue_.size();
+    --queue_size_;
+    Slot& s = slots_[i];
+    s.queued = false;
+    ++stats_.packets_sent;
+    if (s.retransmitting) {
+      ++stats_.retransmissions;
+      s.retransmitting = false;
+      s.resent = true;
+    } else {
+      s.sent_at = now;
+      s.sent_once = true;
+    }
+    s.deadline = now + s.rto;
+    next_timer_ = std::min(next_timer_, s.deadline);
+  }
+}
+
+void SliceEngine::SampleRtt(Duration r) {
+  // RFC 6298 §2 with alpha = 1/8, beta = 1/4.
+  if (!have_rtt_) {
+    srtt_ = r;
+    rttvar_ = r / 2;
+    have_rtt_ = true;
+  } else {
+    const Duration err = srtt_ > r ? srtt_ - r : r - srtt_;
+    rttvar_ = (3 * rttvar_ + err) / 4;
+    srtt_ = (7 * srtt_ + r) / 8;
+  }
+  rto_ = std::clamp<Duration>(srtt_ + 4 * rttvar_, config_.min_rto, config_.max_rto);
+}
+
+void SliceEngine::OnDatagram(std::span<const uint8_t> bytes, TimePoint now) {
+  wire::PacketView v;
+  if (wire::Decode(bytes, &v) != wire::DecodeError::kOk) {
+    ++stats_.malformed;
+    return;
+  }
+  const wire::Header& h = v.header;
+  // Stale: another job's result, a slot this slice does not use, a packet not in flight
+  // (already accepted: a duplicate from a spurious retransmission), or a size we never sent.
+  if (!active_ || h.job_number != job_number_ || h.slot < config_.slot_base ||
+      h.slot >= config_.slot_base + batch_ || v.num_elements != config_.elements_per_packet) {
+    ++stats_.duplicates;
+    return;
+  }
+  const uint32_t i = h.slot - config_.slot_base;
+  Slot& s = slots_[i];
+  if (s.packet == kIdle || h.tsi != s.packet || h.set != s.set) {
+    ++stats_.duplicates;
+    return;
+  }
+  // Accept packet p.
+  const uint32_t p = s.packet;
+  ++stats_.results_received;
+  if (!s.resent && s.sent_once) SampleRtt(now - s.sent_at);
+  const uint32_t n = config_.elements_per_packet;
+  if (slice_.type == DataType::kFloat32) {
+    if (p >= batch_) {
+      const uint64_t block = p - batch_;
+      quant::DequantizeFromBE(v.payload, BlockLength(block), s.scale,
+                              static_cast<float*>(slice_.out) + block * n);
+    }
+    if (p < blocks_) s.scale = quant::ScaleForExponent(h.exp0, config_.num_workers);
+  } else {
+    quant::BEToInt32(v.payload, BlockLength(p), static_cast<int32_t*>(slice_.out) + uint64_t{p} * n);
+  }
+  ++completed_;
+  last_progress_ = now;
+  s.deadline = TimePoint::max();
+  s.retransmitting = false;
+  if (uint64_t{p} + batch_ < total_) {
+    BuildPacket(p + batch_, now);
+  } else {
+    s.packet = kIdle;
+  }
+  if (completed_ == total_ && active_) Finish(OkStatus());
+}
+
+void SliceEngine::OnTick(TimePoint now) {
+  if (!active_) return;
+  if (now - last_progress_ >= config_.job_timeout) {
+    Finish(DeadlineExceededError(
+        "no result from switch " + config_.switch_endpoint.ToString() + " for " +
+        Ms(config_.job_timeout) + " (job " + std::to_string(slice_.job_id) + ", slots " +
+        std::to_string(config_.slot_base) + ".." + std::to_string(config_.slot_base + batch_ - 1) +
+        ", " + std::to_string(completed_) + "/" + std::to_string(total_) + " packets done, " +
+        std::to_string(stats_.retransmissions) + " retransmissions so far)"));
+    return;
+  }
+  if (now < next_timer_) return;
+  TimePoint next = TimePoint::max();
+  for (uint32_t i = 0; i < batch_; ++i) {
+    Slot& s = slots_[i];
+    if (s.packet == kIdle || s.queued) continue;
+    if (s.deadline <= now) {
+      ++stats_.timeouts;
+      s.rto = std::min<Duration>(s.rto * 2, config_.max_rto);
+      s.retransmitting = true;
+      s.deadline = TimePoint::max();
+      Queue(i);
+    } else {
+      next = std::min(next, s.deadline);
+    }
+  }
+  next_timer_ = next;
+}
+
+TimePoint SliceEngine::NextDeadline() const {
+  if (!active_) return TimePoint::max();
+  return std::min(next_timer_, last_progress_ + config_.job_timeout);
+}
+
+void SliceEngine::Abort(Status why) {
+  if (active_) Finish(std::move(why));
+}
+
+void SliceEngine::Finish(Status s) {
+  active_ = false;
+  result_ = std::move(s);
+  for (uint32_t i = 0; i < batch_; ++i) {
+    slots_[i].packet = kIdle;
+    slots_[i].queued = false;
+    slots_[i].retransmitting = false;
+    slots_[i].deadline = TimePoint::max();
+  }
+  queue_head_ = queue_size_ = 0;
+  next_timer_ = TimePoint::max();
+}
+
+}  // namespace switchml::client

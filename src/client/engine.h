@@ -1,0 +1,161 @@
+// client/engine.h — the per-thread streaming protocol engine (spec §5.5–5.6), pure.
+//
+// One SliceEngine belongs to one worker thread. It streams one job slice at a time through
+// the thread's own range of W switch slots, self-clocked: each accepted result frees its slot,
+// which immediately carries the slice's next packet. It owns the packet buffers, the
+// per-slot state and the retransmission timers, but no socket and no clock: the caller
+// (worker.cc) moves datagrams between it and a transport::Channel and passes the time in.
+// That makes every loss, timeout and backoff path testable with a fake clock.
+//
+// Slot/set mapping (the fix of spec §5.5.4 for reference defect D3): packet p of a slice with
+// B = min(W, packets) in-flight positions uses slot `slot_base + p mod B`; every slot keeps a
+// "next set" bit that persists across slices and flips each time a *new* packet (not a
+// retransmission) is put on it. So each slot strictly alternates sets for its whole life and
+// a worker never starts a round in set b before it has the result of its previous round on
+// that slot (contract C4), for any sequence of slice sizes. All workers run the same rule.
+//
+// Retransmission (fixes D1, D2, D4): one timer per slot, keyed by the exact in-flight packet
+// (id, set); armed when the packet is handed to the transport; cancelled when its result is
+// accepted; all cleared at slice end. RTO adapts to the measured RTT (RFC 6298, Karn's rule)
+// within [min_rto, max_rto] and doubles per retransmission of the same packet. A slice fails
+// with DEADLINE_EXCEEDED if no result is accepted for job_timeout.
+//
+// Acceptance of a result: decodes, carries this slice's job number, its slot is in use and
+// its (tsi, set, size) equal the in-flight packet's; anything else is counted and ignored.
+//
+// Float32 (spec §5.8.2): B extra leading packets carry only block exponents; packet p >= B
+// carries block p − B quantized with the scale derived from the switch-wide max exponent that
+// came back with packet p − B (same slot, so the scale is kept per slot).
+//
+// Not thread-safe: used by its worker thread only (stats are copied out by that thread).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/clock.h"
+#include "switchml/status.h"
+#include "switchml/types.h"
+#include "transport/channel.h"
+
+namespace switchml::client {
+
+struct EngineConfig {
+  uint32_t slot_base = 0;          // first switch slot owned by this thread
+  uint32_t window = 64;            // W: slots owned = max packets in flight
+  uint32_t elements_per_packet = 256;
+  uint32_t num_workers = 1;
+  transport::Endpoint switch_endpoint;
+  Duration initial_rto = std::chrono::milliseconds(20);
+  Duration min_rto = std::chrono::milliseconds(5);
+  Duration max_rto = std::chrono::seconds(1);
+  Duration job_timeout = std::chrono::seconds(10);
+};
+
+struct SliceSpec {
+  uint64_t job_id = 0;       // for messages; the low 8 bits go on the wire as job_number
+  DataType type = DataType::kInt32;
+  const void* in = nullptr;  // first element of the slice
+  void* out = nullptr;
+  size_t num_elements = 0;
+};
+
+struct EngineStats {
+  uint64_t packets_sent = 0;
+  uint64_t retransmissions = 0;
+  uint64_t results_received = 0;
+  uint64_t duplicates = 0;
+  uint64_t malformed = 0;
+  uint64_t timeouts = 0;
+};
+
+class SliceEngine {
+ public:
+  explicit SliceEngine(const EngineConfig& config);
+
+  // Starts a slice (requires !active()). Queues the first batch. A slice of 0 elements
+  // finishes at once.
+  void Begin(const SliceSpec& slice, TimePoint now);
+  bool active() const { return active_; }
+  // Result of the last slice, valid when !active().
+  const Status& result() const { return result_; }
+  // Fails the running slice with `why` (e.g. CANCELLED at shutdown).
+  void Abort(Status why);
+
+  // Copies up to out.size() datagrams that must be sent now (first batch, refills,
+  // retransmissions), in order, without removing them; then ConfirmSent(k) removes the first
+  // k (those the transport accepted) and arms their timers. The bytes stay valid until the
+  // next call of any other method.
+  size_t PeekSends(std::span<transport::TxDatagram> out) const;
+  void ConfirmSent(size_t count, TimePoint now);
+  size_t pending_sends() const { return queue_size_; }
+
+  // A datagram that arrived from the switch.
+  void OnDatagram(std::span<const uint8_t> bytes, TimePoint now);
+  // Fires due retransmission timers and the job timeout.
+  void OnTick(TimePoint now);
+  // When OnTick next has something to do (TimePoint::max() when idle).
+  TimePoint NextDeadline() const;
+
+  const EngineStats& stats() const { return stats_; }
+  Duration current_rto() const { return rto_; }
+  // The set the next new packet on slot `slot_base + i` will use (tests).
+  uint8_t next_set(uint32_t i) const { return slots_[i].next_set; }
+
+ private:
+  static constexpr uint32_t kIdle = UINT32_MAX;
+  struct Slot {
+    uint32_t packet = kIdle;   // packet id in flight, or kIdle
+    uint32_t size = 0;         // datagram bytes
+    uint8_t set = 0;           // set of the packet in flight
+    uint8_t next_set = 0;      // persists across slices
+    bool queued = false;       // in the send queue
+    bool retransmitting = false;  // queued because its timer fired
+    bool resent = false;       // sent more than once: no RTT sample (Karn)
+    bool sent_once = false;    // sent_at is valid
+    float scale = 0.0f;        // float32: scale of the block this slot carries next
+    Duration rto{};
+    TimePoint sent_at{};
+    TimePoint deadline = TimePoint::max();
+  };
+
+  void BuildPacket(uint32_t p, TimePoint now);
+  void Queue(uint32_t slot_index);
+  void Finish(Status s);
+  void SampleRtt(Duration rtt);
+  uint8_t* Buffer(uint32_t i) { return buffers_.data() + size_t{i} * buffer_stride_; }
+  const uint8_t* Buffer(uint32_t i) const { return buffers_.data() + size_t{i} * buffer_stride_; }
+  uint32_t BlockLength(uint64_t block) const;
+
+  EngineConfig config_;
+  std::vector<Slot> slots_;
+  std::vector<uint8_t> buffers_;
+  size_t buffer_stride_ = 0;
+  uint8_t size_code_ = 0;
+  std::vector<uint32_t> queue_;  // ring of slot indices, capacity W
+  size_t queue_head_ = 0;
+  size_t queue_size_ = 0;
+
+  // Current slice.
+  bool active_ = false;
+  Status result_;
+  SliceSpec slice_;
+  uint8_t job_number_ = 0;
+  uint64_t blocks_ = 0;      // M: data packets
+  uint32_t batch_ = 0;       // B: slots in use
+  uint64_t total_ = 0;       // packets including the float32 exponent batch
+  uint64_t completed_ = 0;
+  TimePoint last_progress_{};
+  TimePoint next_timer_ = TimePoint::max();
+
+  // RTT estimator (persists across slices).
+  bool have_rtt_ = false;
+  Duration srtt_{};
+  Duration rttvar_{};
+  Duration rto_{};
+
+  EngineStats stats_;
+};
+
+}  // namespace switchml::client

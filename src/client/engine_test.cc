@@ -1,0 +1,369 @@
+// SliceEngine against the real switch core (dataplane::SwitchCore), with a fake clock and
+// seeded loss in both directions: every timeout, backoff and retransmission path runs in
+// microseconds of real time.
+#include "client/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <random>
+#include <vector>
+
+#include "dataplane/switch_core.h"
+#include "testing/exact_inputs.h"
+#include "wire/packet.h"
+
+namespace switchml::client {
+namespace {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+constexpr transport::Endpoint kSwitch{0x0A0000FE, 48864};
+transport::Endpoint WorkerEp(uint32_t r) { return {0x0A000001 + r, 5000}; }
+
+struct Packet {
+  std::vector<uint8_t> bytes;
+  transport::Endpoint from, to;
+};
+
+// N workers, each one SliceEngine (one thread), around one SwitchCore. Each Step() advances
+// the fake clock by `step` and moves every datagram one hop, dropping with the given
+// probabilities.
+class Sim {
+ public:
+  Sim(uint32_t n, uint32_t window, uint32_t elements, double loss_up = 0, double loss_down = 0,
+      uint64_t seed = 1)
+      : n_(n), loss_up_(loss_up), loss_down_(loss_down), rng_(seed) {
+    dataplane::SwitchConfig sc;
+    sc.num_slots = 1024;
+    sc.max_elements_per_packet = 1024;
+    core_.emplace(std::move(dataplane::SwitchCore::Create(sc)).value());
+    for (uint32_t r = 0; r < n; ++r) {
+      controller::WorkerRegistration reg;
+      reg.rank = r;
+      reg.num_workers = n;
+      reg.ipv4 = WorkerEp(r).ipv4;
+      reg.udp_ports = {WorkerEp(r).port};
+      EXPECT_TRUE(core_->RegisterWorker(reg).ok());
+      EngineConfig c;
+      c.slot_base = 0;
+      c.window = window;
+      c.elements_per_packet = elements;
+      c.num_workers = n;
+      c.switch_endpoint = kSwitch;
+      c.initial_rto = milliseconds(2);
+      c.min_rto = milliseconds(1);
+      c.max_rto = milliseconds(50);
+      c.job_timeout = milliseconds(2000);
+      engines_.emplace_back(c);
+    }
+  }
+
+  // Runs one slice on every worker with per-rank inputs; returns each worker's status.
+  std::vector<Status> Run(DataType type, std::vector<const void*> in, std::vector<void*> out, size_t count,
+                          uint64_t job_id, int max_steps = 2000000) {
+    for (uint32_t r = 0; r < n_; ++r) {
+      SliceSpec s{job_id, type, in[r], out[r], count};
+      engines_[r].Begin(s, now_);
+    }
+    for (int i = 0; i < max_steps && AnyActive(); ++i) Step();
+    std::vector<Status> st;
+    for (auto& e : engines_) st.push_back(e.active() ? InternalError("still active") : e.result());
+    return st;
+  }
+
+  bool AnyActive() const {
+    for (auto& e : engines_) if (e.active()) return true;
+    return false;
+  }
+
+  void Step() {
+    now_ += step_;
+    // Workers → switch.
+    std::vector<Packet> up;
+    for (uint32_t r = 0; r < n_; ++r) {
+      transport::TxDatagram tx[64];
+      while (engines_[r].pending_sends() > 0) {
+        size_t k = engines_[r].PeekSends(tx);
+        for (size_t j = 0; j < k; ++j) {
+          EXPECT_EQ(tx[j].to, kSwitch);
+          if (Chance(loss_up_)) { ++lost_up; continue; }
+          up.push_back({std::vector<uint8_t>(tx[j].data, tx[j].data + tx[j].size), WorkerEp(r), tx[j].to});
+          if (duplicate_up_) up.push_back(up.back());
+        }
+        engines_[r].ConfirmSent(k, now_);
+      }
+    }
+    std::vector<transport::RxDatagram> rx;
+    for (auto& p : up) {
+      transport::RxDatagram d;
+      d.data = p.bytes.data();
+      d.capacity = d.size = uint32_t(p.bytes.size());
+      d.from = p.from;
+      rx.push_back(d);
+    }
+    dataplane::Outbox out;
+    core_->ProcessBurst(rx, out);
+    for (auto& t : out.datagrams()) {
+      if (Chance(loss_down_)) { ++lost_down; continue; }
+      in_flight_down_.push_back({std::vector<uint8_t>(t.data, t.data + t.size), kSwitch, t.to});
+      if (duplicate_down_) in_flight_down_.push_back(in_flight_down_.back());
+    }
+    // Switch → workers (delivered on the next step: one step of latency each way).
+    std::vector<Packet> deliver;
+    deliver.swap(delivering_);
+    delivering_.swap(in_flight_down_);
+    for (auto& p : deliver) {
+      for (uint32_t r = 0; r < n_; ++r) {
+        if (p.to == WorkerEp(r)) engines_[r].OnDatagram(p.bytes, now_);
+      }
+    }
+    for (auto& e : engines_) e.OnTick(now_);
+  }
+
+  bool Chance(double p) { return p > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
+
+  uint32_t n_;
+  double loss_up_, loss_down_;
+  bool duplicate_up_ = false, duplicate_down_ = false;
+  std::mt19937_64 rng_;
+  std::optional<dataplane::SwitchCore> core_;
+  std::vector<SliceEngine> engines_;
+  TimePoint now_{};
+  Duration step_ = microseconds(100);
+  std::vector<Packet> in_flight_down_, delivering_;
+  uint64_t lost_up = 0, lost_down = 0;
+};
+
+struct Buffers {
+  std::vector<std::vector<int32_t>> in, out;
+  std::vector<const void*> ins() const { std::vector<const void*> v; for (auto& b : in) v.push_back(b.data()); return v; }
+  std::vector<void*> outs() { std::vector<void*> v; for (auto& b : out) v.push_back(b.data()); return v; }
+};
+
+Buffers MakeInt32(uint32_t n, size_t count, uint64_t offset = 0) {
+  Buffers b;
+  for (uint32_t r = 0; r < n; ++r) {
+    b.in.emplace_back(count + 1);
+    b.out.emplace_back(count + 1, 0x5A5A5A5A);
+    testing::FillInt32(r, offset, b.in.back().data(), count);
+  }
+  return b;
+}
+
+void ExpectExactInt32(Buffers& b, uint32_t n, size_t count, uint64_t offset = 0) {
+  for (uint32_t r = 0; r < n; ++r) {
+    auto v = testing::VerifyInt32(b.out[r].data(), count, n, offset);
+    EXPECT_EQ(v.wrong, 0u) << "rank " << r << " first wrong at " << v.first_wrong;
+    EXPECT_EQ(b.out[r][count], 0x5A5A5A5A) << "wrote past the end";
+  }
+}
+
+TEST(EngineTest, Int32ExactAcrossWorkerCountsAndSizes) {
+  const uint32_t W = 8, N = 64;
+  for (uint32_t n : {1u, 2u, 3u, 8u}) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{W * N - 1},
+                         size_t{W * N}, size_t{W * N + 1}, size_t{5000}}) {
+      Sim sim(n, W, N);
+      auto b = MakeInt32(n, count);
+      auto st = sim.Run(DataType::kInt32, b.ins(), b.outs(), count, 7);
+      for (auto& s : st) ASSERT_TRUE(s.ok()) << s << " n=" << n << " count=" << count;
+      ExpectExactInt32(b, n, count);
+      EXPECT_EQ(sim.engines_[0].stats().retransmissions, 0u);
+    }
+  }
+}
+
+TEST(EngineTest, Float32WithinBoundAndIdenticalUnderLoss) {
+  const uint32_t n = 3, count = 3000;
+  std::vector<std::vector<float>> in(n), clean(n), lossy(n);
+  for (uint32_t r = 0; r < n; ++r) {
+    in[r].resize(count);
+    testing::FillFloat32(r, 0, in[r].data(), count);
+    clean[r].assign(count, -1);
+    lossy[r].assign(count, -2);
+  }
+  auto run = [&](double up, double down, std::vector<std::vector<float>>& out) {
+    Sim sim(n, 16, 64, up, down, 42);
+    std::vector<const void*> i;
+    std::vector<void*> o;
+    for (uint32_t r = 0; r < n; ++r) { i.push_back(in[r].data()); o.push_back(out[r].data()); }
+    auto st = sim.Run(DataType::kFloat32, i, o, count, 1);
+    for (auto& s : st) EXPECT_TRUE(s.ok()) << s;
+    return sim.engines_[0].stats().retransmissions + sim.engines_[1].stats().retransmissions;
+  };
+  EXPECT_EQ(run(0, 0, clean), 0u);
+  EXPECT_GT(run(0.05, 0.05, lossy), 0u);
+  for (uint32_t r = 0; r < n; ++r) {
+    auto v = testing::VerifyFloat32(clean[r].data(), count, n);
+    EXPECT_EQ(v.wrong, 0u) << "max err " << v.max_abs_error << " tol " << v.tolerance;
+    EXPECT_EQ(0, std::memcmp(clean[r].data(), lossy[r].data(), count * 4)) << "rank " << r;
+    EXPECT_EQ(0, std::memcmp(clean[0].data(), clean[r].data(), count * 4)) << "ranks disagree";
+  }
+}
+
+TEST(EngineTest, Int32ExactUnderLossAndDuplication) {
+  for (uint64_t seed : {1, 2, 3}) {
+    const uint32_t n = 4, count = 4000;
+    Sim sim(n, 8, 64, 0.1, 0.1, seed);
+    sim.duplicate_up_ = seed == 2;
+    sim.duplicate_down_ = seed == 3;
+    auto b = MakeInt32(n, count);
+    auto st = sim.Run(DataType::kInt32, b.ins(), b.outs(), count, 3);
+    for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
+    ExpectExactInt32(b, n, count);
+    EXPECT_GT(sim.lost_up + sim.lost_down, 0u);
+    uint64_t retx = 0, dups = 0;
+    for (auto& e : sim.engines_) { retx += e.stats().retransmissions; dups += e.stats().duplicates; }
+    EXPECT_GT(retx, 0u);
+    if (seed == 3) EXPECT_GT(dups, 0u);
+  }
+}
+
+// Consecutive jobs of different sizes on the same slots, including float32 jobs with
+// W/2 < blocks < W (the range of reference defect D3, spec §5.5.4), under loss: every slot
+// must strictly alternate sets, identically on all workers, and every result must be right.
+TEST(EngineTest, SetAlternationAcrossJobsOfDifferentSizes) {
+  const uint32_t n = 3, W = 8, N = 64;
+  Sim sim(n, W, N, 0.08, 0.08, 9);
+  std::vector<uint8_t> expected_set(W, 0);
+  uint64_t job = 0;
+  for (size_t blocks : {8, 5, 7, 1, 6, 3, 8, 2, 13, 5, 17, 4}) {
+    for (DataType type : {DataType::kFloat32, DataType::kInt32}) {
+      const size_t count = blocks * N - (blocks % 2);  // some partial last blocks
+      const size_t B = std::min<size_t>(W, blocks);
+      const size_t total = blocks + (type == DataType::kFloat32 ? B : 0);
+      if (type == DataType::kInt32) {
+        auto b = MakeInt32(n, count, job * 1000);
+        auto st = sim.Run(type, b.ins(), b.outs(), count, job);
+        for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
+        ExpectExactInt32(b, n, count, job * 1000);
+      } else {
+        std::vector<std::vector<float>> in(n, std::vector<float>(count)), out(n, std::vector<float>(count));
+        std::vector<const void*> i;
+        std::vector<void*> o;
+        for (uint32_t r = 0; r < n; ++r) {
+          testing::FillFloat32(r, job * 1000, in[r].data(), count);
+          i.push_back(in[r].data());
+          o.push_back(out[r].data());
+        }
+        auto st = sim.Run(type, i, o, count, job);
+        for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
+        for (uint32_t r = 0; r < n; ++r) EXPECT_EQ(testing::VerifyFloat32(out[r].data(), count, n, job * 1000).wrong, 0u);
+      }
+      // Packet p used slot p mod B: each slot i < B carried ceil((total - i) / B) packets.
+      for (size_t s = 0; s < B; ++s) {
+        const size_t uses = (total - s + B - 1) / B;
+        expected_set[s] ^= uint8_t(uses & 1);
+      }
+      for (uint32_t r = 0; r < n; ++r)
+        for (uint32_t s = 0; s < W; ++s)
+          ASSERT_EQ(sim.engines_[r].next_set(s), expected_set[s]) << "rank " << r << " slot " << s << " job " << job;
+      ++job;
+    }
+  }
+}
+
+TEST(EngineTest, RetransmitsWithExponentialBackoffThenTimesOut) {
+  // One worker of two: the other never sends, so the round never completes.
+  EngineConfig c;
+  c.window = 4;
+  c.elements_per_packet = 64;
+  c.num_workers = 2;
+  c.switch_endpoint = kSwitch;
+  c.initial_rto = milliseconds(10);
+  c.min_rto = milliseconds(1);
+  c.max_rto = milliseconds(80);
+  c.job_timeout = milliseconds(1000);
+  SliceEngine e(c);
+  std::vector<int32_t> in(64, 1), out(64);
+  TimePoint t{};
+  e.Begin({1, DataType::kInt32, in.data(), out.data(), 64}, t);
+  transport::TxDatagram tx[8];
+  std::vector<TimePoint> sends;
+  auto flush = [&] {
+    size_t k = e.PeekSends(tx);
+    for (size_t j = 0; j < k; ++j) sends.push_back(t);
+    e.ConfirmSent(k, t);
+  };
+  flush();
+  ASSERT_EQ(sends.size(), 1u);
+  while (e.active()) {
+    t += milliseconds(1);
+    e.OnTick(t);
+    flush();
+  }
+  // Sent at 0, then retransmitted after 10, 20, 40, 80, 80, ... ms.
+  ASSERT_GE(sends.size(), 6u);
+  auto ms = [](Duration d) { return std::chrono::duration_cast<milliseconds>(d).count(); };
+  EXPECT_EQ(ms(sends[1] - sends[0]), 10);
+  EXPECT_EQ(ms(sends[2] - sends[1]), 20);
+  EXPECT_EQ(ms(sends[3] - sends[2]), 40);
+  EXPECT_EQ(ms(sends[4] - sends[3]), 80);
+  EXPECT_EQ(ms(sends[5] - sends[4]), 80);
+  EXPECT_EQ(e.result().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(e.result().message().find("10.0.0.254:48864"), std::string::npos) << e.result();
+  EXPECT_EQ(ms(t - TimePoint{}), 1000);
+  EXPECT_EQ(e.stats().retransmissions, sends.size() - 1);
+  EXPECT_EQ(e.stats().timeouts, sends.size() - 1);
+}
+
+TEST(EngineTest, RtoAdaptsToMeasuredRtt) {
+  Sim sim(2, 4, 64);
+  sim.step_ = milliseconds(3);  // a result arrives one step after its packet: RTT = 3 ms
+  auto b = MakeInt32(2, 64 * 40);
+  auto st = sim.Run(DataType::kInt32, b.ins(), b.outs(), 64 * 40, 1);
+  ASSERT_TRUE(st[0].ok());
+  ExpectExactInt32(b, 2, 64 * 40);
+  const auto rto = std::chrono::duration_cast<microseconds>(sim.engines_[0].current_rto()).count();
+  EXPECT_GE(rto, 3000);  // at least the RTT
+  EXPECT_LE(rto, 6000);  // the variance term decays with a steady RTT (initial RTO was 2 ms)
+  EXPECT_EQ(sim.engines_[0].stats().retransmissions, 0u);
+}
+
+TEST(EngineTest, IgnoresStaleMalformedAndForeignResults) {
+  Sim sim(2, 4, 64);
+  auto b = MakeInt32(2, 256);
+  for (uint32_t r = 0; r < 2; ++r) sim.engines_[r].Begin({5, DataType::kInt32, b.in[r].data(), b.out[r].data(), 256}, sim.now_);
+  auto& e = sim.engines_[0];
+  // A result for another job number, a slot outside the window, a wrong set, and garbage.
+  std::vector<uint8_t> d(wire::PacketBytes(64), 0);
+  wire::Header h{.size_code = 1, .job_number = 4, .tsi = 0, .slot = 0, .set = 0};
+  wire::EncodePrefix(h, d.data());
+  e.OnDatagram(d, sim.now_);
+  h.job_number = 5;
+  h.slot = 9;
+  wire::EncodePrefix(h, d.data());
+  e.OnDatagram(d, sim.now_);
+  h.slot = 0;
+  h.set = 1;
+  wire::EncodePrefix(h, d.data());
+  e.OnDatagram(d, sim.now_);
+  h.set = 0;
+  h.tsi = 3;  // in the window but slot 0 carries packet 0
+  wire::EncodePrefix(h, d.data());
+  e.OnDatagram(d, sim.now_);
+  uint8_t junk[5] = {1, 2, 3, 4, 5};
+  e.OnDatagram(junk, sim.now_);
+  EXPECT_EQ(e.stats().duplicates, 4u);
+  EXPECT_EQ(e.stats().malformed, 1u);
+  EXPECT_EQ(e.stats().results_received, 0u);
+  for (int i = 0; i < 100000 && sim.AnyActive(); ++i) sim.Step();
+  ASSERT_TRUE(e.result().ok());
+  ExpectExactInt32(b, 2, 256);
+}
+
+TEST(EngineTest, AbortFailsSliceAndEngineIsReusable) {
+  Sim sim(2, 4, 64);
+  auto b = MakeInt32(2, 1000);
+  sim.engines_[0].Begin({1, DataType::kInt32, b.in[0].data(), b.out[0].data(), 1000}, sim.now_);
+  sim.engines_[0].Abort(CancelledError("stop"));
+  EXPECT_FALSE(sim.engines_[0].active());
+  EXPECT_EQ(sim.engines_[0].result().code(), StatusCode::kCancelled);
+  EXPECT_EQ(sim.engines_[0].pending_sends(), 0u);
+}
+
+}  // namespace
+}  // namespace switchml::client

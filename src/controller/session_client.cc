@@ -1,0 +1,206 @@
+#include "controller/session_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "controller/grpc_status.h"
+#include "switchml.grpc.pb.h"
+
+namespace switchml::controller {
+namespace {
+
+std::string Str(uint64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+struct SessionClient::Impl {
+  std::string address;
+  std::chrono::milliseconds timeout;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<switchml_proto::Session::Stub> session;
+  std::unique_ptr<switchml_proto::Sync::Stub> sync;
+
+  std::string TimeoutText() const { return Str(timeout.count()) + " ms"; }
+
+  // Every RPC: deadline = now + timeout; wait_for_ready so that a controller that is
+  // (re)starting is retried until the deadline instead of failing on the first refusal.
+  void Prepare(grpc::ClientContext* context) const {
+    context->set_deadline(std::chrono::system_clock::now() + timeout);
+    context->set_wait_for_ready(true);
+  }
+
+  Status MapError(const char* rpc, const grpc::Status& s) const {
+    if (s.ok()) return OkStatus();
+    const std::string where = "controller " + address;
+    switch (s.error_code()) {
+      case grpc::StatusCode::DEADLINE_EXCEEDED:
+        // With wait_for_ready the call waits for a connection until the deadline, so the
+        // channel state tells "never got there" from "got there but no answer in time".
+        if (channel->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+          return UnavailableError(where + " unreachable (" + rpc + "): not connected within " +
+                                  TimeoutText());
+        }
+        return DeadlineExceededError(where + " (" + rpc + "): did not complete within " +
+                                     TimeoutText() + ": " + s.error_message());
+      case grpc::StatusCode::UNAVAILABLE:
+        return UnavailableError(where + " unreachable (" + rpc + "): " + s.error_message());
+      default:
+        return Status(FromGrpcCode(s.error_code()),
+                      where + " rejected " + rpc + ": " + s.error_message());
+    }
+  }
+};
+
+StatusOr<std::unique_ptr<SessionClient>> SessionClient::Connect(
+    const std::string& controller_address, std::chrono::milliseconds rpc_timeout) {
+  if (controller_address.empty()) {
+    return InvalidArgumentError("SessionClient::Connect: controller_address is empty");
+  }
+  if (rpc_timeout <= std::chrono::milliseconds::zero()) {
+    return InvalidArgumentError("SessionClient::Connect: rpc_timeout must be > 0 ms, got " +
+                                std::to_string(rpc_timeout.count()));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->address = controller_address;
+  impl->timeout = rpc_timeout;
+  grpc::ChannelArguments args;
+  // gRPC's default first reconnect backoff is 1 s (up to 120 s); a controller that starts a
+  // moment after its workers should be found within a fraction of rpc_timeout.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  impl->channel =
+      grpc::CreateCustomChannel(controller_address, grpc::InsecureChannelCredentials(), args);
+  if (!impl->channel->WaitForConnected(std::chrono::system_clock::now() + rpc_timeout)) {
+    return UnavailableError("controller " + controller_address +
+                            " unreachable (Connect): not connected within " + impl->TimeoutText());
+  }
+  impl->session = switchml_proto::Session::NewStub(impl->channel);
+  impl->sync = switchml_proto::Sync::NewStub(impl->channel);
+  return std::unique_ptr<SessionClient>(new SessionClient(std::move(impl)));
+}
+
+SessionClient::SessionClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SessionClient::~SessionClient() = default;
+
+const std::string& SessionClient::address() const { return impl_->address; }
+std::chrono::milliseconds SessionClient::rpc_timeout() const { return impl_->timeout; }
+
+Status SessionClient::Barrier(uint32_t num_workers) {
+  if (num_workers == 0) return InvalidArgumentError("Barrier: num_workers must be >= 1, got 0");
+  switchml_proto::BarrierRequest request;
+  request.set_num_workers(num_workers);
+  switchml_proto::BarrierResponse response;
+  grpc::ClientContext context;
+  impl_->Prepare(&context);
+  return impl_->MapError("Barrier", impl_->sync->Barrier(&context, request, &response));
+}
+
+StatusOr<uint64_t> SessionClient::Broadcast(uint64_t value, uint32_t rank, uint32_t num_workers,
+                                            uint32_t root) {
+  if (num_workers == 0) return InvalidArgumentError("Broadcast: num_workers must be >= 1, got 0");
+  if (rank >= num_workers) {
+    return InvalidArgumentError("Broadcast: rank must be < num_workers (" + Str(num_workers) +
+                                "), got " + Str(rank));
+  }
+  if (root >= num_workers) {
+    return InvalidArgumentError("Broadcast: root must be < num_workers (" + Str(num_workers) +
+                                "), got " + Str(root));
+  }
+  switchml_proto::BroadcastRequest request;
+  request.set_value(value);
+  request.set_rank(rank);
+  request.set_num_workers(num_workers);
+  request.set_root(root);
+  switchml_proto::BroadcastResponse response;
+  grpc::ClientContext context;
+  impl_->Prepare(&context);
+  SWITCHML_RETURN_IF_ERROR(
+      impl_->MapError("Broadcast", impl_->sync->Broadcast(&context, request, &response)));
+  return response.value();
+}
+
+StatusOr<SwitchInfo> SessionClient::UdpSession(const WorkerRegistration& reg) {
+  if (reg.rank >= reg.num_workers) {
+    return InvalidArgumentError("UdpSession: rank must be < num_workers (" +
+                                Str(reg.num_workers) + "), got " + Str(reg.rank));
+  }
+  switchml_proto::UdpSessionRequest request;
+  request.set_session_id(reg.session_id);
+  request.set_rank(reg.rank);
+  request.set_num_workers(reg.num_workers);
+  request.set_mac(reg.mac);
+  request.set_ipv4(reg.ipv4);
+  // packet_size stays MTU_128 (0): the controller ignores it for UDP (spec §4.3).
+  for (uint16_t port : reg.udp_ports) request.add_udp_ports(port);
+  switchml_proto::UdpSessionResponse response;
+  grpc::ClientContext context;
+  impl_->Prepare(&context);
+  SWITCHML_RETURN_IF_ERROR(
+      impl_->MapError("UdpSession", impl_->session->UdpSession(&context, request, &response)));
+
+  const std::string where = "controller " + impl_->address;
+  if (reg.session_id != 0 && response.session_id() == 0 && response.mac() == 0 &&
+      response.ipv4() == 0) {
+    return FailedPreconditionError(where + " rejected UdpSession: all-zero reply (how a "
+                                   "reference controller reports a failed registration; see "
+                                   "its log)");
+  }
+  if (response.udp_port() > std::numeric_limits<uint16_t>::max()) {
+    return InternalError(where + " (UdpSession): reply has udp_port " +
+                         Str(response.udp_port()) + " > 65535");
+  }
+  SwitchInfo info;
+  info.mac = response.mac();
+  info.ipv4 = response.ipv4();
+  info.udp_port = response.udp_port() == 0 ? kReferenceSwitchUdpPort
+                                           : static_cast<uint16_t>(response.udp_port());
+  info.num_slots = response.num_slots();
+  info.max_workers = response.max_workers();
+  return info;
+}
+
+uint64_t WallClockNanos() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+StatusOr<SwitchInfo> Bootstrap(SessionClient& client, WorkerRegistration reg,
+                               const std::function<uint64_t()>& session_id_source) {
+  if (reg.num_workers == 0) {
+    return InvalidArgumentError("Bootstrap: num_workers must be >= 1, got 0");
+  }
+  if (reg.rank >= reg.num_workers) {
+    return InvalidArgumentError("Bootstrap: rank must be < num_workers (" +
+                                Str(reg.num_workers) + "), got " + Str(reg.rank));
+  }
+  const std::string context =
+      "Bootstrap rank " + Str(reg.rank) + " of " + Str(reg.num_workers) + ", ";
+  const uint64_t proposal = reg.rank == 0 ? session_id_source() : 0;
+  StatusOr<uint64_t> session_id = client.Broadcast(proposal, reg.rank, reg.num_workers, 0);
+  if (!session_id.ok()) return session_id.status().WithContext(context + "session id broadcast");
+  reg.session_id = *session_id;
+
+  StatusOr<SwitchInfo> info = InternalError("unreachable");
+  if (reg.rank == 0) {
+    info = client.UdpSession(reg);
+    if (!info.ok()) return info.status().WithContext(context + "registration");
+    SWITCHML_RETURN_IF_ERROR(
+        client.Barrier(reg.num_workers).WithContext(context + "barrier after rank 0 registered"));
+  } else {
+    SWITCHML_RETURN_IF_ERROR(
+        client.Barrier(reg.num_workers).WithContext(context + "barrier before registering"));
+    info = client.UdpSession(reg);
+    if (!info.ok()) return info.status().WithContext(context + "registration");
+  }
+  SWITCHML_RETURN_IF_ERROR(
+      client.Barrier(reg.num_workers).WithContext(context + "barrier after all registered"));
+  return info;
+}
+
+}  // namespace switchml::controller

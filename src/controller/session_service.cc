@@ -1,0 +1,182 @@
+#include "controller/session_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "controller/grpc_status.h"
+#include "controller/sync_coordinator.h"
+#include "switchml.grpc.pb.h"
+
+namespace switchml::controller {
+namespace {
+
+// Blocked handlers give up this much before the call's deadline (1/10 of the time left, at
+// most kMaxEarlyEnd): the server's status, which says how many workers had arrived, then
+// reaches the client before its own deadline fires, and the caller is already withdrawn when
+// the client sees the error and might retry.
+constexpr std::chrono::milliseconds kMaxEarlyEnd{100};
+
+// When a blocked handler gives up, on our steady clock. gRPC reports "no deadline" as
+// system_clock::time_point::max().
+TimePoint HandlerDeadline(const grpc::ServerContext& context) {
+  const auto deadline = context.deadline();
+  const auto sys_now = std::chrono::system_clock::now();
+  // Anything beyond ten years counts as "none"; also keeps the subtraction below in range.
+  if (deadline >= sys_now + std::chrono::hours(24 * 365 * 10)) return TimePoint::max();
+  const Duration left = std::chrono::duration_cast<Duration>(deadline - sys_now);
+  const Duration early = std::min<Duration>(left / 10, kMaxEarlyEnd);
+  return Clock::now() + left - early;
+}
+
+WaitControl WaitFor(grpc::ServerContext* context) {
+  WaitControl wait;
+  wait.deadline = HandlerDeadline(*context);
+  wait.cancelled = [context] { return context->IsCancelled(); };
+  return wait;
+}
+
+class SessionServiceImpl final : public switchml_proto::Session::Service {
+ public:
+  explicit SessionServiceImpl(SessionSink* sink) : sink_(sink) {}
+
+  grpc::Status RdmaSession(grpc::ServerContext*, const switchml_proto::RdmaSessionRequest*,
+                           switchml_proto::RdmaSessionResponse*) override {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "RdmaSession: RDMA is not supported by the software switch; use "
+                        "UdpSession");
+  }
+
+  grpc::Status UdpSession(grpc::ServerContext*, const switchml_proto::UdpSessionRequest* request,
+                          switchml_proto::UdpSessionResponse* response) override {
+    WorkerRegistration reg;
+    reg.session_id = request->session_id();
+    reg.rank = request->rank();
+    reg.num_workers = request->num_workers();
+    reg.mac = request->mac();
+    reg.ipv4 = request->ipv4();
+    reg.udp_ports.reserve(request->udp_ports_size());
+    for (int i = 0; i < request->udp_ports_size(); ++i) {
+      const uint32_t port = request->udp_ports(i);
+      if (port == 0 || port > std::numeric_limits<uint16_t>::max()) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "UdpSession: udp_ports[" + std::to_string(i) +
+                                "] must be in [1, 65535], got " + std::to_string(port));
+      }
+      reg.udp_ports.push_back(static_cast<uint16_t>(port));
+    }
+    SwitchInfo info;
+    {
+      std::lock_guard<std::mutex> lock(sink_mu_);
+      const Status s = sink_->RegisterWorker(reg);
+      if (!s.ok()) return ToGrpcStatus(s);
+      info = sink_->Info();
+    }
+    response->set_session_id(request->session_id());
+    response->set_mac(info.mac);
+    response->set_ipv4(info.ipv4);
+    response->set_udp_port(info.udp_port);
+    response->set_num_slots(info.num_slots);
+    response->set_max_workers(info.max_workers);
+    return grpc::Status::OK;
+  }
+
+ private:
+  SessionSink* const sink_;
+  std::mutex sink_mu_;  // serializes sink calls (the reference serializes all requests)
+};
+
+class SyncServiceImpl final : public switchml_proto::Sync::Service {
+ public:
+  explicit SyncServiceImpl(SyncCoordinator* sync) : sync_(sync) {}
+
+  grpc::Status Barrier(grpc::ServerContext* context, const switchml_proto::BarrierRequest* request,
+                       switchml_proto::BarrierResponse*) override {
+    return ToGrpcStatus(sync_->Barrier(request->num_workers(), WaitFor(context)));
+  }
+
+  grpc::Status Broadcast(grpc::ServerContext* context,
+                         const switchml_proto::BroadcastRequest* request,
+                         switchml_proto::BroadcastResponse* response) override {
+    StatusOr<uint64_t> value = sync_->Broadcast(request->value(), request->rank(),
+                                                request->num_workers(), request->root(),
+                                                WaitFor(context));
+    if (!value.ok()) return ToGrpcStatus(value.status());
+    response->set_value(*value);
+    return grpc::Status::OK;
+  }
+
+ private:
+  SyncCoordinator* const sync_;
+};
+
+}  // namespace
+
+class ControllerServer::Impl {
+ public:
+  Impl(const ServerOptions& options, SessionSink* sink)
+      : options_(options), session_service_(sink), sync_service_(&sync_) {}
+  ~Impl() { Shutdown(); }
+
+  Status Start() {
+    grpc::ServerBuilder builder;
+    // gRPC enables SO_REUSEPORT by default, which would let two controllers "share" a port.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&session_service_);
+    builder.RegisterService(&sync_service_);
+    server_ = builder.BuildAndStart();
+    if (server_ == nullptr || port_ == 0) {
+      server_.reset();
+      return UnavailableError("controller: cannot listen on '" + options_.listen_address +
+                              "' (address in use, not local, or not host:port)");
+    }
+    return OkStatus();
+  }
+
+  void Shutdown() {
+    std::lock_guard<std::mutex> lock(shutdown_mu_);
+    if (server_ == nullptr || shut_down_) return;
+    shut_down_ = true;
+    sync_.Shutdown();  // blocked Barrier/Broadcast handlers return UNAVAILABLE now
+    server_->Shutdown(std::chrono::system_clock::now() + options_.shutdown_grace);
+    server_->Wait();
+  }
+
+  int port() const { return port_; }
+  void ResetSyncState() { sync_.Reset(); }
+
+ private:
+  const ServerOptions options_;
+  SyncCoordinator sync_;
+  SessionServiceImpl session_service_;
+  SyncServiceImpl sync_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::mutex shutdown_mu_;
+  bool shut_down_ = false;
+};
+
+StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(const ServerOptions& options,
+                                                                    SessionSink* sink) {
+  if (sink == nullptr) return InvalidArgumentError("ControllerServer::Start: sink is null");
+  if (options.listen_address.empty()) {
+    return InvalidArgumentError("ControllerServer::Start: listen_address is empty");
+  }
+  auto impl = std::make_unique<Impl>(options, sink);
+  SWITCHML_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<ControllerServer>(new ControllerServer(std::move(impl)));
+}
+
+ControllerServer::ControllerServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ControllerServer::~ControllerServer() = default;  // Impl's destructor shuts down
+int ControllerServer::port() const { return impl_->port(); }
+void ControllerServer::Shutdown() { impl_->Shutdown(); }
+void ControllerServer::ResetSyncState() { impl_->ResetSyncState(); }
+
+}  // namespace switchml::controller

@@ -1,0 +1,91 @@
+// controller/session_service.h — the controller's gRPC server (Session + Sync services).
+//
+// Serves the reference controller's API (switchml.proto, spec §4.3) for the software switch:
+//
+//   MySwitch sw;                                   // implements SessionSink
+//   ServerOptions opts;                            // listen_address "0.0.0.0:50099"
+//   opts.listen_address = "127.0.0.1:0";           // port 0 = pick a free port
+//   auto server = ControllerServer::Start(opts, &sw);
+//   if (!server.ok()) { std::cerr << server.status(); return 1; }
+//   std::cout << "controller on port " << (*server)->port() << "\n";
+//   ...
+//   (*server)->Shutdown();                         // also done by the destructor
+//
+// RPCs:
+//   UdpSession  → SessionSink::RegisterWorker with a WorkerRegistration built from the request
+//                 (session_id, rank, num_workers, mac, ipv4, udp_ports). A sink error is
+//                 returned as a gRPC status with the same canonical code and the sink's message
+//                 (fixes reference defect D5, which answered zeros with OK). On success the
+//                 reply echoes session_id and carries SessionSink::Info(): mac, ipv4 and the
+//                 extension fields udp_port, num_slots, max_workers. udp_ports entries must be
+//                 in [1, 65535] (INVALID_ARGUMENT otherwise). packet_size is ignored.
+//   RdmaSession → UNIMPLEMENTED (the software switch has no RDMA).
+//   Barrier, Broadcast → SyncCoordinator (sync_coordinator.h documents the exact semantics,
+//                 including what happens to callers that give up). Each blocked handler honours
+//                 its call's deadline and cancellation (cancellation is polled every 10 ms). A
+//                 blocked handler ends slightly *before* the call's deadline (1/10 of the time
+//                 left, at most 100 ms) with DEADLINE_EXCEEDED and a message saying how many
+//                 workers had arrived; so the client normally sees that message rather than its
+//                 own bare timeout, and the caller is already withdrawn from the operation when
+//                 the client could retry.
+//
+// Threading: the synchronous gRPC API; every blocked Barrier/Broadcast holds one thread of
+// gRPC's dynamically grown sync-server pool, so a job of n workers needs about n threads while
+// it synchronizes. Calls into the SessionSink are serialized by the server (one at a time), so
+// the sink only needs to be safe against its own other users (e.g. the dataplane).
+// All public methods are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "controller/session_sink.h"
+#include "switchml/status.h"
+
+namespace switchml::controller {
+
+struct ServerOptions {
+  // "host:port"; the reference controller listens on port 50099. Port 0 picks a free port
+  // (read it back with ControllerServer::port()).
+  std::string listen_address = "0.0.0.0:50099";
+  // How long Shutdown() lets in-flight RPCs finish before gRPC cancels them.
+  std::chrono::milliseconds shutdown_grace{500};
+};
+
+class ControllerServer {
+ public:
+  // Starts serving on a background thread pool. `sink` is not owned and must outlive the
+  // server (i.e. until Shutdown() returns or the server is destroyed). Errors:
+  // InvalidArgument (empty address, null sink), Unavailable (cannot listen on the address,
+  // e.g. port in use or an unparsable address).
+  static StatusOr<std::unique_ptr<ControllerServer>> Start(const ServerOptions& options,
+                                                           SessionSink* sink);
+
+  // Shuts down (see Shutdown()).
+  ~ControllerServer();
+  ControllerServer(const ControllerServer&) = delete;
+  ControllerServer& operator=(const ControllerServer&) = delete;
+
+  // The bound TCP port (the chosen one when the address asked for port 0).
+  int port() const;
+
+  // Stops the server and waits for it: first wakes every blocked Barrier/Broadcast handler
+  // (their clients get UNAVAILABLE) and makes new ones fail the same way, then gives other
+  // in-flight RPCs up to options.shutdown_grace before cancelling them. Returns after every
+  // handler has returned; never calls the sink afterwards. Idempotent; blocks.
+  void Shutdown();
+
+  // Forgets all pending Barrier/Broadcast operations (blocked callers get ABORTED), e.g. the
+  // leftovers of a job that died half-way through its session set-up, which would otherwise
+  // make the next job's calls fail (sync_coordinator.h). Like the reference's `reset_workers`
+  // CLI command, minus the switch state (that is the sink's business). Thread-safe.
+  void ResetSyncState();
+
+ private:
+  class Impl;
+  explicit ControllerServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace switchml::controller

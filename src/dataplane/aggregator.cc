@@ -1,0 +1,146 @@
+#include "dataplane/aggregator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "quant/quantizer.h"
+#include "wire/packet.h"
+
+namespace switchml::dataplane {
+
+std::string_view OutcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::kConsume: return "consume";
+    case Outcome::kMulticast: return "multicast";
+    case Outcome::kUnicast: return "unicast";
+    case Outcome::kDropDuplicate: return "drop_duplicate";
+    case Outcome::kDropSizeMismatch: return "drop_size_mismatch";
+    case Outcome::kDropInvalid: return "drop_invalid";
+  }
+  return "unknown";
+}
+
+StatusOr<Aggregator> Aggregator::Create(uint32_t num_slots, uint32_t max_elements) {
+  if (num_slots < 1 || num_slots > wire::kMaxSlots) {
+    return InvalidArgumentError("num_slots must be in [1, " + std::to_string(wire::kMaxSlots) +
+                                "], got " + std::to_string(num_slots));
+  }
+  if (max_elements < 1 || max_elements > wire::kMaxElementsPerPacket) {
+    return InvalidArgumentError("max_elements must be in [1, " +
+                                std::to_string(wire::kMaxElementsPerPacket) + "], got " +
+                                std::to_string(max_elements));
+  }
+  // calloc: large blocks come zeroed straight from the OS and are only committed when a slot
+  // is first used, so a 64 MiB sum array costs nothing for slots a job never touches.
+  std::unique_ptr<SlotState[], FreeDeleter> slots(
+      static_cast<SlotState*>(std::calloc(num_slots, sizeof(SlotState))));
+  std::unique_ptr<int32_t[], FreeDeleter> sums(
+      static_cast<int32_t*>(std::calloc(size_t{num_slots} * 2 * max_elements, sizeof(int32_t))));
+  if (!slots || !sums) {
+    return ResourceExhaustedError("cannot allocate aggregator state for num_slots=" +
+                                  std::to_string(num_slots) +
+                                  " max_elements=" + std::to_string(max_elements));
+  }
+  return Aggregator(num_slots, max_elements, std::move(slots), std::move(sums));
+}
+
+Aggregator::Aggregator(uint32_t num_slots, uint32_t max_elements,
+                       std::unique_ptr<SlotState[], FreeDeleter> slots,
+                       std::unique_ptr<int32_t[], FreeDeleter> sums)
+    : num_slots_(num_slots),
+      max_elements_(max_elements),
+      slots_(std::move(slots)),
+      sums_(std::move(sums)) {}
+
+Status Aggregator::Reset(uint32_t num_workers) {
+  if (num_workers < 1 || num_workers > kMaxWorkers) {
+    return InvalidArgumentError("num_workers must be in [1, " + std::to_string(kMaxWorkers) +
+                                "], got " + std::to_string(num_workers));
+  }
+  std::memset(static_cast<void*>(slots_.get()), 0, size_t{num_slots_} * sizeof(SlotState));
+  num_workers_ = num_workers;
+  return OkStatus();
+}
+
+AggregationResult Aggregator::Process(const Contribution& c) {
+  AggregationResult r;
+  // Also catches "no session" (num_workers_ == 0 makes every rank invalid).
+  if (c.rank >= num_workers_ || c.slot >= num_slots_ || c.set > 1 || c.num_elements == 0 ||
+      c.num_elements > max_elements_ || c.payload_be == nullptr) {
+    r.outcome = Outcome::kDropInvalid;
+    return r;
+  }
+  SlotState& s = slots_[c.slot];
+  const uint32_t b = c.set;
+  const uint32_t other = b ^ 1u;
+  const uint32_t word = c.rank >> 6;
+  const uint64_t mask = uint64_t{1} << (c.rank & 63);
+
+  const uint64_t* set_bits = s.bitmap[b];
+  const bool empty = (set_bits[0] | set_bits[1] | set_bits[2] | set_bits[3]) == 0;
+  const bool dup = (set_bits[word] & mask) != 0;
+
+  // Guard (not in the reference): a round keeps the element count of its first contribution;
+  // a different count can only be a bug or a stray packet, and must not touch the state.
+  if (!empty && s.num_elements[b] != c.num_elements) {
+    r.outcome = Outcome::kDropSizeMismatch;
+    return r;
+  }
+
+  // Step 1: bitmap read-modify-write with the cross-set clear (shadow-copy maintenance).
+  s.bitmap[b][word] |= mask;
+  s.bitmap[other][word] &= ~mask;
+
+  // Step 2: completion counter; `flag` is the value before the update.
+  uint32_t flag;
+  if (num_workers_ == 1) {
+    flag = dup ? 0 : 1;  // every new packet completes its round; the counter stays 0
+  } else {
+    flag = s.counter[b];
+    if (!dup) s.counter[b] = uint8_t(flag == 0 ? num_workers_ - 1 : flag - 1);
+  }
+
+  // Steps 3 and 4: sums and exponents. "First contribution" is decided by the bitmap, as in
+  // the reference (the counter decides completion).
+  int32_t* sums = SumsOf(c.slot, b);
+  if (empty) {
+    quant::BEToInt32(c.payload_be, c.num_elements, sums);
+    s.num_elements[b] = uint16_t(c.num_elements);
+    s.exp0[b] = c.exp0;
+    s.exp1[b] = c.exp1;
+  } else if (!dup) {
+    quant::AddBEInto(sums, c.payload_be, c.num_elements);
+    s.exp0[b] = std::max(s.exp0[b], c.exp0);
+    s.exp1[b] = std::max(s.exp1[b], c.exp1);
+  }
+
+  // Step 5: what leaves the switch.
+  if (!dup) {
+    r.outcome = flag == 1 ? Outcome::kMulticast : Outcome::kConsume;
+  } else {
+    r.outcome = flag == 0 ? Outcome::kUnicast : Outcome::kDropDuplicate;
+  }
+  if (r.outcome == Outcome::kMulticast || r.outcome == Outcome::kUnicast) {
+    r.sums = sums;
+    r.num_elements = s.num_elements[b];
+    r.exp0 = s.exp0[b];
+    r.exp1 = s.exp1[b];
+  }
+  return r;
+}
+
+SlotSetView Aggregator::Inspect(uint32_t slot, uint8_t set) const {
+  SlotSetView v;
+  if (slot >= num_slots_ || set > 1) return v;
+  const SlotState& s = slots_[slot];
+  std::copy(s.bitmap[set], s.bitmap[set] + kBitmapWords, v.bitmap.begin());
+  v.counter = s.counter[set];
+  v.num_elements = s.num_elements[set];
+  v.exp0 = s.exp0[set];
+  v.exp1 = s.exp1[set];
+  v.sums = std::span<const int32_t>(SumsOf(slot, set), s.num_elements[set]);
+  return v;
+}
+
+}  // namespace switchml::dataplane

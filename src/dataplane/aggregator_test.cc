@@ -1,0 +1,671 @@
+#include "dataplane/aggregator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "common/endian.h"
+
+namespace switchml::dataplane {
+namespace {
+
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+std::vector<uint8_t> ToBE(const std::vector<int32_t>& v) {
+  std::vector<uint8_t> out(4 * v.size());
+  for (size_t i = 0; i < v.size(); ++i) StoreBE32(out.data() + 4 * i, uint32_t(v[i]));
+  return out;
+}
+
+std::vector<int32_t> Add(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  std::vector<int32_t> out(a.size());
+  for (size_t i = 0; i < a.size(); ++i) out[i] = int32_t(uint32_t(a[i]) + uint32_t(b[i]));
+  return out;
+}
+
+// What one Process() call returned, with the sums copied out.
+struct Got {
+  Outcome outcome;
+  std::vector<int32_t> sums;
+  int8_t exp0 = 0;
+  int8_t exp1 = 0;
+};
+
+// Wraps an Aggregator so tests read like the spec's traces.
+class Harness {
+ public:
+  Harness(uint32_t num_workers, uint32_t num_slots = 16, uint32_t max_elements = 8)
+      : agg_(Make(num_slots, max_elements)) {
+    Status s = agg_.Reset(num_workers);
+    EXPECT_TRUE(s.ok()) << s;
+  }
+
+  Got Send(uint32_t rank, uint32_t slot, uint8_t set, const std::vector<int32_t>& v,
+           int8_t e0 = 0, int8_t e1 = 0) {
+    const std::vector<uint8_t> be = ToBE(v);
+    AggregationResult r = agg_.Process(Contribution{.rank = rank,
+                                                    .slot = slot,
+                                                    .set = set,
+                                                    .exp0 = e0,
+                                                    .exp1 = e1,
+                                                    .payload_be = be.data(),
+                                                    .num_elements = uint32_t(v.size())});
+    Got g{r.outcome, {}, r.exp0, r.exp1};
+    if (r.sums != nullptr) g.sums.assign(r.sums, r.sums + r.num_elements);
+    const bool has_result = r.outcome == Outcome::kMulticast || r.outcome == Outcome::kUnicast;
+    EXPECT_EQ(r.sums != nullptr, has_result) << OutcomeName(r.outcome);
+    return g;
+  }
+
+  uint64_t Bits(uint32_t slot, uint8_t set, int word = 0) const {
+    return agg_.Inspect(slot, set).bitmap[word];
+  }
+  uint32_t Counter(uint32_t slot, uint8_t set) const { return agg_.Inspect(slot, set).counter; }
+  std::vector<int32_t> Sums(uint32_t slot, uint8_t set) const {
+    auto s = agg_.Inspect(slot, set).sums;
+    return {s.begin(), s.end()};
+  }
+
+  Aggregator& agg() { return agg_; }
+
+ private:
+  static Aggregator Make(uint32_t num_slots, uint32_t max_elements) {
+    auto a = Aggregator::Create(num_slots, max_elements);
+    EXPECT_TRUE(a.ok()) << a.status();
+    return std::move(a).value();
+  }
+  Aggregator agg_;
+};
+
+const std::vector<int32_t> kA = {1, 2, 3, 4};
+const std::vector<int32_t> kB = {10, 20, 30, 40};
+const std::vector<int32_t> kC = {100, 200, 300, 400};
+
+// ---------------------------------------------------------------------------------------------
+// Construction and preconditions.
+
+TEST(AggregatorTest, CreateRejectsBadSizesNamingTheField) {
+  auto a = Aggregator::Create(0, 64);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(a.status().message(), HasSubstr("num_slots"));
+  a = Aggregator::Create(16385, 64);
+  ASSERT_FALSE(a.ok());
+  EXPECT_THAT(a.status().message(), HasSubstr("16385"));
+  a = Aggregator::Create(16384, 0);
+  ASSERT_FALSE(a.ok());
+  EXPECT_THAT(a.status().message(), HasSubstr("max_elements"));
+  a = Aggregator::Create(16, 1025);
+  ASSERT_FALSE(a.ok());
+  EXPECT_THAT(a.status().message(), HasSubstr("1025"));
+  a = Aggregator::Create(16384, 1024);  // the largest configuration is accepted
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->num_slots(), 16384u);
+}
+
+TEST(AggregatorTest, ResetRejectsBadWorkerCounts) {
+  auto a = Aggregator::Create(4, 8);
+  ASSERT_TRUE(a.ok());
+  Status s = a->Reset(0);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("num_workers"));
+  EXPECT_EQ(a->Reset(257).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a->num_workers(), 0u);
+  EXPECT_TRUE(a->Reset(256).ok());
+  EXPECT_EQ(a->num_workers(), 256u);
+}
+
+TEST(AggregatorTest, NoSessionDropsEverything) {
+  auto a = Aggregator::Create(4, 8);
+  ASSERT_TRUE(a.ok());
+  auto be = ToBE(kA);
+  auto r = a->Process({.rank = 0, .slot = 0, .set = 0, .payload_be = be.data(), .num_elements = 4});
+  EXPECT_EQ(r.outcome, Outcome::kDropInvalid);
+}
+
+TEST(AggregatorTest, BrokenPreconditionsDropWithoutStateChange) {
+  Harness h(2, /*num_slots=*/4, /*max_elements=*/4);
+  EXPECT_EQ(h.Send(2, 0, 0, kA).outcome, Outcome::kDropInvalid);  // rank >= num_workers
+  EXPECT_EQ(h.Send(0, 4, 0, kA).outcome, Outcome::kDropInvalid);  // slot >= num_slots
+  EXPECT_EQ(h.Send(0, 0, 2, kA).outcome, Outcome::kDropInvalid);  // set > 1
+  EXPECT_EQ(h.Send(0, 0, 0, {}).outcome, Outcome::kDropInvalid);  // no elements
+  EXPECT_EQ(h.Send(0, 0, 0, {1, 2, 3, 4, 5}).outcome, Outcome::kDropInvalid);  // too many
+  for (uint32_t slot = 0; slot < 4; ++slot) {
+    for (uint8_t set = 0; set < 2; ++set) {
+      EXPECT_EQ(h.Bits(slot, set), 0u);
+      EXPECT_EQ(h.Counter(slot, set), 0u);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// §3.4.1 decision table, one test per row.
+
+TEST(AggregatorDecisionTable, NewFlagOneMulticastsTheAggregate) {
+  Harness h(3);
+  EXPECT_EQ(h.Send(0, 1, 0, kA).outcome, Outcome::kConsume);
+  EXPECT_EQ(h.Send(1, 1, 0, kB).outcome, Outcome::kConsume);
+  EXPECT_EQ(h.Counter(1, 0), 1u);  // flag of the next packet will be 1
+  Got g = h.Send(2, 1, 0, kC);
+  EXPECT_EQ(g.outcome, Outcome::kMulticast);
+  EXPECT_THAT(g.sums, ElementsAreArray(Add(Add(kA, kB), kC)));
+  EXPECT_EQ(h.Counter(1, 0), 0u);
+  EXPECT_EQ(h.Bits(1, 0), 0b111u);
+}
+
+TEST(AggregatorDecisionTable, NewFlagZeroWithEmptyBitmapOverwritesAndStartsRound) {
+  Harness h(3);
+  // Leave stale sums in (slot 2, set 0) from a completed round...
+  h.Send(0, 2, 0, kC);
+  h.Send(1, 2, 0, kC);
+  ASSERT_EQ(h.Send(2, 2, 0, kC).outcome, Outcome::kMulticast);
+  // ...then every worker moves to set 1, which clears all their set-0 bits.
+  h.Send(0, 2, 1, kA);
+  h.Send(1, 2, 1, kA);
+  ASSERT_EQ(h.Send(2, 2, 1, kA).outcome, Outcome::kMulticast);
+  ASSERT_EQ(h.Bits(2, 0), 0u);
+  ASSERT_EQ(h.Counter(2, 0), 0u);
+  // The next set-0 round's first packet overwrites the stale sums.
+  Got g = h.Send(1, 2, 0, kB);
+  EXPECT_EQ(g.outcome, Outcome::kConsume);
+  EXPECT_TRUE(g.sums.empty());
+  EXPECT_EQ(h.Counter(2, 0), 2u);  // n - 1
+  EXPECT_EQ(h.Bits(2, 0), 0b010u);
+  EXPECT_THAT(h.Sums(2, 0), ElementsAreArray(kB));
+}
+
+TEST(AggregatorDecisionTable, NewFlagZeroWithNonEmptyBitmapAddsInsteadOfOverwriting) {
+  // Counter 0 but bitmap not empty: only reachable by violating C6 (see the late-duplicate
+  // test); the reference decides overwrite-vs-add by the bitmap, so it adds.
+  Harness h(2);
+  h.Send(0, 3, 0, kA);
+  ASSERT_EQ(h.Send(1, 3, 0, kB).outcome, Outcome::kMulticast);
+  h.Send(0, 3, 1, kC);  // A moves on: its set-0 bit is cleared, B's stays
+  ASSERT_EQ(h.Bits(3, 0), 0b10u);
+  ASSERT_EQ(h.Counter(3, 0), 0u);
+  Got g = h.Send(0, 3, 0, kA);
+  EXPECT_EQ(g.outcome, Outcome::kConsume);
+  EXPECT_EQ(h.Counter(3, 0), 1u);
+  EXPECT_THAT(h.Sums(3, 0), ElementsAreArray(Add(Add(kA, kB), kA)));
+}
+
+TEST(AggregatorDecisionTable, NewFlagBetweenTwoAndNMinusOneAddsAndDecrements) {
+  Harness h(4);
+  EXPECT_EQ(h.Send(3, 0, 1, kA).outcome, Outcome::kConsume);
+  EXPECT_EQ(h.Counter(0, 1), 3u);
+  EXPECT_EQ(h.Send(0, 0, 1, kB).outcome, Outcome::kConsume);  // flag 3
+  EXPECT_EQ(h.Counter(0, 1), 2u);
+  EXPECT_EQ(h.Send(2, 0, 1, kC).outcome, Outcome::kConsume);  // flag 2
+  EXPECT_EQ(h.Counter(0, 1), 1u);
+  EXPECT_THAT(h.Sums(0, 1), ElementsAreArray(Add(Add(kA, kB), kC)));
+  EXPECT_EQ(h.Bits(0, 1), 0b1101u);
+}
+
+TEST(AggregatorDecisionTable, DuplicateWithCounterZeroUnicastsStoredResult) {
+  Harness h(2);
+  h.Send(0, 0, 0, kA, 5, -2);
+  ASSERT_EQ(h.Send(1, 0, 0, kB, 7, -9).outcome, Outcome::kMulticast);
+  Got g = h.Send(1, 0, 0, kB, 7, -9);
+  EXPECT_EQ(g.outcome, Outcome::kUnicast);
+  EXPECT_THAT(g.sums, ElementsAreArray(Add(kA, kB)));
+  EXPECT_EQ(g.exp0, 7);
+  EXPECT_EQ(g.exp1, -2);
+  // A duplicate changes nothing.
+  EXPECT_THAT(h.Sums(0, 0), ElementsAreArray(Add(kA, kB)));
+  EXPECT_EQ(h.Counter(0, 0), 0u);
+}
+
+TEST(AggregatorDecisionTable, DuplicateWithCounterNonZeroIsDropped) {
+  Harness h(3);
+  h.Send(0, 0, 0, kA);
+  Got g = h.Send(0, 0, 0, kA);
+  EXPECT_EQ(g.outcome, Outcome::kDropDuplicate);
+  EXPECT_TRUE(g.sums.empty());
+  EXPECT_EQ(h.Counter(0, 0), 2u);
+  EXPECT_THAT(h.Sums(0, 0), ElementsAreArray(kA));
+}
+
+TEST(AggregatorDecisionTable, SingleWorkerWritesAndMulticastsEveryNewPacket) {
+  Harness h(1);
+  Got g = h.Send(0, 4, 0, kA, -3, 4);
+  EXPECT_EQ(g.outcome, Outcome::kMulticast);
+  EXPECT_THAT(g.sums, ElementsAreArray(kA));
+  EXPECT_EQ(g.exp0, -3);
+  EXPECT_EQ(g.exp1, 4);
+  EXPECT_EQ(h.Counter(4, 0), 0u);  // the counter stays 0 with n == 1
+  // A duplicate of the completed round gets a unicast (flag := 0 for dup).
+  g = h.Send(0, 4, 0, kA, -3, 4);
+  EXPECT_EQ(g.outcome, Outcome::kUnicast);
+  EXPECT_THAT(g.sums, ElementsAreArray(kA));
+  // The next round, in the other set, overwrites and completes immediately.
+  g = h.Send(0, 4, 1, kB, -8, 1);
+  EXPECT_EQ(g.outcome, Outcome::kMulticast);
+  EXPECT_THAT(g.sums, ElementsAreArray(kB));
+  EXPECT_EQ(g.exp0, -8);
+  // And the round after that, back in set 0, overwrites the old sums (bitmap was cleared).
+  g = h.Send(0, 4, 0, kC);
+  EXPECT_EQ(g.outcome, Outcome::kMulticast);
+  EXPECT_THAT(g.sums, ElementsAreArray(kC));
+  EXPECT_EQ(h.Counter(4, 0), 0u);
+  EXPECT_EQ(h.Counter(4, 1), 0u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// §3.4.1a worked trace: 2 workers A = rank 0, B = rank 1, slot 5. Bitmaps as (B bit, A bit).
+
+TEST(AggregatorTrace, WorkedTraceOfTheSpec) {
+  Harness h(2);
+  const uint32_t kSlot = 5;
+  const std::vector<int32_t> vA = {1, -2, 3, -4}, vB = {5, 6, -7, 8};
+  const std::vector<int32_t> vA1 = {100, 0, -1, 7}, vB1 = {-50, 9, 9, 9};
+  const std::vector<int32_t> vB2 = {42, 43, 44, 45};
+  auto state = [&](uint64_t b0, uint64_t b1, uint32_t c0, uint32_t c1) {
+    EXPECT_EQ(h.Bits(kSlot, 0), b0);
+    EXPECT_EQ(h.Bits(kSlot, 1), b1);
+    EXPECT_EQ(h.Counter(kSlot, 0), c0);
+    EXPECT_EQ(h.Counter(kSlot, 1), c1);
+  };
+
+  SCOPED_TRACE("step 0: initial");
+  state(0b00, 0b00, 0, 0);
+
+  // Step 1: A sends round 0 (set 0): values := vA, no output.
+  Got g = h.Send(0, kSlot, 0, vA);
+  EXPECT_EQ(g.outcome, Outcome::kConsume);
+  state(0b01, 0b00, 1, 0);
+  EXPECT_THAT(h.Sums(kSlot, 0), ElementsAreArray(vA));
+
+  // Step 2: B sends round 0 (set 0): flag 1 → multicast vA+vB (the copy to A is lost).
+  g = h.Send(1, kSlot, 0, vB);
+  EXPECT_EQ(g.outcome, Outcome::kMulticast);
+  EXPECT_THAT(g.sums, ElementsAreArray(Add(vA, vB)));
+  state(0b11, 0b00, 0, 0);
+
+  // Step 3: B sends round 1 (set 1): set-1 values := vB', B's set-0 bit cleared.
+  g = h.Send(1, kSlot, 1, vB1);
+  EXPECT_EQ(g.outcome, Outcome::kConsume);
+  state(0b01, 0b10, 0, 1);
+  EXPECT_THAT(h.Sums(kSlot, 1), ElementsAreArray(vB1));
+
+  // Step 4: A times out and resends round 0 (set 0): dup, flag 0 → unicast vA+vB to A.
+  g = h.Send(0, kSlot, 0, vA);
+  EXPECT_EQ(g.outcome, Outcome::kUnicast);
+  EXPECT_THAT(g.sums, ElementsAreArray(Add(vA, vB)));
+  state(0b01, 0b10, 0, 1);
+
+  // Step 5: A sends round 1 (set 1): flag 1 → multicast vA'+vB'.
+  g = h.Send(0, kSlot, 1, vA1);
+  EXPECT_EQ(g.outcome, Outcome::kMulticast);
+  EXPECT_THAT(g.sums, ElementsAreArray(Add(vA1, vB1)));
+  state(0b00, 0b11, 0, 0);
+
+  // Step 6: B sends round 2 (set 0): bitmap was 0 → overwrite.
+  g = h.Send(1, kSlot, 0, vB2);
+  EXPECT_EQ(g.outcome, Outcome::kConsume);
+  state(0b10, 0b01, 1, 0);
+  EXPECT_THAT(h.Sums(kSlot, 0), ElementsAreArray(vB2));
+}
+
+// ---------------------------------------------------------------------------------------------
+// §3.4.3 corner cases.
+
+TEST(AggregatorCornerCases, RequestLostRetransmissionCountsAsNew) {
+  Harness h(2);
+  // A's request is lost (never reaches Process). B's arrives.
+  EXPECT_EQ(h.Send(1, 0, 0, kB).outcome, Outcome::kConsume);
+  // A's timer fires: its bit is not set, so the retransmission is a new contribution.
+  Got g = h.Send(0, 0, 0, kA);
+  EXPECT_EQ(g.outcome, Outcome::kMulticast);
+  EXPECT_THAT(g.sums, ElementsAreArray(Add(kA, kB)));
+}
+
+TEST(AggregatorCornerCases, ResultLostForOneWorkerIsUnicastOnRetransmission) {
+  Harness h(3);
+  h.Send(0, 7, 1, kA, 1);
+  h.Send(1, 7, 1, kB, 3);
+  ASSERT_EQ(h.Send(2, 7, 1, kC, 2).outcome, Outcome::kMulticast);
+  // Only rank 1 lost its copy.
+  Got g = h.Send(1, 7, 1, kB, 3);
+  EXPECT_EQ(g.outcome, Outcome::kUnicast);
+  EXPECT_THAT(g.sums, ElementsAreArray(Add(Add(kA, kB), kC)));
+  EXPECT_EQ(g.exp0, 3);
+}
+
+TEST(AggregatorCornerCases, ResultLostForAllWorkersEachGetsAUnicast) {
+  Harness h(3);
+  h.Send(0, 7, 0, kA);
+  h.Send(1, 7, 0, kB);
+  ASSERT_EQ(h.Send(2, 7, 0, kC).outcome, Outcome::kMulticast);
+  const auto expected = Add(Add(kA, kB), kC);
+  for (uint32_t rank : {2u, 0u, 1u}) {
+    Got g = h.Send(rank, 7, 0, rank == 0 ? kA : rank == 1 ? kB : kC);
+    EXPECT_EQ(g.outcome, Outcome::kUnicast) << "rank " << rank;
+    EXPECT_THAT(g.sums, ElementsAreArray(expected));
+  }
+  EXPECT_EQ(h.Counter(7, 0), 0u);
+}
+
+TEST(AggregatorCornerCases, SpuriousTimeoutGetsAnExtraUnicast) {
+  Harness h(2);
+  h.Send(0, 1, 0, kA);
+  // A's timer fires too early: its retransmission is queued behind B's packet (FIFO).
+  ASSERT_EQ(h.Send(1, 1, 0, kB).outcome, Outcome::kMulticast);  // result still in flight
+  Got g = h.Send(0, 1, 0, kA);                                  // the early retransmission
+  EXPECT_EQ(g.outcome, Outcome::kUnicast);
+  EXPECT_THAT(g.sums, ElementsAreArray(Add(kA, kB)));
+  // The next round is unaffected.
+  h.Send(0, 1, 1, kC);
+  g = h.Send(1, 1, 1, kC);
+  EXPECT_EQ(g.outcome, Outcome::kMulticast);
+  EXPECT_THAT(g.sums, ElementsAreArray(Add(kC, kC)));
+}
+
+TEST(AggregatorCornerCases, RetransmissionWhileOthersMissingIsDroppedIncludingCounterOne) {
+  Harness h(3);
+  h.Send(0, 2, 1, kA);
+  EXPECT_EQ(h.Send(0, 2, 1, kA).outcome, Outcome::kDropDuplicate);  // counter 2
+  h.Send(1, 2, 1, kB);
+  ASSERT_EQ(h.Counter(2, 1), 1u);
+  // Exactly one other worker missing: dup with flag 1 is dropped too.
+  EXPECT_EQ(h.Send(0, 2, 1, kA).outcome, Outcome::kDropDuplicate);
+  EXPECT_EQ(h.Send(1, 2, 1, kB).outcome, Outcome::kDropDuplicate);
+  EXPECT_EQ(h.Counter(2, 1), 1u);
+  // The sums counted each worker once.
+  Got g = h.Send(2, 2, 1, kC);
+  EXPECT_EQ(g.outcome, Outcome::kMulticast);
+  EXPECT_THAT(g.sums, ElementsAreArray(Add(Add(kA, kB), kC)));
+}
+
+TEST(AggregatorCornerCases, LateDuplicateAfterNextPacketCorruptsAsTheReferenceDoes) {
+  // Violates C6: A's retransmission of round r (set 0) arrives after A's round r+1 (set 1).
+  // D16: two rounds end up corrupted.
+  Harness h(2);
+  const std::vector<int32_t> a0 = {1, 1, 1, 1}, b0 = {2, 2, 2, 2};
+  const std::vector<int32_t> a1 = {3, 3, 3, 3}, b1 = {4, 4, 4, 4};
+  const std::vector<int32_t> a2 = {5, 5, 5, 5}, b2 = {6, 6, 6, 6};
+  h.Send(0, 9, 0, a0);
+  Got round0 = h.Send(1, 9, 0, b0);
+  ASSERT_EQ(round0.outcome, Outcome::kMulticast);
+  EXPECT_THAT(round0.sums, ElementsAreArray(Add(a0, b0)));
+  EXPECT_EQ(h.Send(0, 9, 1, a1).outcome, Outcome::kConsume);  // A's round r+1 clears its set-0 bit
+  EXPECT_EQ(h.Bits(9, 0), 0b10u);
+  EXPECT_EQ(h.Bits(9, 1), 0b01u);
+  EXPECT_EQ(h.Counter(9, 1), 1u);
+
+  // The late duplicate: A is not in set 0 any more → a new contribution to the completed round:
+  // its sum is corrupted and a bogus round starts (counter = n - 1). Its cross-set clear also
+  // removes A from the round r+1 in progress in set 1.
+  Got late = h.Send(0, 9, 0, a0);
+  EXPECT_EQ(late.outcome, Outcome::kConsume);
+  EXPECT_EQ(h.Counter(9, 0), 1u);
+  EXPECT_EQ(h.Bits(9, 0), 0b11u);
+  EXPECT_EQ(h.Bits(9, 1), 0b00u);
+  EXPECT_THAT(h.Sums(9, 0), ElementsAreArray(Add(Add(a0, b0), a0)));
+
+  // Round r+1: B's packet finds set 1's bitmap empty → overwrites A's data, and the counter
+  // (1) makes it complete: the result is B's data alone.
+  Got round1 = h.Send(1, 9, 1, b1);
+  EXPECT_EQ(round1.outcome, Outcome::kMulticast);
+  EXPECT_THAT(round1.sums, ElementsAreArray(b1));
+  EXPECT_THAT(round1.sums, ::testing::Not(ElementsAreArray(Add(a1, b1))));
+  EXPECT_EQ(h.Bits(9, 0), 0b01u);  // B's set-0 bit cleared, A's (from the late packet) stays
+
+  // Round r+2 in set 0: A is seen as a duplicate (its bit is still set by the late packet),
+  // so its real data is dropped...
+  EXPECT_EQ(h.Send(0, 9, 0, a2).outcome, Outcome::kDropDuplicate);
+  // ...and B completes the bogus round with corrupted sums: (a0 + b0 + a0) + b2.
+  Got round2 = h.Send(1, 9, 0, b2);
+  EXPECT_EQ(round2.outcome, Outcome::kMulticast);
+  EXPECT_THAT(round2.sums, ElementsAreArray(Add(Add(Add(a0, b0), a0), b2)));
+  EXPECT_THAT(round2.sums, ::testing::Not(ElementsAreArray(Add(a2, b2))));
+}
+
+TEST(AggregatorCornerCases, NextRoundBeforeResultThenRetransmitDoubleCounts) {
+  // Violates C4 (§5.5.4): A sends round r+1 before receiving round r, then retransmits round r.
+  Harness h(3);
+  EXPECT_EQ(h.Send(0, 1, 0, kA).outcome, Outcome::kConsume);
+  EXPECT_EQ(h.Send(1, 1, 0, kB).outcome, Outcome::kConsume);
+  EXPECT_EQ(h.Send(0, 1, 1, kC).outcome, Outcome::kConsume);  // clears A's set-0 bit
+  EXPECT_EQ(h.Bits(1, 0), 0b010u);
+  // The retransmission is counted again: A's data twice, C's never, and the round "completes".
+  Got g = h.Send(0, 1, 0, kA);
+  EXPECT_EQ(g.outcome, Outcome::kMulticast);
+  EXPECT_THAT(g.sums, ElementsAreArray(Add(Add(kA, kB), kA)));
+  // C's real contribution then starts a bogus round and gets no reply (→ hang).
+  EXPECT_EQ(h.Send(2, 1, 0, kC).outcome, Outcome::kConsume);
+  EXPECT_EQ(h.Counter(1, 0), 2u);
+}
+
+TEST(AggregatorCornerCases, RetransmissionOfAnOverwrittenRoundLosesOtherWorkersData) {
+  // Same C4 violation with 2 workers: the retransmission finds set 0 empty and overwrites.
+  Harness h(2);
+  EXPECT_EQ(h.Send(0, 1, 0, kA).outcome, Outcome::kConsume);
+  EXPECT_EQ(h.Send(0, 1, 1, kC).outcome, Outcome::kConsume);  // set 0 bitmap now empty
+  Got g = h.Send(0, 1, 0, kA);
+  EXPECT_EQ(g.outcome, Outcome::kMulticast);  // counter was 1: "complete" without B
+  EXPECT_THAT(g.sums, ElementsAreArray(kA));
+  EXPECT_EQ(h.Send(1, 1, 0, kB).outcome, Outcome::kConsume);  // B gets no reply
+  EXPECT_EQ(h.Counter(1, 0), 1u);
+}
+
+TEST(AggregatorCornerCases, SameSetReuseReturnsThePreviousResult) {
+  // Violates C4: both workers use set 0 of slot 3 twice in a row.
+  Harness h(2);
+  h.Send(0, 3, 0, kA);
+  ASSERT_EQ(h.Send(1, 3, 0, kB).outcome, Outcome::kMulticast);
+  const std::vector<int32_t> newA = {7, 7, 7, 7}, newB = {9, 9, 9, 9};
+  for (uint32_t rank : {0u, 1u}) {
+    Got g = h.Send(rank, 3, 0, rank == 0 ? newA : newB);
+    EXPECT_EQ(g.outcome, Outcome::kUnicast) << "rank " << rank;
+    EXPECT_THAT(g.sums, ElementsAreArray(Add(kA, kB)));  // silently wrong: the old result
+  }
+}
+
+TEST(AggregatorCornerCases, StateClearedWhileActiveTreatsRetransmissionsAsNew) {
+  Harness h(2);
+  h.Send(0, 0, 1, kA);
+  ASSERT_EQ(h.Send(1, 0, 1, kB).outcome, Outcome::kMulticast);
+  ASSERT_TRUE(h.agg().Reset(2).ok());  // a new session while workers are active
+  EXPECT_EQ(h.Bits(0, 1), 0u);
+  EXPECT_EQ(h.Counter(0, 1), 0u);
+  // A's retransmission of the completed round is now a first packet: no unicast.
+  EXPECT_EQ(h.Send(0, 0, 1, kA).outcome, Outcome::kConsume);
+  EXPECT_THAT(h.Sums(0, 1), ElementsAreArray(kA));
+}
+
+TEST(AggregatorCornerCases, SlotUsedByOnlySomeWorkersNeverCompletes) {
+  // Violates C1: only rank 0 uses slot 6.
+  Harness h(2);
+  EXPECT_EQ(h.Send(0, 6, 0, kA).outcome, Outcome::kConsume);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(h.Send(0, 6, 0, kA).outcome, Outcome::kDropDuplicate);
+  EXPECT_EQ(h.Counter(6, 0), 1u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Guard beyond the reference: element-count mismatch.
+
+TEST(AggregatorTest, SizeMismatchIsRejectedBeforeTouchingState) {
+  Harness h(3, 16, 8);
+  h.Send(0, 0, 0, kA, 4, 4);  // a 4-element round
+  const auto bits = h.Bits(0, 0);
+  Got g = h.Send(1, 0, 0, {1, 2, 3, 4, 5, 6, 7, 8}, 9, 9);
+  EXPECT_EQ(g.outcome, Outcome::kDropSizeMismatch);
+  EXPECT_EQ(h.Bits(0, 0), bits);
+  EXPECT_EQ(h.Counter(0, 0), 2u);
+  EXPECT_THAT(h.Sums(0, 0), ElementsAreArray(kA));
+  // Rank 1 was not marked: its correctly sized packet still counts.
+  EXPECT_EQ(h.Send(1, 0, 0, kB).outcome, Outcome::kConsume);
+  // A mismatched duplicate of a completed round is rejected as well (no unicast of 4 sums).
+  ASSERT_EQ(h.Send(2, 0, 0, kC).outcome, Outcome::kMulticast);
+  EXPECT_EQ(h.Send(2, 0, 0, {1, 2}).outcome, Outcome::kDropSizeMismatch);
+  EXPECT_EQ(h.agg().Inspect(0, 0).exp0, 4);
+  // Once every worker moved to set 1, set 0 starts fresh and may use another size.
+  for (uint32_t r = 0; r < 3; ++r) h.Send(r, 0, 1, kA);
+  Got big = h.Send(1, 0, 0, {1, 2, 3, 4, 5, 6, 7, 8});
+  EXPECT_EQ(big.outcome, Outcome::kConsume);
+  EXPECT_EQ(h.agg().Inspect(0, 0).num_elements, 8u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arithmetic.
+
+TEST(AggregatorTest, Int32AdditionWrapsAround) {
+  Harness h(3);
+  const int32_t kMax = std::numeric_limits<int32_t>::max();
+  const int32_t kMin = std::numeric_limits<int32_t>::min();
+  h.Send(0, 0, 0, {kMax, kMin, -1, kMax});
+  h.Send(1, 0, 0, {1, -1, kMin, kMax});
+  Got g = h.Send(2, 0, 0, {0, 0, 0, 2});
+  ASSERT_EQ(g.outcome, Outcome::kMulticast);
+  EXPECT_THAT(g.sums, ElementsAreArray({kMin, kMax, kMax, 0}));
+}
+
+TEST(AggregatorTest, ExponentsKeepTheSignedMaximumIndependently) {
+  Harness h(4);
+  h.Send(0, 0, 0, kA, -5, -128);
+  h.Send(1, 0, 0, kA, -100, -7);
+  EXPECT_EQ(h.agg().Inspect(0, 0).exp0, -5);
+  EXPECT_EQ(h.agg().Inspect(0, 0).exp1, -7);
+  h.Send(2, 0, 0, kA, -3, -128);
+  Got g = h.Send(3, 0, 0, kA, -126, -8);
+  ASSERT_EQ(g.outcome, Outcome::kMulticast);
+  EXPECT_EQ(g.exp0, -3);  // signed: -3 > -5 > -100 > -126 (unsigned bytes would pick 0x82)
+  EXPECT_EQ(g.exp1, -7);
+
+  // The next round in set 0 overwrites the exponents at its first packet, even with smaller
+  // values than the previous round's maximum, then keeps the signed max (127 beats negatives).
+  for (uint32_t r = 0; r < 4; ++r) h.Send(r, 0, 1, kA, 0, 0);
+  h.Send(2, 0, 0, kA, -120, -120);
+  EXPECT_EQ(h.agg().Inspect(0, 0).exp0, -120);
+  h.Send(0, 0, 0, kA, 127, -121);
+  h.Send(1, 0, 0, kA, 0, -128);
+  g = h.Send(3, 0, 0, kA, -1, 0);
+  ASSERT_EQ(g.outcome, Outcome::kMulticast);
+  EXPECT_EQ(g.exp0, 127);
+  EXPECT_EQ(g.exp1, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scale: 256 workers, full-size slots.
+
+TEST(AggregatorTest, TwoHundredFiftySixWorkersCompleteExactlyOnTheLast) {
+  Harness h(256, /*num_slots=*/8192, /*max_elements=*/1024);
+  std::mt19937 rng(7);
+  std::vector<uint32_t> order(256);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), rng);
+  const uint32_t kSlot = 8191;
+  std::vector<int64_t> expected(1024, 0);
+  std::vector<int32_t> v(1024);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const uint32_t rank = order[i];
+    for (size_t e = 0; e < v.size(); ++e) v[e] = int32_t(rank * 1000 + e) - 70000;
+    for (size_t e = 0; e < v.size(); ++e) expected[e] += v[e];
+    Got g = h.Send(rank, kSlot, 1, v, int8_t(int(rank % 200) - 100));
+    if (i + 1 < order.size()) {
+      ASSERT_EQ(g.outcome, Outcome::kConsume) << "contribution " << i;
+      EXPECT_EQ(h.Counter(kSlot, 1), 255u - i);
+    } else {
+      ASSERT_EQ(g.outcome, Outcome::kMulticast);
+      ASSERT_EQ(g.sums.size(), 1024u);
+      for (size_t e = 0; e < 1024; ++e) ASSERT_EQ(g.sums[e], int32_t(expected[e])) << e;
+      EXPECT_EQ(g.exp0, 99);
+    }
+  }
+  for (int w = 0; w < 4; ++w) EXPECT_EQ(h.Bits(kSlot, 1, w), ~uint64_t{0}) << "word " << w;
+  // Rank 200 (word 3) moving to set 0 clears exactly its bit in set 1.
+  h.Send(200, kSlot, 0, v);
+  EXPECT_EQ(h.Bits(kSlot, 1, 3), ~(uint64_t{1} << (200 - 192)));
+  EXPECT_EQ(h.Bits(kSlot, 0, 3), uint64_t{1} << (200 - 192));
+  EXPECT_EQ(h.Bits(kSlot, 0, 0), 0u);
+  // A duplicate from the highest rank after completion is answered.
+  EXPECT_EQ(h.Send(255, kSlot, 1, v).outcome, Outcome::kUnicast);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Many rounds: a protocol simulation that keeps contracts C1–C7 (FIFO per worker, next round
+// only after the previous result) while results get lost and timers fire early. Every result a
+// worker accepts must be the exact sum of its round (§3.4.2 invariant).
+
+TEST(AggregatorTest, ManyRoundsAlternatingSetsWithLossesStayExact) {
+  const uint32_t kWorkers = 3, kSlots = 4, kRounds = 200;
+  Harness h(kWorkers, kSlots, 4);
+  std::mt19937 rng(12345);
+  auto value = [](uint32_t rank, uint32_t slot, uint32_t round, uint32_t e) {
+    return int32_t(rank * 7919 + slot * 104729 + round * 31 + e * 3) * (round % 2 ? -1 : 1);
+  };
+  struct WorkerSlot {
+    uint32_t round = 0;
+    bool sent = false;
+  };
+  std::vector<std::vector<WorkerSlot>> st(kWorkers, std::vector<WorkerSlot>(kSlots));
+  uint64_t multicasts = 0, unicasts = 0, delivered = 0;
+  auto deliver = [&](uint32_t rank, uint32_t slot, const Got& g) {
+    WorkerSlot& ws = st[rank][slot];
+    std::vector<int32_t> want(4, 0);
+    for (uint32_t r = 0; r < kWorkers; ++r) {
+      for (uint32_t e = 0; e < 4; ++e) {
+        want[e] = int32_t(uint32_t(want[e]) + uint32_t(value(r, slot, ws.round, e)));
+      }
+    }
+    ASSERT_THAT(g.sums, ElementsAreArray(want)) << "rank " << rank << " slot " << slot
+                                                << " round " << ws.round;
+    ++ws.round;
+    ws.sent = false;
+    ++delivered;
+  };
+  bool done = false;
+  for (int step = 0; step < 200000 && !done; ++step) {
+    const uint32_t rank = rng() % kWorkers, slot = rng() % kSlots;
+    WorkerSlot& ws = st[rank][slot];
+    if (ws.round >= kRounds) {
+      done = true;
+      for (auto& w : st) for (auto& s : w) done = done && s.round >= kRounds;
+      continue;
+    }
+    // Send (or, if already sent, retransmit after a timeout) the current round's packet.
+    std::vector<int32_t> v(4);
+    for (uint32_t e = 0; e < 4; ++e) v[e] = value(rank, slot, ws.round, e);
+    const uint32_t round = ws.round;
+    ws.sent = true;
+    Got g = h.Send(rank, slot, uint8_t(round % 2), v);
+    if (g.outcome == Outcome::kMulticast) {
+      ++multicasts;
+      for (uint32_t r = 0; r < kWorkers; ++r) {
+        // Each copy is lost with probability 1/4; only workers still waiting for it accept it.
+        if (rng() % 4 == 0) continue;
+        if (st[r][slot].round == round && st[r][slot].sent) deliver(r, slot, g);
+      }
+    } else if (g.outcome == Outcome::kUnicast) {
+      ++unicasts;
+      if (rng() % 4 != 0 && st[rank][slot].round == round) deliver(rank, slot, g);
+    } else {
+      ASSERT_TRUE(g.outcome == Outcome::kConsume || g.outcome == Outcome::kDropDuplicate)
+          << OutcomeName(g.outcome);
+    }
+  }
+  EXPECT_TRUE(done);
+  EXPECT_EQ(multicasts, uint64_t{kSlots} * kRounds);
+  EXPECT_GT(unicasts, 100u);  // losses were actually exercised
+  EXPECT_EQ(delivered, uint64_t{kWorkers} * kSlots * kRounds);
+}
+
+TEST(AggregatorTest, OutcomeNamesAreDistinct) {
+  std::map<std::string_view, int> seen;
+  for (Outcome o : {Outcome::kConsume, Outcome::kMulticast, Outcome::kUnicast,
+                    Outcome::kDropDuplicate, Outcome::kDropSizeMismatch, Outcome::kDropInvalid}) {
+    ++seen[OutcomeName(o)];
+  }
+  EXPECT_EQ(seen.size(), 6u);
+}
+
+}  // namespace
+}  // namespace switchml::dataplane

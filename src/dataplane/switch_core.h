@@ -1,0 +1,127 @@
+// dataplane/switch_core.h — the software switch's whole per-datagram path, without I/O.
+//
+// SwitchCore turns a burst of received datagrams into a burst of datagrams to send. Per
+// datagram, in this order (each rejection is counted, see switch_counters.h):
+//   1. wire::Decode                                   (decode_<reason>)
+//   2. source address → (rank, thread) via the session's worker table   (unknown_sender)
+//   3. slot < num_slots                               (slot_out_of_range)
+//   4. elements <= max_elements_per_packet            (too_large)
+//   5. ingress drop simulator, before any state change (sim_ingress_drops)
+//   6. Aggregator::Process (§3.4)                     (consumed / duplicates_dropped /
+//                                                      size_mismatch / multicast / unicast)
+//   7. egress drop simulator: one decision per packet that produced responses; drops all of
+//      them (sim_egress_drops)
+//   8. the response: msg type 1; size code, job number and tsi of the triggering packet; the
+//      same (slot, set); the round's max exponents; its sums big-endian. A multicast is encoded
+//      once and sent to every worker; a unicast goes back to the sender's address.
+// Multicast addressing (§3.5): to each worker's IPv4 and its registered UDP port for the
+// sender's thread index; a worker that registered no ports (reference mode), or too few,
+// gets the source port of the triggering packet, as the reference switch does.
+//
+// Usage (the I/O edge, switch_server.h, does exactly this):
+//   SWITCHML_ASSIGN_OR_RETURN(SwitchCore core, SwitchCore::Create(config));
+//   SWITCHML_RETURN_IF_ERROR(core.RegisterWorker(reg0));  ...
+//   Outbox out;
+//   core.ProcessBurst(received, out);
+//   channel.SendBurst(out.datagrams());     // pointers into `out`, valid until its next use
+//
+// Thread-compatible: one thread at a time. Pure: no sockets, threads, clocks or logging.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "controller/session_sink.h"
+#include "dataplane/aggregator.h"
+#include "dataplane/drop_simulator.h"
+#include "dataplane/session_table.h"
+#include "dataplane/switch_config.h"
+#include "dataplane/switch_counters.h"
+#include "switchml/status.h"
+#include "transport/channel.h"
+
+namespace switchml::dataplane {
+
+// The datagrams produced by one ProcessBurst: TxDatagrams pointing into a response slab owned
+// by the Outbox. The slab and the datagram array grow to the largest burst seen and are then
+// reused, so steady state allocates nothing. Move-only; contents are valid until the next
+// ProcessBurst or Clear() on this Outbox.
+class Outbox {
+ public:
+  Outbox() = default;
+  Outbox(Outbox&&) noexcept = default;
+  Outbox& operator=(Outbox&&) noexcept = default;
+
+  std::span<const transport::TxDatagram> datagrams() const { return {tx_.data(), num_tx_}; }
+  size_t size() const { return num_tx_; }
+  bool empty() const { return num_tx_ == 0; }
+  void Clear() {
+    num_tx_ = 0;
+    num_responses_ = 0;
+  }
+
+ private:
+  friend class SwitchCore;
+  // Room for `responses` encoded responses of up to `stride` bytes and `datagrams` entries.
+  void Reserve(size_t responses, size_t stride, size_t datagrams);
+  uint8_t* NextResponse() { return bytes_.get() + stride_ * num_responses_++; }
+  void Push(const uint8_t* data, uint32_t size, transport::Endpoint to) {
+    tx_[num_tx_++] = transport::TxDatagram{data, size, to};
+  }
+
+  std::unique_ptr<uint8_t[]> bytes_;
+  size_t stride_ = 0;
+  size_t response_capacity_ = 0;
+  size_t num_responses_ = 0;
+  std::vector<transport::TxDatagram> tx_;
+  size_t num_tx_ = 0;
+};
+
+class SwitchCore {
+ public:
+  // Errors: InvalidArgument from config.Validate(), ResourceExhausted for the sum memory.
+  static StatusOr<SwitchCore> Create(const SwitchConfig& config);
+
+  SwitchCore(SwitchCore&&) noexcept = default;
+  SwitchCore& operator=(SwitchCore&&) noexcept = default;
+
+  // Applies a worker registration (SessionTable::Apply, UdpSession semantics of §4.3): rank 0
+  // starts a new session and clears all aggregation state. Errors as SessionTable::Apply.
+  Status RegisterWorker(const controller::WorkerRegistration& reg);
+
+  // Switches to `table` (built with SessionTable::Apply, possibly on another thread). If its
+  // epoch differs from the current one a new session started: all aggregation state is
+  // cleared. `table` must be non-null and its num_workers <= config().max_workers.
+  void AdoptSession(std::shared_ptr<const SessionTable> table);
+
+  // Processes `in` in order and replaces the contents of `out` with the datagrams to send.
+  // Never fails: bad datagrams are counted and dropped. Allocates only when `out` must grow.
+  //
+  // Batching: the session table pointer, the configuration limits and the outbox capacity are
+  // loaded once per burst, so the per-datagram work is decode + one hash probe + the
+  // element-wise add; a multicast's bytes are encoded once and shared by all its copies, so
+  // fan-out costs one 24-byte TxDatagram per worker, not one 4 KiB copy.
+  void ProcessBurst(std::span<const transport::RxDatagram> in, Outbox& out);
+
+  const SwitchConfig& config() const { return config_; }
+  const SwitchCounters& counters() const { return counters_; }
+  const SessionTable& session() const { return *session_; }
+  const std::shared_ptr<const SessionTable>& session_ptr() const { return session_; }
+  const Aggregator& aggregator() const { return aggregator_; }
+
+ private:
+  SwitchCore(const SwitchConfig& config, Aggregator aggregator);
+
+  SwitchConfig config_;
+  Aggregator aggregator_;
+  std::shared_ptr<const SessionTable> session_;
+  DropSimulator ingress_drop_;
+  DropSimulator egress_drop_;
+  SwitchCounters counters_;
+  size_t response_stride_ = 0;
+};
+
+}  // namespace switchml::dataplane

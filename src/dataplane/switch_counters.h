@@ -1,0 +1,82 @@
+// dataplane/switch_counters.h — what the software switch counts (spec §3.11, extended).
+//
+// Every datagram the switch receives ends in exactly one of these buckets: a decode error, an
+// unknown sender, an out-of-range slot, a too-large packet, a size mismatch, a simulated
+// ingress drop, a consumed contribution, a dropped duplicate, or a response (multicast round or
+// unicast reply). So:
+//   datagrams_received == rx_truncated + sum(decode_*) + unknown_sender + slot_out_of_range
+//                         + too_large + size_mismatch + aggregator_invalid + sim_ingress_drops
+//                         + consumed + duplicates_dropped + multicast_rounds + unicast_replies
+//
+//   std::cout << counters.FormatTable();
+//   for (auto& [name, value] : counters.Named()) json[name] = value;
+//
+// Plain value type; thread-compatible.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "wire/packet.h"
+
+namespace switchml::dataplane {
+
+struct SwitchCounters {
+  uint64_t datagrams_received = 0;
+  uint64_t rx_truncated = 0;  // longer than the receive buffer
+  // Indexed by wire::DecodeError; [kOk] stays 0.
+  std::array<uint64_t, wire::kNumDecodeErrors> decode_errors{};
+  uint64_t unknown_sender = 0;      // source address not in the session's worker table
+  uint64_t slot_out_of_range = 0;   // slot >= num_slots
+  uint64_t too_large = 0;           // more elements than max_elements_per_packet
+  uint64_t size_mismatch = 0;       // element count differs from the round's
+  uint64_t aggregator_invalid = 0;  // aggregator precondition failed (a bug if ever non-zero)
+  uint64_t sim_ingress_drops = 0;   // requests dropped by the drop simulator
+  uint64_t sim_egress_drops = 0;    // triggering packets whose responses were all dropped
+  uint64_t consumed = 0;            // new contributions, round not complete
+  uint64_t multicast_rounds = 0;    // completed rounds (responses counted even if egress-dropped)
+  uint64_t unicast_replies = 0;     // duplicates of completed rounds answered to the sender
+  uint64_t duplicates_dropped = 0;  // duplicates while the round was incomplete
+  uint64_t datagrams_sent = 0;      // response datagrams handed to the transport
+
+  // Calls f(name, value_ref) for every counter, in a fixed order. Names are snake_case and
+  // stable (they appear in JSON output and tests). Works on const and non-const counters.
+  template <typename Self, typename F>
+  static void Visit(Self& c, F&& f) {
+    f("datagrams_received", c.datagrams_received);
+    f("rx_truncated", c.rx_truncated);
+    f("decode_truncated", c.decode_errors[size_t(wire::DecodeError::kTruncated)]);
+    f("decode_unknown_msg_type", c.decode_errors[size_t(wire::DecodeError::kUnknownMsgType)]);
+    f("decode_unsupported_size_code",
+      c.decode_errors[size_t(wire::DecodeError::kUnsupportedSizeCode)]);
+    f("decode_length_mismatch", c.decode_errors[size_t(wire::DecodeError::kLengthMismatch)]);
+    f("unknown_sender", c.unknown_sender);
+    f("slot_out_of_range", c.slot_out_of_range);
+    f("too_large", c.too_large);
+    f("size_mismatch", c.size_mismatch);
+    f("aggregator_invalid", c.aggregator_invalid);
+    f("sim_ingress_drops", c.sim_ingress_drops);
+    f("sim_egress_drops", c.sim_egress_drops);
+    f("consumed", c.consumed);
+    f("multicast_rounds", c.multicast_rounds);
+    f("unicast_replies", c.unicast_replies);
+    f("duplicates_dropped", c.duplicates_dropped);
+    f("datagrams_sent", c.datagrams_sent);
+  }
+  static constexpr size_t kNumCounters = 18;
+
+  uint64_t decode_error(wire::DecodeError e) const { return decode_errors[size_t(e)]; }
+
+  // (name, value) pairs in Visit order, e.g. for JSON.
+  std::vector<std::pair<std::string, uint64_t>> Named() const;
+  // Two aligned columns, one counter per line.
+  std::string FormatTable() const;
+};
+
+// Formats (name, value) pairs as two aligned columns, one per line.
+std::string FormatCounterTable(const std::vector<std::pair<std::string, uint64_t>>& rows);
+
+}  // namespace switchml::dataplane

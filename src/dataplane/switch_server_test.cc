@@ -1,0 +1,387 @@
+#include "dataplane/switch_server.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "dataplane/test_packets.h"
+
+namespace switchml::dataplane {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Encode;
+using testing::ExpectedResponse;
+using testing::Ip;
+using testing::Ramp;
+using testing::Request;
+using testing::Sum;
+using transport::Endpoint;
+using namespace std::chrono_literals;
+
+struct Datagram {
+  std::vector<uint8_t> bytes;
+  Endpoint peer;
+};
+
+// State shared between a FakeChannel (owned by the server) and the test.
+struct FakeNet {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Datagram> inbound;  // to the switch
+  std::vector<Datagram> sent;    // from the switch
+  bool woken = false;
+  size_t max_accept_per_send = SIZE_MAX;  // emulate a full transmit queue
+  int fail_next_sends = 0;                // emulate socket errors
+  int fail_next_recvs = 0;
+  uint64_t send_calls = 0;
+  uint64_t recv_calls = 0;
+
+  void Inject(std::vector<uint8_t> bytes, Endpoint from) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      inbound.push_back({std::move(bytes), from});
+    }
+    cv.notify_all();
+  }
+  // Waits until at least n datagrams were sent; returns a copy of them.
+  std::vector<Datagram> WaitSent(size_t n, std::chrono::milliseconds timeout = 5s) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, timeout, [&] { return sent.size() >= n; });
+    return sent;
+  }
+};
+
+class FakeChannel : public transport::Channel {
+ public:
+  FakeChannel(std::shared_ptr<FakeNet> net, Endpoint local) : net_(std::move(net)), local_(local) {}
+
+  StatusOr<size_t> SendBurst(std::span<const transport::TxDatagram> batch) override {
+    std::lock_guard<std::mutex> lock(net_->mu);
+    ++net_->send_calls;
+    if (net_->fail_next_sends > 0) {
+      --net_->fail_next_sends;
+      return UnavailableError("fake send failure");
+    }
+    const size_t n = std::min(batch.size(), net_->max_accept_per_send);
+    for (size_t i = 0; i < n; ++i) {
+      net_->sent.push_back({std::vector<uint8_t>(batch[i].data, batch[i].data + batch[i].size),
+                            batch[i].to});
+    }
+    net_->cv.notify_all();
+    return n;
+  }
+
+  StatusOr<size_t> RecvBurst(std::span<transport::RxDatagram> batch,
+                             std::chrono::microseconds timeout) override {
+    std::unique_lock<std::mutex> lock(net_->mu);
+    ++net_->recv_calls;
+    if (net_->fail_next_recvs > 0) {
+      --net_->fail_next_recvs;
+      return UnavailableError("fake recv failure");
+    }
+    net_->cv.wait_for(lock, timeout, [&] { return !net_->inbound.empty() || net_->woken; });
+    net_->woken = false;
+    size_t n = 0;
+    while (n < batch.size() && !net_->inbound.empty()) {
+      Datagram& d = net_->inbound.front();
+      transport::RxDatagram& rx = batch[n++];
+      rx.truncated = d.bytes.size() > rx.capacity;
+      rx.size = uint32_t(std::min<size_t>(d.bytes.size(), rx.capacity));
+      std::copy(d.bytes.begin(), d.bytes.begin() + rx.size, rx.data);
+      rx.from = d.peer;
+      net_->inbound.pop_front();
+    }
+    return n;
+  }
+
+  Endpoint local_endpoint() const override { return local_; }
+
+  void Wake() override {
+    {
+      std::lock_guard<std::mutex> lock(net_->mu);
+      net_->woken = true;
+    }
+    net_->cv.notify_all();
+  }
+
+  std::string Describe() const override { return "fake"; }
+
+ private:
+  std::shared_ptr<FakeNet> net_;
+  Endpoint local_;
+};
+
+const uint32_t kIpA = Ip(10, 0, 0, 1);
+const uint32_t kIpB = Ip(10, 0, 0, 2);
+const Endpoint kSwitch{Ip(10, 0, 0, 254), 48864};
+
+controller::WorkerRegistration Reg(uint32_t rank, uint32_t num_workers, uint32_t ipv4,
+                                   std::vector<uint16_t> ports = {}) {
+  controller::WorkerRegistration r;
+  r.rank = rank;
+  r.num_workers = num_workers;
+  r.ipv4 = ipv4;
+  r.udp_ports = std::move(ports);
+  return r;
+}
+
+SwitchConfig SmallConfig() {
+  SwitchConfig c;
+  c.num_slots = 64;
+  c.max_elements_per_packet = 256;
+  c.max_workers = 16;
+  return c;
+}
+
+std::unique_ptr<SwitchServer> MakeServer(const std::shared_ptr<FakeNet>& net,
+                                         SwitchConfig config = SmallConfig()) {
+  auto server = SwitchServer::Create(config, std::make_unique<FakeChannel>(net, kSwitch));
+  EXPECT_TRUE(server.ok()) << server.status();
+  return std::move(server).value();
+}
+
+// Polls `pred` for up to 5 s.
+bool Eventually(const std::function<bool()>& pred) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return pred();
+}
+
+TEST(SwitchServerTest, CreateValidates) {
+  auto net = std::make_shared<FakeNet>();
+  SwitchConfig bad = SmallConfig();
+  bad.num_slots = 0;
+  auto s = SwitchServer::Create(bad, std::make_unique<FakeChannel>(net, kSwitch));
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("num_slots"));
+  s = SwitchServer::Create(SmallConfig(), nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), HasSubstr("channel"));
+}
+
+TEST(SwitchServerTest, InfoDescribesTheSwitch) {
+  auto net = std::make_shared<FakeNet>();
+  auto server = MakeServer(net);
+  controller::SwitchInfo info = server->Info();
+  EXPECT_EQ(info.ipv4, kSwitch.ipv4);
+  EXPECT_EQ(info.udp_port, 48864);
+  EXPECT_EQ(info.num_slots, 64u);
+  EXPECT_EQ(info.max_workers, 16u);
+  EXPECT_EQ(info.mac, 0x001122334455u);
+  SwitchConfig c = SmallConfig();
+  c.advertised_ipv4 = Ip(192, 168, 1, 1);
+  auto other = MakeServer(net, c);
+  EXPECT_EQ(other->Info().ipv4, Ip(192, 168, 1, 1));
+  EXPECT_EQ(other->local_endpoint(), kSwitch);
+}
+
+TEST(SwitchServerTest, AggregatesAndMulticastsThroughTheChannel) {
+  auto net = std::make_shared<FakeNet>();
+  auto server = MakeServer(net);
+  // One worker registers before Start, one after.
+  ASSERT_TRUE(server->RegisterWorker(Reg(0, 2, kIpA, {4000, 4001})).ok());
+  ASSERT_TRUE(server->Start().ok());
+  EXPECT_TRUE(server->running());
+  ASSERT_TRUE(server->RegisterWorker(Reg(1, 2, kIpB, {5000, 5001})).ok());
+
+  Request ra{.slot = 10, .set = 1, .values = Ramp(64, 1, 2), .exp0 = 3, .job_number = 2, .tsi = 11};
+  Request rb{.slot = 10, .set = 1, .values = Ramp(64, -5, 9), .exp0 = 1, .job_number = 2, .tsi = 11};
+  net->Inject(Encode(ra), {kIpA, 4001});
+  net->Inject(Encode(rb), {kIpB, 5001});
+  auto sent = net->WaitSent(2);
+  ASSERT_EQ(sent.size(), 2u);
+  const auto expected = ExpectedResponse(rb, Sum({ra.values, rb.values}), 3, 0);
+  EXPECT_EQ(sent[0].peer, (Endpoint{kIpA, 4001}));
+  EXPECT_EQ(sent[1].peer, (Endpoint{kIpB, 5001}));
+  EXPECT_EQ(sent[0].bytes, expected);
+  EXPECT_EQ(sent[1].bytes, expected);
+
+  // A retransmission after completion is unicast back.
+  net->Inject(Encode(ra), {kIpA, 4001});
+  sent = net->WaitSent(3);
+  ASSERT_EQ(sent.size(), 3u);
+  EXPECT_EQ(sent[2].peer, (Endpoint{kIpA, 4001}));
+
+  // Counters are readable from this thread.
+  ASSERT_TRUE(Eventually([&] { return server->counters().core.unicast_replies == 1; }));
+  ServerCounters c = server->counters();
+  EXPECT_EQ(c.core.datagrams_received, 3u);
+  EXPECT_EQ(c.core.multicast_rounds, 1u);
+  EXPECT_EQ(c.core.consumed, 1u);
+  EXPECT_EQ(c.core.datagrams_sent, 3u);
+  EXPECT_GE(c.bursts, 1u);
+  EXPECT_GE(c.sessions_adopted, 1u);
+  EXPECT_EQ(c.send_errors, 0u);
+  EXPECT_EQ(c.Named().size(), ServerCounters::kNumCounters);
+  EXPECT_THAT(c.FormatTable(), HasSubstr("sessions_adopted"));
+  server->Stop();
+  EXPECT_FALSE(server->running());
+}
+
+TEST(SwitchServerTest, StopIsPromptAndIdempotent) {
+  auto net = std::make_shared<FakeNet>();
+  auto server = MakeServer(net);
+  server->Stop();  // never started: no effect
+  ASSERT_TRUE(server->Start().ok());
+  ASSERT_TRUE(server->Start().ok());  // already running: no effect
+  std::this_thread::sleep_for(30ms);  // let it block in RecvBurst
+  const auto t0 = std::chrono::steady_clock::now();
+  server->Stop();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, 200ms);  // ~immediate via Wake(); generous for a loaded 2-core CI box
+  server->Stop();
+  EXPECT_FALSE(server->running());
+  // Restartable, and the destructor stops it.
+  ASSERT_TRUE(server->Start().ok());
+  EXPECT_TRUE(server->running());
+}
+
+TEST(SwitchServerTest, StopIsBoundedEvenIfWakeIsLost) {
+  // A channel whose Wake() does nothing: the receive timeout still bounds Stop().
+  class DeafChannel : public FakeChannel {
+   public:
+    using FakeChannel::FakeChannel;
+    void Wake() override {}
+  };
+  auto net = std::make_shared<FakeNet>();
+  auto s = SwitchServer::Create(SmallConfig(), std::make_unique<DeafChannel>(net, kSwitch));
+  ASSERT_TRUE(s.ok());
+  auto server = std::move(s).value();
+  ASSERT_TRUE(server->Start().ok());
+  std::this_thread::sleep_for(10ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  server->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 200ms);  // kRecvTimeout = 20 ms
+}
+
+TEST(SwitchServerTest, RetriesTheUnsentSuffixUntilEverythingIsSent) {
+  auto net = std::make_shared<FakeNet>();
+  net->max_accept_per_send = 1;
+  auto server = MakeServer(net);
+  const uint32_t kWorkers = 5;
+  for (uint32_t r = 0; r < kWorkers; ++r) {
+    ASSERT_TRUE(server->RegisterWorker(Reg(r, kWorkers, kIpA, {uint16_t(4000 + r)})).ok());
+  }
+  ASSERT_TRUE(server->Start().ok());
+  for (uint32_t r = 0; r < kWorkers; ++r) {
+    net->Inject(Encode({.slot = 0, .values = Ramp(64, int32_t(r), 1)}), {kIpA, uint16_t(4000 + r)});
+  }
+  auto sent = net->WaitSent(kWorkers);
+  ASSERT_EQ(sent.size(), kWorkers);
+  for (uint32_t r = 0; r < kWorkers; ++r) {
+    EXPECT_EQ(sent[r].peer, (Endpoint{kIpA, uint16_t(4000 + r)})) << r;
+    EXPECT_EQ(sent[r].bytes, sent[0].bytes);
+  }
+  {
+    std::lock_guard<std::mutex> lock(net->mu);
+    EXPECT_GE(net->send_calls, kWorkers);
+  }
+  server->Stop();
+  EXPECT_EQ(server->counters().send_dropped, 0u);
+}
+
+TEST(SwitchServerTest, ChannelErrorsAreCountedAndTheLoopContinues) {
+  auto net = std::make_shared<FakeNet>();
+  net->fail_next_sends = 1;
+  net->fail_next_recvs = 2;
+  auto server = MakeServer(net);
+  ASSERT_TRUE(server->RegisterWorker(Reg(0, 1, kIpA)).ok());
+  ASSERT_TRUE(server->Start().ok());
+  net->Inject(Encode({.slot = 0, .values = Ramp(64, 0, 1)}), {kIpA, 4000});  // reply fails
+  ASSERT_TRUE(Eventually([&] { return server->counters().send_errors == 1; }));
+  net->Inject(Encode({.slot = 1, .values = Ramp(64, 0, 1)}), {kIpA, 4000});  // reply goes out
+  auto sent = net->WaitSent(1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].peer, (Endpoint{kIpA, 4000}));
+  ServerCounters c = server->counters();
+  EXPECT_EQ(c.recv_errors, 2u);
+  EXPECT_EQ(c.send_dropped, 1u);
+  EXPECT_EQ(server->last_error().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(server->last_error().message(), HasSubstr("fake send failure"));
+}
+
+TEST(SwitchServerTest, NewSessionWhileRunningResetsAggregation) {
+  auto net = std::make_shared<FakeNet>();
+  auto server = MakeServer(net);
+  ASSERT_TRUE(server->Start().ok());
+  ASSERT_TRUE(server->RegisterWorker(Reg(0, 2, kIpA, {4000})).ok());
+  ASSERT_TRUE(server->RegisterWorker(Reg(1, 2, kIpB, {5000})).ok());
+  auto pa = Encode({.slot = 3, .values = Ramp(64, 100, 0)});
+  auto pb = Encode({.slot = 3, .values = Ramp(64, 20, 0)});
+  net->Inject(pa, {kIpA, 4000});
+  ASSERT_TRUE(Eventually([&] { return server->counters().core.consumed == 1; }));
+
+  // A new session (same workers): A's half-finished contribution must be gone.
+  ASSERT_TRUE(server->RegisterWorker(Reg(0, 2, kIpA, {4000})).ok());
+  ASSERT_TRUE(server->RegisterWorker(Reg(1, 2, kIpB, {5000})).ok());
+  EXPECT_EQ(server->session()->epoch(), 2u);
+  net->Inject(pb, {kIpB, 5000});
+  ASSERT_TRUE(Eventually([&] { return server->counters().core.consumed == 2; }));
+  EXPECT_EQ(server->counters().core.multicast_rounds, 0u);
+  net->Inject(pa, {kIpA, 4000});
+  auto sent = net->WaitSent(2);
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].bytes, ExpectedResponse(Request{.slot = 3}, Ramp(64, 120, 0), 0, 0));
+}
+
+TEST(SwitchServerTest, RegistrationErrorsAreReturned) {
+  auto net = std::make_shared<FakeNet>();
+  auto server = MakeServer(net);
+  Status s = server->RegisterWorker(Reg(1, 2, kIpA));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  s = server->RegisterWorker(Reg(0, 17, kIpA));  // max_workers = 16
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("num_workers"));
+  EXPECT_EQ(server->session()->epoch(), 0u);
+}
+
+TEST(SwitchServerTest, ConcurrentRegistrationAndTraffic) {
+  // Registration from one thread while the I/O thread processes rounds: every completed round
+  // must still be exact (run under TSan to check the publication protocol).
+  auto net = std::make_shared<FakeNet>();
+  auto server = MakeServer(net);
+  ASSERT_TRUE(server->RegisterWorker(Reg(0, 2, kIpA, {4000})).ok());
+  ASSERT_TRUE(server->RegisterWorker(Reg(1, 2, kIpB, {5000})).ok());
+  ASSERT_TRUE(server->Start().ok());
+  std::atomic<bool> stop{false};
+  std::thread registrar([&] {
+    // Re-registering rank 1 with the same address: a new table, same session.
+    while (!stop.load()) {
+      EXPECT_TRUE(server->RegisterWorker(Reg(1, 2, kIpB, {5000})).ok());
+      (void)server->counters();
+      std::this_thread::sleep_for(100us);
+    }
+  });
+  const int kRounds = 200;
+  for (int round = 0; round < kRounds; ++round) {
+    const uint16_t slot = uint16_t(round % 64);
+    const uint8_t set = uint8_t((round / 64) % 2);
+    net->Inject(Encode({.slot = slot, .set = set, .values = Ramp(64, round, 1)}), {kIpA, 4000});
+    net->Inject(Encode({.slot = slot, .set = set, .values = Ramp(64, -round, 2)}), {kIpB, 5000});
+    auto sent = net->WaitSent(size_t(2 * (round + 1)));
+    ASSERT_EQ(sent.size(), size_t(2 * (round + 1))) << "round " << round;
+    EXPECT_EQ(sent.back().bytes,
+              ExpectedResponse(Request{.slot = slot, .set = set}, Ramp(64, 0, 3), 0, 0));
+  }
+  stop = true;
+  registrar.join();
+  server->Stop();
+  EXPECT_EQ(server->counters().core.multicast_rounds, uint64_t(kRounds));
+  EXPECT_EQ(server->session()->epoch(), 1u);
+}
+
+}  // namespace
+}  // namespace switchml::dataplane

@@ -1,0 +1,434 @@
+// quant/quantizer.cc — SIMD kernels of the block-exponent quantizer (see quantizer.h).
+//
+// Highway dynamic dispatch: foreach_target.h re-includes this file once per x86 target
+// (AVX3_DL, AVX3, AVX2, SSE4, SSSE3 and the baseline EMU128), each copy compiled with that
+// target's instruction set inside its own namespace; the HWY_ONCE section at the end exports
+// the per-target kernels and dispatches to the best one the CPU supports. Debian's Highway
+// 1.0.3 would compile static dispatch to EMU128 (plain scalar loops) without this.
+//
+// Every kernel runs full vectors over the bulk of the input and processes the last
+// n % Lanes elements by copying them into a zero-padded stack vector and running the same
+// vector code: the tail gives bit-identical results and never touches memory past n.
+
+#include "quant/quantizer.h"
+
+#include <algorithm>
+#include <bit>
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "quant/quantizer_internal.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "quant/quantizer.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+// Target-independent helpers, compiled once (a plain include guard: this file is included
+// once per target).
+#ifndef SWITCHML_QUANT_QUANTIZER_SHARED_
+#define SWITCHML_QUANT_QUANTIZER_SHARED_
+namespace switchml::quant::internal {
+
+// floor(INT32_MAX / num_workers): the largest magnitude one worker may contribute so that the
+// int32 sum over num_workers contributions never wraps. num_workers == 0 is treated as 1.
+inline int32_t ClampLimit(uint32_t num_workers) {
+  return static_cast<int32_t>(INT32_MAX / (num_workers == 0 ? 1u : num_workers));
+}
+
+// The largest float <= limit (limit > 0). Floats at or below it convert to int32 without
+// overflow, and a float product above it is also above `limit` as a real number.
+inline float LargestFloatAtMost(int32_t limit) {
+  float f = static_cast<float>(limit);
+  if (static_cast<double>(f) > static_cast<double>(limit)) f = std::nextafter(f, 0.0f);
+  return f;
+}
+
+}  // namespace switchml::quant::internal
+#endif  // SWITCHML_QUANT_QUANTIZER_SHARED_
+
+HWY_BEFORE_NAMESPACE();
+namespace switchml::quant {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Reverses the bytes of every 32-bit lane (host order <-> big-endian on little-endian hosts).
+template <class DU32>
+HWY_INLINE hn::Vec<DU32> ToFromBE32(DU32 du32, hn::Vec<DU32> v) {
+  if constexpr (std::endian::native == std::endian::big) {
+    return v;
+  } else {
+#if HWY_TARGET == HWY_SCALAR
+    // One-lane vectors: a byte shuffle cannot span the lane, so use shifts.
+    const auto lo_mid = hn::And(hn::ShiftLeft<8>(v), hn::Set(du32, 0x00FF0000u));
+    const auto hi_mid = hn::And(hn::ShiftRight<8>(v), hn::Set(du32, 0x0000FF00u));
+    return hn::Or(hn::Or(hn::ShiftLeft<24>(v), hn::ShiftRight<24>(v)), hn::Or(lo_mid, hi_mid));
+#else
+    // TableLookupBytes shuffles within each 128-bit block, so one 16-byte index pattern,
+    // broadcast to every block, reverses each 4-byte group.
+    const hn::Repartition<uint8_t, DU32> du8;
+    alignas(16) static constexpr uint8_t kReverse4[16] = {3,  2,  1, 0, 7,  6,  5,  4,
+                                                          11, 10, 9, 8, 15, 14, 13, 12};
+    return hn::BitCast(du32,
+                       hn::TableLookupBytes(hn::BitCast(du8, v), hn::LoadDup128(du8, kReverse4)));
+#endif
+  }
+}
+
+// Big-endian int32 payloads are read and written as 32-bit lanes (the SCALAR target has
+// one-lane vectors, so no multi-byte uint8_t vectors), then byte-swapped in registers.
+template <class DU32>
+HWY_INLINE hn::Vec<DU32> LoadBytesU(DU32 du32, const uint8_t* HWY_RESTRICT p) {
+  return hn::LoadU(du32, reinterpret_cast<const uint32_t*>(p));
+}
+template <class DU32>
+HWY_INLINE void StoreBytesU(hn::Vec<DU32> v, DU32 du32, uint8_t* HWY_RESTRICT p) {
+  hn::StoreU(v, du32, reinterpret_cast<uint32_t*>(p));
+}
+
+// q = clamp(round_half_even(p), ±limit) for any non-NaN float p, without overflow or UB.
+template <class DI32, class VF>
+HWY_INLINE hn::Vec<DI32> RoundAndClamp(DI32 di32, VF p, hn::Vec<DI32> v_limit,
+                                       hn::Vec<DI32> v_neg_limit, VF v_limit_f, VF v_neg_limit_f) {
+#if !HWY_ARCH_X86 || HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+  // Portable path. Highway 1.0.3's emulated NearestInt adds 0.5 in float (rounding 0.49999997f up
+  // to 1) and casts 2^31 to int32 (UB). Instead: clamp to ±limit_f (the largest float <= limit, so
+  // the cast below cannot overflow; a product beyond it is beyond ±limit as a real number and maps
+  // to ±limit exactly), then round by adding and subtracting 2^23 (the float spacing in [2^23,
+  // 2^24) is 1, so this rounds |v| < 2^23 with ties to even; larger floats are integers already).
+  const hn::Rebind<float, DI32> df;
+  const auto clamped = hn::Min(hn::Max(p, v_neg_limit_f), v_limit_f);
+  const auto k2p23 = hn::Set(df, 8388608.0f);
+  const auto abs = hn::Abs(clamped);
+  const auto rounded = hn::Sub(hn::Add(abs, k2p23), k2p23);
+  const auto magnitude = hn::IfThenElse(hn::Lt(abs, k2p23), rounded, abs);
+  auto q = hn::ConvertTo(di32, hn::CopySignToAbs(magnitude, clamped));
+  q = hn::IfThenElse(hn::RebindMask(di32, hn::Gt(p, v_limit_f)), v_limit, q);
+  return hn::IfThenElse(hn::RebindMask(di32, hn::Lt(p, v_neg_limit_f)), v_neg_limit, q);
+#else
+  // x86 SIMD: cvtps2dq rounds with MXCSR's default ties-to-even, and Highway maps positive overflow
+  // to INT32_MAX (negative overflow gives INT32_MIN): a saturating rne, so an integer clamp gives
+  // the exact result.
+  (void)v_limit_f;
+  (void)v_neg_limit_f;
+  return hn::Min(hn::Max(hn::NearestInt(p), v_neg_limit), v_limit);
+#endif
+}
+
+// Calls `full(i)` for each whole vector starting at element i, then
+// `tail(i, remaining)` once if n is not a multiple of `lanes`.
+template <class Full, class Tail>
+HWY_INLINE void ForEachVector(size_t n, size_t lanes, const Full& full, const Tail& tail) {
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) full(i);
+  if (i < n) tail(i, n - i);
+}
+
+uint32_t MaxAbsBitsImpl(const float* HWY_RESTRICT x, size_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const size_t lanes = hn::Lanes(df);
+  const auto abs_mask = hn::Set(du, 0x7FFFFFFFu);
+  // |x| bits, compared as unsigned: ordered like |x| for finite values, and Inf/NaN
+  // (>= 0x7F800000) compare above every finite value.
+  auto max_bits = hn::Zero(du);
+  ForEachVector(
+      n, lanes,
+      [&](size_t i) {
+        max_bits = hn::Max(max_bits, hn::And(hn::BitCast(du, hn::LoadU(df, x + i)), abs_mask));
+      },
+      [&](size_t i, size_t remaining) {
+        HWY_ALIGN float buf[HWY_MAX_BYTES / sizeof(float)] = {};
+        std::memcpy(buf, x + i, remaining * sizeof(float));
+        max_bits = hn::Max(max_bits, hn::And(hn::BitCast(du, hn::Load(df, buf)), abs_mask));
+      });
+  return hn::GetLane(hn::MaxOfLanes(du, max_bits));
+}
+
+void QuantizeToBEImpl(const float* HWY_RESTRICT x, size_t n, float scale, uint32_t num_workers,
+                      uint8_t* HWY_RESTRICT dst) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const size_t lanes = hn::Lanes(df);
+
+  const int32_t limit = internal::ClampLimit(num_workers);
+  const float limit_f = internal::LargestFloatAtMost(limit);  // <= 2^31 - 128
+  const auto v_scale = hn::Set(df, scale);
+  const auto v_limit_f = hn::Set(df, limit_f);
+  const auto v_neg_limit_f = hn::Set(df, -limit_f);
+  const auto v_limit = hn::Set(di, limit);
+  const auto v_neg_limit = hn::Set(di, -limit);
+
+  // q = clamp(rne(x * s), ±limit); ±Inf products (x beyond the contract) give ±limit too.
+  auto quantize = [&](hn::Vec<decltype(df)> v) {
+    const auto product = hn::Mul(v, v_scale);
+    const auto q = RoundAndClamp(di, product, v_limit, v_neg_limit, v_limit_f, v_neg_limit_f);
+    return ToFromBE32(du, hn::BitCast(du, q));
+  };
+  ForEachVector(
+      n, lanes, [&](size_t i) { StoreBytesU(quantize(hn::LoadU(df, x + i)), du, dst + 4 * i); },
+      [&](size_t i, size_t remaining) {
+        HWY_ALIGN float in[HWY_MAX_BYTES / sizeof(float)] = {};
+        HWY_ALIGN uint32_t out[HWY_MAX_BYTES / sizeof(uint32_t)];
+        std::memcpy(in, x + i, remaining * sizeof(float));
+        hn::Store(quantize(hn::Load(df, in)), du, out);
+        std::memcpy(dst + 4 * i, out, remaining * 4);
+      });
+}
+
+// y = float(sum) / scale. When scale is a power of two whose reciprocal is a float,
+// `reciprocal` holds it and the kernel multiplies instead: x * 2^-k and x / 2^k are the same
+// real number, correctly rounded by both operations, so the result is bit-identical to the
+// reference's division (and ~15% faster). Otherwise reciprocal is 0 and the kernel divides.
+void DequantizeFromBEImpl(const uint8_t* HWY_RESTRICT src, size_t n, float scale, float reciprocal,
+                          float* HWY_RESTRICT y) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const size_t lanes = hn::Lanes(df);
+
+  auto run = [&](auto dequantize) {
+    ForEachVector(
+        n, lanes, [&](size_t i) { hn::StoreU(dequantize(LoadBytesU(du, src + 4 * i)), df, y + i); },
+        [&](size_t i, size_t remaining) {
+          HWY_ALIGN uint32_t in[HWY_MAX_BYTES / sizeof(uint32_t)] = {};
+          HWY_ALIGN float out[HWY_MAX_BYTES / sizeof(float)];
+          std::memcpy(in, src + 4 * i, remaining * 4);
+          hn::Store(dequantize(hn::Load(du, in)), df, out);
+          std::memcpy(y + i, out, remaining * sizeof(float));
+        });
+  };
+  if (reciprocal != 0.0f) {
+    const auto v_reciprocal = hn::Set(df, reciprocal);
+    run([&](hn::Vec<decltype(du)> be) {
+      return hn::Mul(hn::ConvertTo(df, hn::BitCast(di, ToFromBE32(du, be))), v_reciprocal);
+    });
+  } else {
+    const auto v_scale = hn::Set(df, scale);
+    run([&](hn::Vec<decltype(du)> be) {
+      return hn::Div(hn::ConvertTo(df, hn::BitCast(di, ToFromBE32(du, be))), v_scale);
+    });
+  }
+}
+
+void Int32ToBEImpl(const int32_t* HWY_RESTRICT x, size_t n, uint8_t* HWY_RESTRICT dst) {
+  const hn::ScalableTag<uint32_t> du;
+  const hn::RebindToSigned<decltype(du)> di;
+  const size_t lanes = hn::Lanes(du);
+  auto convert = [&](hn::Vec<decltype(di)> v) { return ToFromBE32(du, hn::BitCast(du, v)); };
+  ForEachVector(
+      n, lanes, [&](size_t i) { StoreBytesU(convert(hn::LoadU(di, x + i)), du, dst + 4 * i); },
+      [&](size_t i, size_t remaining) {
+        HWY_ALIGN int32_t in[HWY_MAX_BYTES / sizeof(int32_t)] = {};
+        HWY_ALIGN uint32_t out[HWY_MAX_BYTES / sizeof(uint32_t)];
+        std::memcpy(in, x + i, remaining * sizeof(int32_t));
+        hn::Store(convert(hn::Load(di, in)), du, out);
+        std::memcpy(dst + 4 * i, out, remaining * 4);
+      });
+}
+
+void BEToInt32Impl(const uint8_t* HWY_RESTRICT src, size_t n, int32_t* HWY_RESTRICT y) {
+  const hn::ScalableTag<uint32_t> du;
+  const hn::RebindToSigned<decltype(du)> di;
+  const size_t lanes = hn::Lanes(du);
+  auto convert = [&](hn::Vec<decltype(du)> be) { return hn::BitCast(di, ToFromBE32(du, be)); };
+  ForEachVector(
+      n, lanes, [&](size_t i) { hn::StoreU(convert(LoadBytesU(du, src + 4 * i)), di, y + i); },
+      [&](size_t i, size_t remaining) {
+        HWY_ALIGN uint32_t in[HWY_MAX_BYTES / sizeof(uint32_t)] = {};
+        HWY_ALIGN int32_t out[HWY_MAX_BYTES / sizeof(int32_t)];
+        std::memcpy(in, src + 4 * i, remaining * 4);
+        hn::Store(convert(hn::Load(du, in)), di, out);
+        std::memcpy(y + i, out, remaining * sizeof(int32_t));
+      });
+}
+
+void AddBEIntoImpl(int32_t* HWY_RESTRICT acc, const uint8_t* HWY_RESTRICT src, size_t n) {
+  const hn::ScalableTag<uint32_t> du;
+  const hn::RebindToSigned<decltype(du)> di;
+  const size_t lanes = hn::Lanes(du);
+  // Unsigned lanes: the add wraps modulo 2^32 on every target (the emulated targets add in
+  // C++, where signed overflow would be undefined).
+  auto add = [&](hn::Vec<decltype(di)> a, hn::Vec<decltype(du)> be) {
+    return hn::BitCast(di, hn::Add(hn::BitCast(du, a), ToFromBE32(du, be)));
+  };
+  ForEachVector(
+      n, lanes,
+      [&](size_t i) {
+        hn::StoreU(add(hn::LoadU(di, acc + i), LoadBytesU(du, src + 4 * i)), di, acc + i);
+      },
+      [&](size_t i, size_t remaining) {
+        HWY_ALIGN int32_t sums[HWY_MAX_BYTES / sizeof(int32_t)] = {};
+        HWY_ALIGN uint32_t in[HWY_MAX_BYTES / sizeof(uint32_t)] = {};
+        std::memcpy(sums, acc + i, remaining * sizeof(int32_t));
+        std::memcpy(in, src + 4 * i, remaining * 4);
+        hn::Store(add(hn::Load(di, sums), hn::Load(du, in)), di, sums);
+        std::memcpy(acc + i, sums, remaining * sizeof(int32_t));
+      });
+}
+
+const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace switchml::quant
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace switchml::quant {
+
+HWY_EXPORT(MaxAbsBitsImpl);
+HWY_EXPORT(QuantizeToBEImpl);
+HWY_EXPORT(DequantizeFromBEImpl);
+HWY_EXPORT(Int32ToBEImpl);
+HWY_EXPORT(BEToInt32Impl);
+HWY_EXPORT(AddBEIntoImpl);
+HWY_EXPORT(TargetNameImpl);
+
+namespace {
+
+// |x| bits of 2^127: from here on e = biased_exponent - 126 = 128 does not fit in int8.
+constexpr uint32_t kFirstUnrepresentableBits = 0x7F000000u;
+
+constexpr double kHalfMinSubnormal = 0x1p-150;  // absolute rounding error below 2^-126.
+
+// Half an ulp of float32 values of magnitude <= bound, or 0 if every such value that is an
+// integer fits the 24-bit significand (bound < 2^24) — used where the value being rounded
+// is an integer.
+double IntegerToFloatError(double bound) {
+  if (bound < 0x1p24) return 0.0;
+  return std::ldexp(1.0, std::ilogb(bound) - 24);
+}
+
+// Half an ulp of float32 values of magnitude <= bound (including the subnormal range).
+double FloatRoundingError(double bound) {
+  if (bound < 0x1p-126) return kHalfMinSubnormal;
+  return std::ldexp(1.0, std::ilogb(bound) - 24);
+}
+
+bool IsPowerOfTwo(float v) {
+  int exp;
+  return v > 0.0f && std::isfinite(v) && std::frexp(v, &exp) == 0.5f;
+}
+
+}  // namespace
+
+bool BlockExponent(const float* x, size_t n, int8_t* exp) {
+  const uint32_t max_bits = n == 0 ? 0u : HWY_DYNAMIC_DISPATCH(MaxAbsBitsImpl)(x, n);
+  if (max_bits >= kFirstUnrepresentableBits) return false;  // Inf, NaN or |x| >= 2^127
+  *exp = static_cast<int8_t>(static_cast<int>(max_bits >> 23) - 126);
+  return true;
+}
+
+float ScaleForExponent(int8_t max_exp, uint32_t num_workers) {
+  const double workers = num_workers == 0 ? 1.0 : static_cast<double>(num_workers);
+  const double scale = static_cast<double>(INT32_MAX) / (workers * std::ldexp(1.0, max_exp));
+  // Values below FLT_MAX round to at most FLT_MAX; only larger ones need the clamp.
+  return scale >= static_cast<double>(FLT_MAX) ? FLT_MAX : static_cast<float>(scale);
+}
+
+void QuantizeToBE(const float* x, size_t n, float scale, uint32_t num_workers, uint8_t* dst) {
+  if (n == 0) return;
+  HWY_DYNAMIC_DISPATCH(QuantizeToBEImpl)(x, n, scale, num_workers, dst);
+}
+
+void DequantizeFromBE(const uint8_t* src, size_t n, float scale, float* y) {
+  if (n == 0) return;
+  float reciprocal = 0.0f;  // see DequantizeFromBEImpl
+  if (IsPowerOfTwo(scale)) {
+    const double r = 1.0 / static_cast<double>(scale);  // exact in double
+    if (r <= static_cast<double>(FLT_MAX) && static_cast<double>(static_cast<float>(r)) == r) {
+      reciprocal = static_cast<float>(r);
+    }
+  }
+  HWY_DYNAMIC_DISPATCH(DequantizeFromBEImpl)(src, n, scale, reciprocal, y);
+}
+
+// Derivation. Let s = ScaleForExponent(E, n) (a float), u = 2^-24, X = sum_k x_k the exact sum
+// of the n contributions (|x_k| < 2^E, |X| <= A = sum_abs_max), and write errors in units of
+// one quantum 1/s where convenient.
+//
+// 1. Per worker, p_k = fl(x_k * s) (float multiply), r_k = rne(p_k), q_k = clamp(r_k, ±L) with
+//    L = floor(INT32_MAX / n).
+//    - |x_k * s| < P := 2^E * s. If s is a power of two the product is exact (up to underflow,
+//      at most 2^-150 absolute); otherwise |p_k - x_k s| <= half an ulp at magnitude P,
+//      h = 2^(ilogb(P) - 24) (plus the underflow term).
+//    - If |p_k| >= 2^23, p_k is an integer and r_k = p_k. Otherwise |x_k s| < 2^23, so the
+//      product erred by at most 2^-2, and rounding to an integer adds at most 1/2.
+//      Hence |r_k - x_k s| <= w := max(h, 1/2 + min(h, 1/4)) (+ 2^-150).
+//    - The clamp is a projection onto [-L, L]: it does not increase the error when x_k s lies
+//      in [-L, L]; otherwise x_k s lies in (L, INT32_MAX/n) (or the mirror) and the error is
+//      at most max(w, c) with c = (INT32_MAX mod n) / n < 1.
+//    So |q_k - x_k s| <= e_w := max(w, c), and |S - X s| <= n e_w for the exact int32 sum
+//    S = sum_k q_k (no wrap: |q_k| <= L).
+// 2. F = float(S): |S| <= S_max := A s + n e_w, so |F - S| <= half an ulp at S_max, zero
+//    when S_max < 2^24. With n = 1 it is zero too: q_1 is either p_1 (a float) or an
+//    integer of magnitude <= 2^23 (the clamp never engages: s <= 2^(31-E) there, so
+//    |x s| <= (1 - u) 2^31 = 2^31 - 128 = the clamp's float threshold).
+// 3. y = fl(F / s): exact when s is a power of two and the quotient is normal (a subnormal
+//    quotient errs by <= 2^-150; as |F| >= 1 or F = 0, that needs s > 2^126); otherwise at
+//    most half an ulp at |y|_max = (S_max + conversion error) / s (>= 2^-150).
+// Total: |y - X| <= n e_w / s + conversion / s + division; +Inf when |y|_max exceeds FLT_MAX
+// (the float result itself may overflow). The double arithmetic here has
+// relative error ~1e-16 per step; the final factor (1 + 2^-40) absorbs it.
+double QuantizationErrorBound(int8_t max_exp, uint32_t num_workers, double sum_abs_max) {
+  const double n = num_workers == 0 ? 1.0 : static_cast<double>(num_workers);
+  const float scale_f = ScaleForExponent(max_exp, num_workers);
+  const double s = scale_f;
+  const bool pow2_scale = IsPowerOfTwo(scale_f);
+  const double a = std::fabs(sum_abs_max);
+
+  // Step 1: per-worker error in quanta.
+  const double p_bound = std::ldexp(s, max_exp);  // 2^E * s
+  const double h = pow2_scale ? 0.0 : std::ldexp(1.0, std::ilogb(p_bound) - 24);
+  double per_worker = std::max(h, 0.5 + std::min(h, 0.25)) + kHalfMinSubnormal;
+  const uint32_t workers = num_workers == 0 ? 1u : num_workers;
+  const double clamp_gap = static_cast<double>(INT32_MAX % workers) / n;
+  per_worker = std::max(per_worker, clamp_gap);
+  const double quant_err_quanta = n * per_worker;
+
+  // Step 2: int32 sum -> float.
+  const double s_max = a * s + quant_err_quanta;
+  const double conv_err_quanta = workers == 1 ? 0.0 : IntegerToFloatError(s_max);
+
+  // Step 3: division by s.
+  const double y_max = (s_max + conv_err_quanta) / s;
+  if (y_max > static_cast<double>(FLT_MAX)) return HUGE_VAL;  // the float sum may overflow
+  double div_err = 0.0;
+  if (!pow2_scale) {
+    div_err = FloatRoundingError(y_max);  // >= 2^-150: covers subnormal quotients too
+  } else if (s > 0x1p126) {
+    div_err = kHalfMinSubnormal;  // |F| >= 1, so F / s can be subnormal only if s > 2^126
+  }
+
+  const double total = (quant_err_quanta + conv_err_quanta) / s + div_err;
+  return total * (1.0 + 0x1p-40);
+}
+
+void Int32ToBE(const int32_t* x, size_t n, uint8_t* dst) {
+  if (n == 0) return;
+  HWY_DYNAMIC_DISPATCH(Int32ToBEImpl)(x, n, dst);
+}
+
+void BEToInt32(const uint8_t* src, size_t n, int32_t* y) {
+  if (n == 0) return;
+  HWY_DYNAMIC_DISPATCH(BEToInt32Impl)(src, n, y);
+}
+
+void AddBEInto(int32_t* acc, const uint8_t* src, size_t n) {
+  if (n == 0) return;
+  HWY_DYNAMIC_DISPATCH(AddBEIntoImpl)(acc, src, n);
+}
+
+const char* ActiveTarget() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
+
+namespace internal {
+int64_t CompiledTargets() { return HWY_TARGETS; }
+}  // namespace internal
+
+}  // namespace switchml::quant
+#endif  // HWY_ONCE

@@ -1,0 +1,173 @@
+// quantizer_bench — throughput of the quantizer kernels against memcpy (Google Benchmark).
+//
+// Each iteration walks a 64 MiB float32 buffer in 1024-element packets (4 KiB payloads, the
+// reference's largest UDP packet), the way a worker does: exponent, scale, quantize into a
+// packet buffer, then dequantize a packet buffer into the output tensor. bytes_per_second
+// counts the 64 MiB of float input per iteration, so it compares directly with
+// BM_Memcpy (64 MiB copied per iteration: the same DRAM read + write traffic).
+//
+// Kernel benchmarks take the Highway target as an argument (the best one this CPU supports
+// and the scalar fallback), so the SIMD speedup can be read off. Not a CTest test.
+//
+//   quantizer_bench --benchmark_filter='Memcpy|QuantizeDequantize'
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "hwy/targets.h"
+#include "quant/quantizer.h"
+#include "quant/quantizer_internal.h"
+
+namespace switchml::quant {
+namespace {
+
+constexpr size_t kBufferBytes = size_t{64} << 20;
+constexpr size_t kNumElements = kBufferBytes / sizeof(float);
+constexpr size_t kPacketElements = 1024;
+constexpr uint32_t kWorkers = 8;
+
+// Inputs shared by all benchmarks (allocated and filled once).
+struct Buffers {
+  std::vector<float> input;
+  std::vector<float> output;
+  std::vector<uint8_t> payloads;  // 64 MiB of big-endian int32 (the quantized input)
+  Buffers() : input(kNumElements), output(kNumElements), payloads(kBufferBytes) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> dist(0.0f, 1e-3f);  // gradient-like magnitudes
+    for (float& v : input) v = dist(rng);
+    for (size_t i = 0; i < kNumElements; i += kPacketElements) {
+      int8_t e = 0;
+      BlockExponent(&input[i], kPacketElements, &e);
+      QuantizeToBE(&input[i], kPacketElements, ScaleForExponent(e, kWorkers), kWorkers,
+                   &payloads[4 * i]);
+    }
+  }
+};
+
+Buffers& Shared() {
+  static Buffers* buffers = new Buffers();
+  return *buffers;
+}
+
+// Restricts dispatch to the target in state.range(0) for the benchmark's lifetime.
+class ScopedTarget {
+ public:
+  explicit ScopedTarget(benchmark::State& state) {
+    hwy::SetSupportedTargetsForTest(state.range(0));
+    state.SetLabel(ActiveTarget());
+  }
+  ~ScopedTarget() { hwy::SetSupportedTargetsForTest(0); }
+};
+
+// The best supported target, AVX2 (the documented deployment machine's best) and the scalar
+// fallback.
+void TargetArgs(benchmark::internal::Benchmark* b) {
+  const int64_t targets = hwy::SupportedTargets() & internal::CompiledTargets();
+  const int64_t best = targets & -targets;
+  int64_t fallback = targets;
+  while (fallback & (fallback - 1)) fallback &= fallback - 1;  // highest bit: the slowest
+  b->Arg(best);
+  if ((targets & HWY_AVX2) != 0 && best != HWY_AVX2) b->Arg(HWY_AVX2);
+  if (fallback != best) b->Arg(fallback);
+  b->ArgName("target")->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  Buffers& buf = Shared();
+  for (auto _ : state) {
+    std::memcpy(buf.output.data(), buf.input.data(), kBufferBytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBufferBytes));
+}
+BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The worker's whole float path per packet; the packet buffer stays in L1 like a reused
+// transmit buffer would.
+void BM_QuantizeDequantize(benchmark::State& state) {
+  ScopedTarget target(state);
+  Buffers& buf = Shared();
+  alignas(64) uint8_t packet[4 * kPacketElements];
+  for (auto _ : state) {
+    for (size_t i = 0; i < kNumElements; i += kPacketElements) {
+      int8_t e = 0;
+      BlockExponent(&buf.input[i], kPacketElements, &e);
+      const float s = ScaleForExponent(e, kWorkers);
+      QuantizeToBE(&buf.input[i], kPacketElements, s, kWorkers, packet);
+      DequantizeFromBE(packet, kPacketElements, s, &buf.output[i]);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBufferBytes));
+}
+BENCHMARK(BM_QuantizeDequantize)->Apply(TargetArgs);
+
+void BM_BlockExponent(benchmark::State& state) {
+  ScopedTarget target(state);
+  Buffers& buf = Shared();
+  for (auto _ : state) {
+    int sum = 0;
+    for (size_t i = 0; i < kNumElements; i += kPacketElements) {
+      int8_t e = 0;
+      BlockExponent(&buf.input[i], kPacketElements, &e);
+      sum += e;
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBufferBytes));
+}
+BENCHMARK(BM_BlockExponent)->Apply(TargetArgs);
+
+// Quantize 64 MiB of floats into 64 MiB of payloads (DRAM to DRAM).
+void BM_Quantize(benchmark::State& state) {
+  ScopedTarget target(state);
+  Buffers& buf = Shared();
+  const float s = ScaleForExponent(-9, kWorkers);
+  for (auto _ : state) {
+    for (size_t i = 0; i < kNumElements; i += kPacketElements) {
+      QuantizeToBE(&buf.input[i], kPacketElements, s, kWorkers, &buf.payloads[4 * i]);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBufferBytes));
+}
+BENCHMARK(BM_Quantize)->Apply(TargetArgs);
+
+// Dequantize 64 MiB of payloads into 64 MiB of floats (DRAM to DRAM).
+void BM_Dequantize(benchmark::State& state) {
+  ScopedTarget target(state);
+  Buffers& buf = Shared();
+  const float s = ScaleForExponent(-9, kWorkers);
+  for (auto _ : state) {
+    for (size_t i = 0; i < kNumElements; i += kPacketElements) {
+      DequantizeFromBE(&buf.payloads[4 * i], kPacketElements, s, &buf.output[i]);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBufferBytes));
+}
+BENCHMARK(BM_Dequantize)->Apply(TargetArgs);
+
+// The switch's add: one slot's 1024 int32 sums (in cache) += a packet from the 64 MiB stream.
+void BM_AddBEInto(benchmark::State& state) {
+  ScopedTarget target(state);
+  Buffers& buf = Shared();
+  alignas(64) int32_t slot[kPacketElements] = {};
+  for (auto _ : state) {
+    for (size_t i = 0; i < kNumElements; i += kPacketElements) {
+      AddBEInto(slot, &buf.payloads[4 * i], kPacketElements);
+    }
+    benchmark::DoNotOptimize(slot);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBufferBytes));
+}
+BENCHMARK(BM_AddBEInto)->Apply(TargetArgs);
+
+}  // namespace
+}  // namespace switchml::quant
+
+BENCHMARK_MAIN();

@@ -1,0 +1,427 @@
+#include "transport/udp_channel.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <utility>
+
+namespace switchml::transport {
+namespace {
+
+// Largest UDP payload over IPv4: 65535 − 20 (IP header) − 8 (UDP header).
+constexpr uint32_t kMaxUdpPayload = 65507;
+// sendmmsg/recvmmsg refuse more than UIO_MAXIOV messages per call.
+constexpr uint32_t kMaxBurstLimit = 1024;
+
+std::string ErrnoText(int err) {
+  const char* text = strerrordesc_np(err);
+  return text != nullptr ? std::string(text) : "errno " + std::to_string(err);
+}
+
+Status ErrnoError(const std::string& what, int err) {
+  return UnavailableError(what + ": " + ErrnoText(err));
+}
+
+sockaddr_in ToSockaddr(Endpoint ep) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(ep.port);
+  sa.sin_addr.s_addr = htonl(ep.ipv4);
+  return sa;
+}
+
+Endpoint FromSockaddr(const sockaddr_in& sa) {
+  return Endpoint{ntohl(sa.sin_addr.s_addr), ntohs(sa.sin_port)};
+}
+
+// Closes a descriptor on scope exit unless released.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() {
+    if (fd_ >= 0) close(fd_);
+  }
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+// Sets a socket buffer size, first with the *FORCE variant (root: ignores net.core.*mem_max),
+// then, if that is not permitted, with the capped one.
+Status SetBufferSize(int fd, int force_opt, int opt, int bytes, const char* name,
+                     const std::string& where) {
+  if (setsockopt(fd, SOL_SOCKET, force_opt, &bytes, sizeof(bytes)) == 0) return OkStatus();
+  if (errno != EPERM) {
+    return ErrnoError("setsockopt " + std::string(name) + "FORCE=" + std::to_string(bytes) +
+                          " on " + where, errno);
+  }
+  if (setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof(bytes)) != 0) {
+    return ErrnoError("setsockopt " + std::string(name) + "=" + std::to_string(bytes) + " on " +
+                          where, errno);
+  }
+  return OkStatus();
+}
+
+int GetIntOption(int fd, int opt) {
+  int value = 0;
+  socklen_t len = sizeof(value);
+  if (getsockopt(fd, SOL_SOCKET, opt, &value, &len) != 0) return -1;
+  return value;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<UdpChannel>> UdpChannel::Create(const UdpChannelOptions& options) {
+  if (options.send_buffer_bytes <= 0 || options.send_buffer_bytes > INT_MAX / 2) {
+    return InvalidArgumentError("send_buffer_bytes must be in [1, " + std::to_string(INT_MAX / 2) +
+                                "], got " + std::to_string(options.send_buffer_bytes));
+  }
+  if (options.recv_buffer_bytes <= 0 || options.recv_buffer_bytes > INT_MAX / 2) {
+    return InvalidArgumentError("recv_buffer_bytes must be in [1, " + std::to_string(INT_MAX / 2) +
+                                "], got " + std::to_string(options.recv_buffer_bytes));
+  }
+  if (options.busy_poll.count() < 0 || options.busy_poll.count() > INT_MAX) {
+    return InvalidArgumentError("busy_poll must be in [0, " + std::to_string(INT_MAX) +
+                                "] µs, got " + std::to_string(options.busy_poll.count()));
+  }
+  if (options.max_burst < 1 || options.max_burst > kMaxBurstLimit) {
+    return InvalidArgumentError("max_burst must be in [1, " + std::to_string(kMaxBurstLimit) +
+                                "], got " + std::to_string(options.max_burst));
+  }
+  const std::string where = "udp " + options.local.ToString();
+
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoError("socket for " + where, errno);
+  FdCloser fd_closer(fd);
+  const int wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd < 0) return ErrnoError("eventfd for " + where, errno);
+  FdCloser wake_closer(wake_fd);
+
+  SWITCHML_RETURN_IF_ERROR(SetBufferSize(fd, SO_SNDBUFFORCE, SO_SNDBUF, options.send_buffer_bytes,
+                                         "SO_SNDBUF", where));
+  SWITCHML_RETURN_IF_ERROR(SetBufferSize(fd, SO_RCVBUFFORCE, SO_RCVBUF, options.recv_buffer_bytes,
+                                         "SO_RCVBUF", where));
+  if (options.busy_poll.count() > 0) {
+    const int us = static_cast<int>(options.busy_poll.count());
+    if (setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL, &us, sizeof(us)) != 0 && errno != EPERM) {
+      return ErrnoError("setsockopt SO_BUSY_POLL=" + std::to_string(us) + " on " + where, errno);
+    }
+  }
+
+  const sockaddr_in local = ToSockaddr(options.local);
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0) {
+    return ErrnoError("bind " + options.local.ToString(), errno);
+  }
+  std::unique_ptr<UdpChannel> ch(new UdpChannel(fd_closer.release(), wake_closer.release(), options));
+  sockaddr_in bound{};
+  socklen_t len = sizeof(bound);
+  if (getsockname(ch->fd_, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+    return ErrnoError("getsockname on " + where, errno);
+  }
+  ch->local_ = FromSockaddr(bound);
+  ch->send_buffer_bytes_ = GetIntOption(ch->fd_, SO_SNDBUF);
+  ch->recv_buffer_bytes_ = GetIntOption(ch->fd_, SO_RCVBUF);
+  return ch;
+}
+
+UdpChannel::UdpChannel(int fd, int wake_fd, const UdpChannelOptions& options)
+    : fd_(fd),
+      wake_fd_(wake_fd),
+      local_(options.local),
+      max_burst_(options.max_burst),
+      tx_msgs_(new mmsghdr[options.max_burst]()),
+      tx_iov_(new iovec[options.max_burst]()),
+      tx_addr_(new sockaddr_in[options.max_burst]()),
+      rx_msgs_(new mmsghdr[options.max_burst]()),
+      rx_iov_(new iovec[options.max_burst]()),
+      rx_addr_(new sockaddr_in[options.max_burst]()) {
+  // The per-slot pointers never change; only lengths, addresses and flags are set per call.
+  for (uint32_t i = 0; i < max_burst_; ++i) {
+    msghdr& tx = tx_msgs_[i].msg_hdr;
+    tx.msg_name = &tx_addr_[i];
+    tx.msg_namelen = sizeof(sockaddr_in);
+    tx.msg_iov = &tx_iov_[i];
+    tx.msg_iovlen = 1;
+    tx_addr_[i].sin_family = AF_INET;
+    msghdr& rx = rx_msgs_[i].msg_hdr;
+    rx.msg_name = &rx_addr_[i];
+    rx.msg_iov = &rx_iov_[i];
+    rx.msg_iovlen = 1;
+  }
+}
+
+UdpChannel::~UdpChannel() {
+  if (fd_ >= 0) close(fd_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+std::string UdpChannel::Describe() const { return "udp " + local_.ToString(); }
+
+bool UdpChannel::MayBeAsyncError(int err) {
+  // What ICMP messages turn into (icmp_err_convert in the kernel), and interface flaps.
+  switch (err) {
+    case ECONNREFUSED:  // port unreachable: peer not listening (yet, or any more)
+    case EHOSTUNREACH:  // host unreachable, administratively filtered, no neighbour
+    case ENETUNREACH:   // network unreachable / no route right now
+    case EHOSTDOWN:
+    case ENONET:
+    case ENOPROTOOPT:   // protocol unreachable
+    case EOPNOTSUPP:    // source route failed
+    case EMSGSIZE:      // fragmentation needed
+    case EPROTO:
+    case ENETDOWN:
+    case ECONNRESET:
+    case ETIMEDOUT:
+    case EPERM:         // netfilter OUTPUT drop (ENVIRONMENT.md)
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool UdpChannel::IsLossLikeError(int err) {
+  // A datagram refused for one of these reasons is as good as lost on the way: the protocol
+  // above retransmits. The others (EMSGSIZE, ENOPROTOOPT, EOPNOTSUPP) are the caller's problem.
+  return MayBeAsyncError(err) && err != EMSGSIZE && err != ENOPROTOOPT && err != EOPNOTSUPP;
+}
+
+void UdpChannel::DrainErrorQueue() {
+  // Bounded: the error queue is charged to the receive buffer, so it cannot be endless, but a
+  // flood must not stall the caller either; the rest is drained on the next error.
+  uint8_t data[64];
+  uint8_t control[256];
+  for (int i = 0; i < 64; ++i) {
+    iovec iov{data, sizeof(data)};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    if (recvmsg(fd_, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) return;
+  }
+}
+
+StatusOr<size_t> UdpChannel::SendBurst(std::span<const TxDatagram> batch) {
+  // Validate the whole batch first, so a bad datagram fails the call before any is sent.
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const TxDatagram& d = batch[i];
+    if (d.size > kMaxUdpPayload || (d.data == nullptr && d.size > 0) || d.to.port == 0) {
+      return InvalidArgumentError(
+          "SendBurst on " + Describe() + ": datagram " + std::to_string(i) + " to " +
+          d.to.ToString() +
+          (d.to.port == 0 ? " has port 0"
+           : d.data == nullptr
+               ? " has null data"
+               : " has size " + std::to_string(d.size) + " > " + std::to_string(kMaxUdpPayload)));
+    }
+  }
+
+  size_t done = 0;          // datagrams accepted (sent or dropped) so far
+  int failures_at_done = 0;  // transient errors hitting datagram `done` in a row
+  while (done < batch.size()) {
+    // One chunk of at most max_burst_ datagrams per sendmmsg.
+    // GSO hook: runs of consecutive datagrams with the same destination and size could be
+    // coalesced here into one iovec array + a UDP_SEGMENT cmsg (msg_control per mmsghdr),
+    // cutting the per-datagram kernel cost ~8× (ENVIRONMENT.md). The return value would then
+    // count segments, not messages.
+    const uint32_t n = static_cast<uint32_t>(std::min<size_t>(max_burst_, batch.size() - done));
+    for (uint32_t i = 0; i < n; ++i) {
+      const TxDatagram& d = batch[done + i];
+      tx_iov_[i].iov_base = const_cast<uint8_t*>(d.data);
+      tx_iov_[i].iov_len = d.size;
+      tx_addr_[i].sin_port = htons(d.to.port);
+      tx_addr_[i].sin_addr.s_addr = htonl(d.to.ipv4);
+    }
+    uint32_t offset = 0;
+    while (offset < n) {
+      const int r = sendmmsg(fd_, tx_msgs_.get() + offset, n - offset, 0);
+      if (r > 0) {
+        offset += static_cast<uint32_t>(r);
+        done += static_cast<size_t>(r);
+        stats_.sent += static_cast<uint64_t>(r);
+        failures_at_done = 0;
+        // A short count means the next message failed; the next call reports why.
+        continue;
+      }
+      const int err = r == 0 ? EAGAIN : errno;
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS) {
+        ++stats_.send_eagain;
+        return done;
+      }
+      if (MayBeAsyncError(err) && failures_at_done == 0) {
+        // Possibly a pending asynchronous error (an earlier ICMP message) that this datagram
+        // merely reported; reading it cleared it, so retry the same datagram once.
+        ++stats_.errors_ignored;
+        ++failures_at_done;
+        DrainErrorQueue();
+        continue;
+      }
+      if (IsLossLikeError(err)) {
+        // Refused twice: this datagram's own fate (no route, filtered). Drop it, like the
+        // network would, and go on.
+        ++stats_.errors_ignored;
+        ++stats_.send_dropped;
+        failures_at_done = 0;
+        ++offset;
+        ++done;
+        continue;
+      }
+      const TxDatagram& d = batch[done];
+      const std::string what = "sendmmsg on " + Describe() + " to " + d.to.ToString() + " (" +
+                               std::to_string(d.size) + " bytes)";
+      if (err == EMSGSIZE || err == EACCES) {  // too big for the path; broadcast not enabled
+        return InvalidArgumentError(what + ": " + ErrnoText(err));
+      }
+      return ErrnoError(what, err);
+    }
+  }
+  return done;
+}
+
+StatusOr<size_t> UdpChannel::RecvOnce(std::span<RxDatagram> batch) {
+  // GRO hook: with UDP_GRO enabled, one message may carry several coalesced datagrams
+  // (a UDP_GRO cmsg gives the segment size); they would be received into a channel-owned
+  // staging buffer and split into batch entries here.
+  const uint32_t n = static_cast<uint32_t>(std::min<size_t>(max_burst_, batch.size()));
+  for (uint32_t i = 0; i < n; ++i) {
+    rx_iov_[i].iov_base = batch[i].data;
+    rx_iov_[i].iov_len = batch[i].capacity;
+    rx_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+    rx_msgs_[i].msg_hdr.msg_flags = 0;
+    rx_msgs_[i].msg_len = 0;
+  }
+  // A pending asynchronous error is cleared by the call that reports it, so a few retries
+  // suffice; the bound keeps a pathological error stream from spinning here.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const int r = recvmmsg(fd_, rx_msgs_.get(), n, MSG_DONTWAIT, nullptr);
+    if (r >= 0) {
+      for (int i = 0; i < r; ++i) {
+        RxDatagram& d = batch[static_cast<size_t>(i)];
+        d.size = rx_msgs_[i].msg_len;
+        d.truncated = (rx_msgs_[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+        d.from = FromSockaddr(rx_addr_[i]);
+        stats_.truncated += d.truncated ? 1 : 0;
+      }
+      stats_.received += static_cast<uint64_t>(r);
+      return static_cast<size_t>(r);
+    }
+    const int err = errno;
+    if (err == EAGAIN || err == EWOULDBLOCK) return size_t{0};
+    if (err == EINTR) continue;
+    if (MayBeAsyncError(err)) {
+      ++stats_.errors_ignored;
+      DrainErrorQueue();
+      continue;
+    }
+    return ErrnoError("recvmmsg on " + Describe(), err);
+  }
+  return size_t{0};
+}
+
+StatusOr<UdpChannel::WaitResult> UdpChannel::Wait(
+    std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const auto remaining = deadline - std::chrono::steady_clock::now();
+    if (remaining <= std::chrono::steady_clock::duration::zero()) return WaitResult::kTimeout;
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(remaining).count();
+    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    const int r = ppoll(fds, 2, &ts, nullptr);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("ppoll on " + Describe(), errno);
+    }
+    if (r == 0) continue;  // timed out: the deadline check above returns kTimeout
+    if (fds[1].revents != 0) {
+      uint64_t count;
+      // Consume the wake-up (EAGAIN is fine: nothing else reads this eventfd, but be lenient).
+      [[maybe_unused]] ssize_t ignored = read(wake_fd_, &count, sizeof(count));
+      return WaitResult::kWoken;
+    }
+    if (fds[0].revents & POLLNVAL) {
+      return InternalError("ppoll on " + Describe() + ": socket is not open");
+    }
+    // POLLERR: an asynchronous error is pending (sk_err or the IP_RECVERR queue). Clear the
+    // queue here; RecvOnce reads and absorbs sk_err.
+    if (fds[0].revents & POLLERR) DrainErrorQueue();
+    if (fds[0].revents != 0) return WaitResult::kReadable;
+  }
+}
+
+StatusOr<size_t> UdpChannel::RecvBurst(std::span<RxDatagram> batch,
+                                       std::chrono::microseconds timeout) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].data == nullptr && batch[i].capacity > 0) {
+      return InvalidArgumentError("RecvBurst on " + Describe() + ": buffer " + std::to_string(i) +
+                                  " has null data and capacity " +
+                                  std::to_string(batch[i].capacity));
+    }
+  }
+  if (batch.empty()) return size_t{0};
+
+  // Fast path: while traffic is flowing this is the only syscall.
+  SWITCHML_ASSIGN_OR_RETURN(size_t got, RecvOnce(batch));
+  if (got == 0) {
+    if (timeout.count() <= 0) return size_t{0};
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      SWITCHML_ASSIGN_OR_RETURN(WaitResult why, Wait(deadline));
+      if (why == WaitResult::kTimeout) return size_t{0};
+      SWITCHML_ASSIGN_OR_RETURN(got, RecvOnce(batch));
+      // After Wake() return even when empty; a readable event that yielded nothing (a
+      // datagram dropped for a bad checksum, an absorbed error) just waits again.
+      if (got > 0 || why == WaitResult::kWoken) break;
+    }
+  }
+  // The batch is larger than one syscall moves and the last call came back full: take what
+  // else is already queued, without waiting.
+  while (got < batch.size() && got % max_burst_ == 0 && got > 0) {
+    SWITCHML_ASSIGN_OR_RETURN(size_t more, RecvOnce(batch.subspan(got)));
+    if (more == 0) break;
+    got += more;
+  }
+  return got;
+}
+
+void UdpChannel::Wake() {
+  const uint64_t one = 1;
+  // EAGAIN would mean the counter is saturated: a wake-up is pending anyway.
+  [[maybe_unused]] ssize_t ignored = write(wake_fd_, &one, sizeof(one));
+}
+
+StatusOr<uint32_t> LocalIpv4For(Endpoint remote) {
+  const std::string what = "route to " + remote.ToString();
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoError(what + ": socket", errno);
+  FdCloser closer(fd);
+  // connect() on UDP only chooses a route and source address; nothing is sent. Port 0 is not
+  // a valid destination, so any port stands in for it.
+  Endpoint target = remote;
+  if (target.port == 0) target.port = 9;
+  const sockaddr_in sa = ToSockaddr(target);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof(sa)) != 0) {
+    return ErrnoError(what, errno);
+  }
+  sockaddr_in local{};
+  socklen_t len = sizeof(local);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) {
+    return ErrnoError(what + ": getsockname", errno);
+  }
+  return ntohl(local.sin_addr.s_addr);
+}
+
+}  // namespace switchml::transport

@@ -1,0 +1,452 @@
+#include "transport/udp_channel.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+namespace switchml::transport {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+RxDatagram Buffer(uint8_t* data, size_t capacity) {
+  RxDatagram rx;
+  rx.data = data;
+  rx.capacity = static_cast<uint32_t>(capacity);
+  return rx;
+}
+
+constexpr uint32_t kLocalhost = 0x7F000001;
+constexpr uint32_t kDatagramBytes = 4106;  // 10-byte SwitchML prefix + 1024 int32
+
+std::unique_ptr<UdpChannel> MakeChannel(UdpChannelOptions opt = {}) {
+  if (opt.local.ipv4 == 0) opt.local.ipv4 = kLocalhost;
+  auto ch = UdpChannel::Create(opt);
+  EXPECT_TRUE(ch.ok()) << ch.status();
+  return ch.ok() ? std::move(ch).value() : nullptr;
+}
+
+// Byte j of datagram i from sender `tag`: distinct per datagram, per position and per sender.
+uint8_t Pattern(int tag, uint32_t i, uint32_t j) {
+  return static_cast<uint8_t>(tag * 101 + i * 7 + j * 13 + (j >> 8));
+}
+
+// Sends `count` datagrams of `size` bytes to `to`, retrying the unaccepted rest.
+void SendAll(UdpChannel& ch, Endpoint to, int tag, uint32_t count, uint32_t size) {
+  std::vector<std::vector<uint8_t>> bufs(count, std::vector<uint8_t>(size));
+  std::vector<TxDatagram> tx(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    for (uint32_t j = 0; j < size; ++j) bufs[i][j] = Pattern(tag, i, j);
+    tx[i] = TxDatagram{bufs[i].data(), size, to};
+  }
+  size_t done = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (done < count && std::chrono::steady_clock::now() < deadline) {
+    auto sent = ch.SendBurst(std::span<const TxDatagram>(tx).subspan(done));
+    ASSERT_TRUE(sent.ok()) << sent.status();
+    done += *sent;
+  }
+  ASSERT_EQ(done, count);
+}
+
+// Receives until `count` datagrams arrived (or 2 s passed) and checks size, content and sender.
+void ReceiveAndCheck(UdpChannel& ch, Endpoint from, int tag, uint32_t count, uint32_t size,
+                     size_t burst) {
+  std::vector<std::vector<uint8_t>> bufs(burst, std::vector<uint8_t>(size + 100));
+  std::vector<RxDatagram> rx(burst);
+  uint32_t got = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (got < count && std::chrono::steady_clock::now() < deadline) {
+    for (size_t k = 0; k < burst; ++k) {
+      rx[k] = Buffer(bufs[k].data(), static_cast<uint32_t>(bufs[k].size()));
+    }
+    auto n = ch.RecvBurst(rx, 100ms);
+    ASSERT_TRUE(n.ok()) << n.status();
+    for (size_t k = 0; k < *n; ++k) {
+      const uint32_t i = got + static_cast<uint32_t>(k);  // loopback UDP keeps order
+      ASSERT_EQ(rx[k].size, size) << "datagram " << i;
+      EXPECT_FALSE(rx[k].truncated);
+      EXPECT_EQ(rx[k].from, from);
+      for (uint32_t j = 0; j < size; ++j) {
+        ASSERT_EQ(rx[k].data[j], Pattern(tag, i, j)) << "datagram " << i << " byte " << j;
+      }
+    }
+    got += static_cast<uint32_t>(*n);
+  }
+  EXPECT_EQ(got, count);
+}
+
+TEST(UdpChannelTest, BindsEphemeralPortAndReportsIt) {
+  auto ch = MakeChannel();
+  ASSERT_NE(ch, nullptr);
+  EXPECT_EQ(ch->local_endpoint().ipv4, kLocalhost);
+  EXPECT_NE(ch->local_endpoint().port, 0);
+  EXPECT_EQ(ch->Describe(), "udp " + ch->local_endpoint().ToString());
+  EXPECT_GT(ch->recv_buffer_bytes(), 0);
+  if (geteuid() == 0) {
+    // SO_RCVBUFFORCE lifts the rmem_max cap for root; Linux reports twice the request.
+    EXPECT_GE(ch->recv_buffer_bytes(), 4 << 20);
+    EXPECT_GE(ch->send_buffer_bytes(), 4 << 20);
+  }
+}
+
+TEST(UdpChannelTest, ExchangesBurstsInBothDirections) {
+  auto a = MakeChannel();
+  auto b = MakeChannel();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  SendAll(*a, b->local_endpoint(), 1, 32, kDatagramBytes);
+  SendAll(*b, a->local_endpoint(), 2, 32, kDatagramBytes);
+  ReceiveAndCheck(*b, a->local_endpoint(), 1, 32, kDatagramBytes, 32);
+  ReceiveAndCheck(*a, b->local_endpoint(), 2, 32, kDatagramBytes, 32);
+  EXPECT_EQ(a->stats().sent, 32u);
+  EXPECT_EQ(a->stats().received, 32u);
+  EXPECT_EQ(b->stats().sent, 32u);
+  EXPECT_EQ(b->stats().received, 32u);
+}
+
+TEST(UdpChannelTest, BurstsLargerThanMaxBurstTakeSeveralSyscalls) {
+  UdpChannelOptions opt;
+  opt.max_burst = 8;
+  auto a = MakeChannel(opt);
+  auto b = MakeChannel(opt);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  SendAll(*a, b->local_endpoint(), 3, 20, 100);
+  // One RecvBurst of 20 collects the 20 queued datagrams in three recvmmsg calls.
+  std::vector<std::vector<uint8_t>> bufs(20, std::vector<uint8_t>(200));
+  std::vector<RxDatagram> rx(20);
+  for (size_t k = 0; k < 20; ++k) rx[k] = Buffer(bufs[k].data(), 200);
+  auto n = b->RecvBurst(rx, 1s);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 20u);
+  for (size_t k = 0; k < *n; ++k) {
+    ASSERT_EQ(rx[k].size, 100u);
+    EXPECT_EQ(rx[k].data[50], Pattern(3, static_cast<uint32_t>(k), 50));
+  }
+}
+
+TEST(UdpChannelTest, FlagsTruncatedDatagrams) {
+  auto a = MakeChannel();
+  auto b = MakeChannel();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::vector<uint8_t> big(100);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i + 1);
+  TxDatagram tx[2] = {{big.data(), 100, b->local_endpoint()}, {big.data(), 10, b->local_endpoint()}};
+  auto sent = a->SendBurst(tx);
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  ASSERT_EQ(*sent, 2u);
+
+  uint8_t buf0[10] = {}, buf1[10] = {};
+  RxDatagram rx[2] = {Buffer(buf0, sizeof(buf0)), Buffer(buf1, sizeof(buf1))};
+  size_t got = 0;
+  for (int tries = 0; tries < 10 && got < 2; ++tries) {
+    auto n = b->RecvBurst(std::span<RxDatagram>(rx).subspan(got), 200ms);
+    ASSERT_TRUE(n.ok()) << n.status();
+    got += *n;
+  }
+  ASSERT_EQ(got, 2u);
+  EXPECT_EQ(rx[0].size, 10u);  // bytes stored, not the datagram's length
+  EXPECT_TRUE(rx[0].truncated);
+  EXPECT_EQ(buf0[0], 1);
+  EXPECT_EQ(buf0[9], 10);
+  EXPECT_EQ(rx[1].size, 10u);  // exactly fits: not truncated
+  EXPECT_FALSE(rx[1].truncated);
+  EXPECT_EQ(b->stats().truncated, 1u);
+}
+
+TEST(UdpChannelTest, RecvTimesOutAfterTheTimeout) {
+  auto ch = MakeChannel();
+  ASSERT_NE(ch, nullptr);
+  uint8_t buf[64];
+  RxDatagram rx[1] = {Buffer(buf, sizeof(buf))};
+
+  for (auto timeout : {std::chrono::microseconds(20ms), std::chrono::microseconds(3ms)}) {
+    const auto start = std::chrono::steady_clock::now();
+    auto n = ch->RecvBurst(rx, timeout);
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(*n, 0u);
+    EXPECT_GE(elapsed, timeout);
+    EXPECT_LT(elapsed, timeout + 100ms);  // generous: 2 shared cores
+  }
+
+  // Zero timeout: a poll, no wait.
+  const auto start = std::chrono::steady_clock::now();
+  auto n = ch->RecvBurst(rx, 0us);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 50ms);
+}
+
+TEST(UdpChannelTest, WakeUnblocksRecvInAnotherThread) {
+  auto ch = MakeChannel();
+  ASSERT_NE(ch, nullptr);
+  std::atomic<bool> returned{false};
+  StatusOr<size_t> result = size_t{99};
+  std::chrono::steady_clock::duration blocked{};
+  std::thread t([&] {
+    uint8_t buf[64];
+    RxDatagram rx[1] = {Buffer(buf, sizeof(buf))};
+    const auto start = std::chrono::steady_clock::now();
+    result = ch->RecvBurst(rx, 30s);
+    blocked = std::chrono::steady_clock::now() - start;
+    returned = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(returned.load());  // really blocked
+  ch->Wake();
+  t.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(*result, 0u);
+  EXPECT_LT(blocked, 5s);
+
+  // The wake-up was consumed: the next wait runs to its timeout.
+  uint8_t buf[64];
+  RxDatagram rx[1] = {Buffer(buf, sizeof(buf))};
+  const auto start = std::chrono::steady_clock::now();
+  auto n = ch->RecvBurst(rx, 20ms);
+  ASSERT_TRUE(n.ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 20ms);
+}
+
+TEST(UdpChannelTest, WakeBeforeRecvIsNotLost) {
+  auto ch = MakeChannel();
+  ASSERT_NE(ch, nullptr);
+  ch->Wake();
+  uint8_t buf[64];
+  RxDatagram rx[1] = {Buffer(buf, sizeof(buf))};
+  const auto start = std::chrono::steady_clock::now();
+  auto n = ch->RecvBurst(rx, 30s);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+TEST(UdpChannelTest, BindConflictNamesEndpointAndErrno) {
+  auto a = MakeChannel();
+  ASSERT_NE(a, nullptr);
+  UdpChannelOptions opt;
+  opt.local = a->local_endpoint();
+  auto b = UdpChannel::Create(opt);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(b.status().message(),
+            "bind " + a->local_endpoint().ToString() + ": Address already in use");
+}
+
+TEST(UdpChannelTest, RejectsBadOptionsNamingTheField) {
+  UdpChannelOptions opt;
+  opt.max_burst = 0;
+  auto a = UdpChannel::Create(opt);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(a.status().message(), HasSubstr("max_burst"));
+
+  opt = {};
+  opt.recv_buffer_bytes = -1;
+  auto b = UdpChannel::Create(opt);
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(b.status().message(), HasSubstr("recv_buffer_bytes"));
+
+  opt = {};
+  opt.busy_poll = std::chrono::microseconds(-5);
+  auto c = UdpChannel::Create(opt);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("busy_poll"));
+}
+
+TEST(UdpChannelTest, BusyPollOptionIsAccepted) {
+  UdpChannelOptions opt;
+  opt.busy_poll = 50us;
+  EXPECT_NE(MakeChannel(opt), nullptr);
+}
+
+TEST(UdpChannelTest, RejectsBadDatagramsBeforeSendingAny) {
+  auto a = MakeChannel();
+  auto b = MakeChannel();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  uint8_t byte = 7;
+  std::vector<uint8_t> huge(70000);
+  const TxDatagram ok{&byte, 1, b->local_endpoint()};
+  for (const TxDatagram& bad : {TxDatagram{&byte, 1, {kLocalhost, 0}},
+                                TxDatagram{nullptr, 5, b->local_endpoint()},
+                                TxDatagram{huge.data(), 70000, b->local_endpoint()}}) {
+    TxDatagram batch[2] = {ok, bad};
+    auto sent = a->SendBurst(batch);
+    ASSERT_FALSE(sent.ok());
+    EXPECT_EQ(sent.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(sent.status().message(), HasSubstr("datagram 1"));
+  }
+  EXPECT_EQ(a->stats().sent, 0u);
+}
+
+// Traffic to a port nobody listens on provokes ICMP port-unreachable. With IP_RECVERR the
+// kernel reports it as ECONNREFUSED on the next send/receive; neither may fail.
+TEST(UdpChannelTest, IcmpErrorsAreCountedNotFatal) {
+  auto a = MakeChannel();
+  ASSERT_NE(a, nullptr);
+  Endpoint dead;
+  {
+    auto gone = MakeChannel();
+    ASSERT_NE(gone, nullptr);
+    dead = gone->local_endpoint();
+  }  // closed: its port has no listener now
+  const int on = 1;
+  ASSERT_EQ(setsockopt(a->native_handle(), IPPROTO_IP, IP_RECVERR, &on, sizeof(on)), 0);
+
+  uint8_t payload[16] = {};
+  uint8_t buf[64];
+  for (int round = 0; round < 20; ++round) {
+    TxDatagram tx[4];
+    for (auto& t : tx) t = TxDatagram{payload, sizeof(payload), dead};
+    auto sent = a->SendBurst(tx);
+    ASSERT_TRUE(sent.ok()) << sent.status();
+    EXPECT_EQ(*sent, 4u);
+    RxDatagram rx[1] = {Buffer(buf, sizeof(buf))};
+    auto n = a->RecvBurst(rx, 1ms);
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(*n, 0u);
+  }
+  EXPECT_GT(a->stats().errors_ignored, 0u);
+  // A pending error is reported by whichever datagram comes next; that datagram is retried and
+  // sent, so nothing is dropped.
+  EXPECT_EQ(a->stats().send_dropped, 0u);
+  EXPECT_EQ(a->stats().sent, 80u);
+
+  // The channel still works afterwards.
+  auto b = MakeChannel();
+  ASSERT_NE(b, nullptr);
+  SendAll(*a, b->local_endpoint(), 4, 4, 64);
+  ReceiveAndCheck(*b, a->local_endpoint(), 4, 4, 64, 4);
+}
+
+TEST(UdpChannelTest, SendingToDeadPortWithoutRecvErrSucceeds) {
+  auto a = MakeChannel();
+  ASSERT_NE(a, nullptr);
+  Endpoint dead;
+  {
+    auto gone = MakeChannel();
+    ASSERT_NE(gone, nullptr);
+    dead = gone->local_endpoint();
+  }
+  uint8_t payload[16] = {};
+  for (int round = 0; round < 10; ++round) {
+    TxDatagram tx[2] = {{payload, 16, dead}, {payload, 16, dead}};
+    auto sent = a->SendBurst(tx);
+    ASSERT_TRUE(sent.ok()) << sent.status();
+    EXPECT_EQ(*sent, 2u);
+    uint8_t buf[64];
+    RxDatagram rx[1] = {Buffer(buf, sizeof(buf))};
+    auto n = a->RecvBurst(rx, 1ms);
+    ASSERT_TRUE(n.ok()) << n.status();
+  }
+  EXPECT_EQ(a->stats().sent, 20u);
+}
+
+// In an empty network namespace nothing is routable: every datagram fails with ENETUNREACH,
+// twice, and is dropped and counted rather than failing the burst or blocking the caller.
+TEST(UdpChannelTest, UnroutableDatagramsAreDroppedNotFatal) {
+  bool skipped = false;
+  std::thread t([&] {
+    // unshare(CLONE_NEWNET) moves only this thread (and the sockets it creates) into a new,
+    // empty namespace; it needs CAP_SYS_ADMIN.
+    if (unshare(CLONE_NEWNET) != 0) {
+      skipped = true;
+      return;
+    }
+    UdpChannelOptions opt;  // 0.0.0.0:0
+    auto ch = UdpChannel::Create(opt);
+    ASSERT_TRUE(ch.ok()) << ch.status();
+    uint8_t payload[8] = {};
+    TxDatagram tx[3];
+    for (auto& d : tx) d = TxDatagram{payload, sizeof(payload), {0x0A010203, 9}};
+    auto sent = (*ch)->SendBurst(tx);
+    ASSERT_TRUE(sent.ok()) << sent.status();
+    EXPECT_EQ(*sent, 3u);
+    EXPECT_EQ((*ch)->stats().send_dropped, 3u);
+    EXPECT_EQ((*ch)->stats().errors_ignored, 6u);  // each datagram tried twice
+    EXPECT_EQ((*ch)->stats().sent, 0u);
+    auto route = LocalIpv4For({0x0A010203, 9});
+    ASSERT_FALSE(route.ok());
+    EXPECT_EQ(route.status().code(), StatusCode::kUnavailable);
+    EXPECT_EQ(route.status().message(), "route to 10.1.2.3:9: Network is unreachable");
+  });
+  t.join();
+  if (skipped) GTEST_SKIP() << "unshare(CLONE_NEWNET) not permitted";
+}
+
+TEST(UdpChannelTest, BroadcastWithoutSoBroadcastIsInvalidArgument) {
+  auto a = MakeChannel();
+  auto b = MakeChannel();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  uint8_t payload[8] = {};
+  TxDatagram tx[2] = {{payload, 8, b->local_endpoint()}, {payload, 8, {0xFFFFFFFF, 9}}};
+  auto sent = a->SendBurst(tx);
+  ASSERT_FALSE(sent.ok());
+  EXPECT_EQ(sent.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(sent.status().message(), HasSubstr("255.255.255.255:9"));
+  EXPECT_EQ(a->stats().sent, 1u);  // the first one went out
+}
+
+// Minimal buffers on both sides and a flood: SendBurst must keep returning promptly (the socket
+// is non-blocking) with a count, and the receiver simply loses what did not fit.
+TEST(UdpChannelTest, FloodNeverBlocksTheSender) {
+  UdpChannelOptions small;
+  small.send_buffer_bytes = 1;  // the kernel rounds up to its minimum
+  small.recv_buffer_bytes = 1;
+  auto a = MakeChannel(small);
+  auto b = MakeChannel(small);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::vector<uint8_t> payload(kDatagramBytes, 0xAB);
+  std::vector<TxDatagram> tx(64, TxDatagram{payload.data(), kDatagramBytes, b->local_endpoint()});
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t accepted = 0;
+  for (int round = 0; round < 16; ++round) {
+    auto sent = a->SendBurst(tx);
+    ASSERT_TRUE(sent.ok()) << sent.status();
+    EXPECT_LE(*sent, tx.size());
+    accepted += *sent;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_EQ(accepted, a->stats().sent);
+  EXPECT_EQ(a->stats().send_dropped, 0u);
+
+  std::vector<std::vector<uint8_t>> bufs(64, std::vector<uint8_t>(kDatagramBytes));
+  std::vector<RxDatagram> rx(64);
+  uint64_t received = 0;
+  for (;;) {
+    for (size_t k = 0; k < rx.size(); ++k) rx[k] = Buffer(bufs[k].data(), kDatagramBytes);
+    auto n = b->RecvBurst(rx, 0us);
+    ASSERT_TRUE(n.ok()) << n.status();
+    if (*n == 0) break;
+    received += *n;
+  }
+  EXPECT_LT(received, 16u * 64u);  // a few KiB of receive buffer cannot hold 4 MiB
+  EXPECT_LE(received, accepted);
+}
+
+TEST(UdpChannelTest, LocalIpv4ForLoopbackIsLoopback) {
+  auto ip = LocalIpv4For({kLocalhost, 48864});
+  ASSERT_TRUE(ip.ok()) << ip.status();
+  EXPECT_EQ(*ip, kLocalhost);
+  auto ip2 = LocalIpv4For({0x7F000005, 0});  // any 127/8 address; port 0 is allowed here
+  ASSERT_TRUE(ip2.ok()) << ip2.status();
+  EXPECT_EQ(*ip2 >> 24, 127u);
+}
+
+}  // namespace
+}  // namespace switchml::transport

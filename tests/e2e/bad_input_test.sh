@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Bad input of every kind gets a clear error naming the problem, within a deadline, and never
+# crashes the switch.
+source "$(dirname "$0")/lib.sh"
+
+# expect_error NAME PATTERN MAX_SECONDS -- command...: the command must fail (non-zero exit,
+# not a crash signal) within MAX_SECONDS and print PATTERN.
+expect_error() {
+  local name=$1 pattern=$2 max=$3; shift 4
+  local start end rc=0
+  start=$(date +%s.%N)
+  timeout $((max + 5)) "$@" > "$WORK/out.log" 2>&1 || rc=$?
+  end=$(date +%s.%N)
+  [ $rc -ne 0 ] || { cat "$WORK/out.log"; fail "$name: exited 0"; }
+  [ $rc -lt 124 ] || { cat "$WORK/out.log"; fail "$name: exit code $rc (timeout or crash)"; }
+  grep -qE -- "$pattern" "$WORK/out.log" || { cat "$WORK/out.log"; fail "$name: output lacks /$pattern/"; }
+  python3 -c "import sys; sys.exit(0 if $end - $start <= $max else 1)" || fail "$name: took longer than $max s"
+  pass "$name: $(grep -m1 -E -- "$pattern" "$WORK/out.log")"
+}
+
+expect_error "unknown option" "--bogus" 5 -- "$SWITCHML" demo --bogus
+expect_error "unknown subcommand" "frobnicate" 5 -- "$SWITCHML" frobnicate
+expect_error "demo workers out of range" "--workers must be in \[1, 64\]" 5 -- "$SWITCHML" demo --workers 0
+expect_error "demo bad size" "--size.*unknown suffix" 5 -- "$SWITCHML" demo --size 12parsecs
+expect_error "demo bad type" "--type must be float32 or int32" 5 -- "$SWITCHML" demo --type float64
+expect_error "rank out of range" "rank must be in \[0, num_workers=2\), got 5" 5 -- \
+    "$SWITCHML" allreduce --rank 5 --workers 2
+expect_error "bad packet size" "elements_per_packet must be one of 64, 256, 512, 1024, got 100" 5 -- \
+    "$SWITCHML" allreduce --rank 0 --workers 1 --elements-per-packet 100
+expect_error "bad window" "window_packets" 5 -- "$SWITCHML" allreduce --rank 0 --workers 1 --window 0
+expect_error "bad controller address" "controller_address" 5 -- \
+    "$SWITCHML" allreduce --rank 0 --workers 1 --controller 999.1.2.3:50099
+expect_error "switch: bad slots" "num_slots" 5 -- "$SWITCHML" switch --slots 0
+expect_error "switch: bad drop probability" "ingress_drop_probability" 5 -- "$SWITCHML" switch --ingress-drop 1.5
+
+# No switch at this address: a clear error naming it, within the RPC timeout (2 s here).
+expect_error "switch not running" "127\.0\.0\.1:9" 6 -- \
+    "$SWITCHML" allreduce --rank 0 --workers 1 --controller 127.0.0.1:9 --rpc-timeout-ms 2000
+
+# Malformed and foreign datagrams to a running switch: dropped and counted by reason; a job
+# then runs correctly on the same switch.
+start_switch
+python3 - "$UDP_PORT" <<'PY'
+import socket, struct, sys
+port = int(sys.argv[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+def hdr(msg_type=1, size=1, job=0, tsi=0, pool=0):
+    return bytes([msg_type << 4 | size, job]) + struct.pack("<I", tsi) + struct.pack(">H", pool) + b"\0\0"
+bad = [
+    b"",                                   # truncated (empty)
+    b"\x11\x05\x46",                        # truncated
+    hdr(msg_type=2) + bytes(256),           # unknown msg type
+    hdr(size=2) + bytes(512),               # unsupported size code (reference drops 2)
+    hdr(size=0) + bytes(128),               # unsupported size code 0
+    hdr(size=1) + bytes(100),               # length mismatch
+    hdr(size=3) + bytes(256),               # length mismatch (code 3 = 1024 bytes)
+    hdr(size=1, pool=5) + bytes(256),       # well-formed, but from an unregistered sender
+]
+for b in bad:
+    s.sendto(b, ("127.0.0.1", port))
+s.sendto(bytes(70000 // 2), ("127.0.0.1", port))   # oversized
+PY
+sleep 0.3
+for r in 0 1; do
+  "$SWITCHML" allreduce --rank $r --workers 2 --controller 127.0.0.1:$CTL_PORT --type int32 --count 100000 \
+      --json "$WORK/r$r.json" > "$WORK/r$r.log" 2>&1 &
+  PIDS+=($!)
+  eval "W$r=$!"
+done
+wait "$W0" || { cat "$WORK/r0.log"; fail "rank 0 failed after malformed traffic"; }
+wait "$W1" || { cat "$WORK/r1.log"; fail "rank 1 failed after malformed traffic"; }
+stop_switch
+C="$WORK/switch-counters.json"
+[ "$(json_get "$C" "j['decode_truncated']")" -ge 2 ] || fail "truncated datagrams not counted"
+[ "$(json_get "$C" "j['decode_unknown_msg_type']")" -ge 1 ] || fail "unknown msg type not counted"
+[ "$(json_get "$C" "j['decode_unsupported_size_code']")" -ge 2 ] || fail "unsupported size codes not counted"
+[ "$(json_get "$C" "j['decode_length_mismatch']")" -ge 2 ] || fail "length mismatches not counted"
+[ "$(json_get "$C" "j['unknown_sender']")" -ge 1 ] || fail "unregistered sender not counted"
+pass "malformed datagrams dropped and counted: $(json_get "$C" "{k: v for k, v in j.items() if v and ('decode' in k or 'unknown' in k or 'trunc' in k)}")"
+
+# Workers that disagree on the tensor size (contract C1): the one waiting for packets the other
+# never sends gets an error within the job timeout instead of hanging. (Rank 0's smaller job
+# uses only slots rank 1 also fills, so it completes.)
+start_switch
+for r in 0 1; do
+  "$SWITCHML" allreduce --rank $r --workers 2 --controller 127.0.0.1:$CTL_PORT --type int32 \
+      --count $((1000 + 500 * r)) --job-timeout-ms 1500 > "$WORK/m$r.log" 2>&1 &
+  PIDS+=($!)
+  eval "M$r=$!"
+done
+rc0=0; rc1=0
+wait "$M0" || rc0=$?
+wait "$M1" || rc1=$?
+[ $rc0 -le 1 ] && [ $rc1 -eq 1 ] || { cat "$WORK/m0.log" "$WORK/m1.log"; fail "mismatched sizes: exit codes $rc0 $rc1"; }
+grep -q "DEADLINE_EXCEEDED" "$WORK/m1.log" || { cat "$WORK/m1.log"; fail "mismatched sizes: no deadline error"; }
+pass "mismatched sizes: $(grep -m1 DEADLINE "$WORK/m1.log")"
+stop_switch

@@ -1,0 +1,152 @@
+// `switchml switch`: the software switch (UDP dataplane) with its session service (gRPC)
+// embedded. Runs until SIGINT/SIGTERM, then prints its counters.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "controller/session_service.h"
+#include "dataplane/switch_server.h"
+#include "tools/cli_util.h"
+#include "tools/commands.h"
+#include "transport/udp_channel.h"
+
+namespace switchml::tools {
+
+namespace {
+
+struct SwitchArgs {
+  std::string bind = "0.0.0.0";
+  uint32_t port = 48864;
+  uint32_t controller_port = 50099;
+  uint32_t slots = 8192;
+  uint32_t max_elements = 1024;
+  uint32_t max_workers = 256;
+  double ingress_drop = 0;
+  double egress_drop = 0;
+  uint64_t drop_seed = 1;
+  std::string ready_file;
+  double stats_interval_s = 0;
+  std::string counters_json;
+};
+
+int Run(const SwitchArgs& a) {
+  auto fail = [](const std::string& m) {
+    std::cerr << "switchml switch: error: " << m << "\n";
+    return 1;
+  };
+  if (a.port > 65535) return fail("--port must be in [0, 65535], got " + std::to_string(a.port));
+  if (a.controller_port > 65535)
+    return fail("--controller-port must be in [0, 65535], got " + std::to_string(a.controller_port));
+  auto bind = transport::ParseEndpoint(a.bind, uint16_t(a.port));
+  if (!bind.ok()) return fail("--bind: " + bind.status().message());
+  bind->port = uint16_t(a.port);
+
+  dataplane::SwitchConfig cfg;
+  cfg.num_slots = a.slots;
+  cfg.max_elements_per_packet = a.max_elements;
+  cfg.max_workers = a.max_workers;
+  cfg.ingress_drop_probability = a.ingress_drop;
+  cfg.egress_drop_probability = a.egress_drop;
+  cfg.drop_seed = a.drop_seed;
+  cfg.advertised_ipv4 = bind->ipv4;
+  if (Status s = cfg.Validate(); !s.ok()) return fail(s.message());
+
+  // Signals are taken synchronously by this thread: block them before any thread starts so
+  // every thread inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  transport::UdpChannelOptions uo;
+  uo.local = *bind;
+  auto channel = transport::UdpChannel::Create(uo);
+  if (!channel.ok()) return fail(channel.status().ToString());
+  const uint16_t udp_port = (*channel)->local_endpoint().port;
+  auto server = dataplane::SwitchServer::Create(cfg, std::move(*channel));
+  if (!server.ok()) return fail(server.status().ToString());
+  if (Status s = (*server)->Start(); !s.ok()) return fail(s.ToString());
+
+  controller::ServerOptions so;
+  so.listen_address = a.bind + ":" + std::to_string(a.controller_port);
+  auto ctl = controller::ControllerServer::Start(so, server->get());
+  if (!ctl.ok()) return fail("session service: " + ctl.status().ToString());
+
+  std::printf("switchml switch: data plane on udp %s:%u, session service on %s:%d, %u slots, "
+              "up to %u elements/packet, up to %u workers\n",
+              a.bind.c_str(), udp_port, a.bind.c_str(), (*ctl)->port(), cfg.num_slots, cfg.max_elements_per_packet,
+              cfg.max_workers);
+  if (a.ingress_drop > 0 || a.egress_drop > 0)
+    std::printf("switchml switch: drop simulator on: ingress %g, egress %g, seed %llu\n", a.ingress_drop,
+                a.egress_drop, (unsigned long long)a.drop_seed);
+  std::fflush(stdout);
+  if (!a.ready_file.empty()) {
+    const std::string tmp = a.ready_file + ".tmp";
+    std::ofstream(tmp) << nlohmann::json{{"udp_port", udp_port}, {"controller_port", (*ctl)->port()}}.dump() << "\n";
+    std::rename(tmp.c_str(), a.ready_file.c_str());
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  auto last_stats = start;
+  while (true) {
+    timespec ts{0, 200 * 1000 * 1000};
+    int sig = sigtimedwait(&sigs, nullptr, &ts);
+    if (sig == SIGINT || sig == SIGTERM) {
+      std::printf("switchml switch: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      break;
+    }
+    if (a.stats_interval_s > 0 &&
+        std::chrono::steady_clock::now() - last_stats > std::chrono::duration<double>(a.stats_interval_s)) {
+      last_stats = std::chrono::steady_clock::now();
+      auto c = (*server)->counters();
+      std::printf("switchml switch: %llu received, %llu multicast rounds, %llu unicasts, %llu sent\n",
+                  (unsigned long long)c.core.datagrams_received, (unsigned long long)c.core.multicast_rounds,
+                  (unsigned long long)c.core.unicast_replies, (unsigned long long)c.core.datagrams_sent);
+      std::fflush(stdout);
+    }
+  }
+  (*ctl)->Shutdown();
+  (*server)->Stop();
+  const auto counters = (*server)->counters();
+  std::printf("switchml switch: counters after %.1f s:\n%s", 
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+              counters.FormatTable().c_str());
+  if (!a.counters_json.empty()) {
+    nlohmann::json j;
+    for (auto& [name, value] : counters.Named()) j[name] = value;
+    std::ofstream(a.counters_json) << j.dump(2) << "\n";
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+Runner AddSwitchCommand(CLI::App& app) {
+  auto a = std::make_shared<SwitchArgs>();
+  app.add_option("--bind", a->bind, "IPv4 address to listen on (data plane and session service)")->capture_default_str();
+  app.add_option("--port", a->port, "UDP port of the data plane (0 = pick a free one)")->capture_default_str();
+  app.add_option("--controller-port", a->controller_port, "TCP port of the session service (0 = pick a free one)")
+      ->capture_default_str();
+  app.add_option("--slots", a->slots, "Aggregator slots per set (1..16384)")->capture_default_str();
+  app.add_option("--max-elements", a->max_elements, "Largest packet accepted, in elements (64..1024)")
+      ->capture_default_str();
+  app.add_option("--max-workers", a->max_workers, "Most workers per job (1..256)")->capture_default_str();
+  app.add_option("--ingress-drop", a->ingress_drop, "Drop simulator: probability to drop a request before aggregation")
+      ->capture_default_str();
+  app.add_option("--egress-drop", a->egress_drop, "Drop simulator: probability to drop all responses of a packet")
+      ->capture_default_str();
+  app.add_option("--drop-seed", a->drop_seed, "Seed of the drop simulator")->capture_default_str();
+  app.add_option("--ready-file", a->ready_file, "Write {\"udp_port\",\"controller_port\"} as JSON to FILE once serving");
+  app.add_option("--stats-interval", a->stats_interval_s, "Print counters every N seconds (0 = only at exit)")
+      ->capture_default_str();
+  app.add_option("--counters-json", a->counters_json, "Write the final counters as JSON to FILE at exit");
+  return [a] { return Run(*a); };
+}
+
+}  // namespace switchml::tools

@@ -1,0 +1,42 @@
+// switchml — command line of SwitchML-C++.
+//
+//   switchml demo                      start a switch and 4 workers here, all-reduce, verify
+//   switchml switch [--port 48864]     run the software switch (with its session service)
+//   switchml allreduce --rank R --workers N --controller HOST:PORT ...   one worker of a job
+//
+// `switchml <command> --help` lists each command's flags.
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <string>
+
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"SwitchML-C++: in-network aggregation (software switch, client, tools)", "switchml"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("switchml 0.1.0"));
+  auto* sw = app.add_subcommand("switch", "Run the software switch and its session service");
+  auto* ar = app.add_subcommand("allreduce", "Run one worker (rank) of an all-reduce job against a switch");
+  auto* demo = app.add_subcommand(
+      "demo", "Start a switch and N workers on this machine, all-reduce a tensor, verify every element");
+  auto run_switch = switchml::tools::AddSwitchCommand(*sw);
+  auto run_allreduce = switchml::tools::AddAllReduceCommand(*ar);
+  auto run_demo = switchml::tools::AddDemoCommand(*demo);
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string cmd = argv[1];
+    if (cmd != "switch" && cmd != "allreduce" && cmd != "demo") {
+      std::cerr << "switchml: unknown command '" << cmd
+                << "' (commands: switch, allreduce, demo; see switchml --help)\n";
+      return 2;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (sw->parsed()) return run_switch();
+  if (ar->parsed()) return run_allreduce();
+  if (demo->parsed()) return run_demo();
+  return 2;
+}
