@@ -11,6 +11,7 @@
 #include "testing/exact_inputs.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
+#include "tools/job_flags.h"
 
 namespace switchml::tools {
 
@@ -20,16 +21,7 @@ struct AllReduceArgs {
   uint32_t rank = 0;
   uint32_t workers = 1;
   std::string controller = "127.0.0.1:50099";
-  std::string size = "4MiB";
-  uint64_t count = 0;
-  std::vector<std::string> counts;
-  std::string type = "float32";
-  uint32_t iters = 1;
-  uint32_t warmup = 0;
-  uint32_t threads = 1;
-  uint32_t window = 256;
-  uint32_t elements_per_packet = 256;
-  uint32_t job_timeout_ms = 10000;
+  JobFlags job{"4MiB"};
   uint32_t rpc_timeout_ms = 10000;
   double initial_rto_ms = -1;  // < 0: library default
   double min_rto_ms = -1;
@@ -59,35 +51,19 @@ int Run(const AllReduceArgs& a) {
     if (!a.json.empty()) std::ofstream(a.json) << report.dump(2) << "\n";
     return 1;
   };
-  DataType type;
-  if (a.type == "float32") type = DataType::kFloat32;
-  else if (a.type == "int32") type = DataType::kInt32;
-  else return fail("--type must be float32 or int32, got '" + a.type + "'");
-  std::vector<uint64_t> counts;
-  if (!a.counts.empty()) {
-    for (const std::string& c : a.counts) {
-      auto v = ParseSize(c);
-      if (!v.ok()) return fail("--counts: " + v.status().message());
-      counts.push_back(*v);
-    }
-  } else if (a.count != 0) {
-    counts.push_back(a.count);
-  } else {
-    auto bytes = ParseSize(a.size);
-    if (!bytes.ok()) return fail("--size: " + bytes.status().message());
-    if (*bytes % 4 != 0) return fail("--size must be a multiple of 4 bytes, got " + std::to_string(*bytes));
-    counts.push_back(*bytes / 4);
-  }
-  if (a.iters < 1) return fail("--iters must be >= 1");
+  auto job = a.job.Parse();
+  if (!job.ok()) return fail(job.status().message());
+  const DataType type = job->type;
+  const std::vector<uint64_t>& counts = job->counts;
 
   Options opt;
   opt.rank = a.rank;
   opt.num_workers = a.workers;
   opt.controller_address = a.controller;
-  opt.num_worker_threads = a.threads;
-  opt.window_packets = a.window;
-  opt.elements_per_packet = a.elements_per_packet;
-  opt.job_timeout = std::chrono::milliseconds(a.job_timeout_ms);
+  opt.num_worker_threads = a.job.threads;
+  opt.window_packets = a.job.window;
+  opt.elements_per_packet = a.job.elements_per_packet;
+  opt.job_timeout = std::chrono::milliseconds(a.job.job_timeout_ms);
   opt.rpc_timeout = std::chrono::milliseconds(a.rpc_timeout_ms);
   auto us = [](double ms) { return std::chrono::microseconds(int64_t(ms * 1000)); };
   if (a.initial_rto_ms >= 0) opt.initial_rto = us(a.initial_rto_ms);
@@ -98,7 +74,7 @@ int Run(const AllReduceArgs& a) {
   auto ctx = Context::Create(opt);
   if (!ctx.ok()) return fail(ctx.status().ToString());
 
-  report["type"] = a.type;
+  report["type"] = a.job.type;
   report["results"] = nlohmann::json::array();
   bool all_ok = true;
   for (uint64_t count : counts) {
@@ -113,7 +89,7 @@ int Run(const AllReduceArgs& a) {
     std::vector<double> times;
     testing::Verification worst;
     uint64_t checksum = 0;
-    for (uint32_t it = 0; it < a.warmup + a.iters; ++it) {
+    for (uint32_t it = 0; it < a.job.warmup + a.job.iters; ++it) {
       if (a.inplace && it > 0) fill();
       const auto t0 = std::chrono::steady_clock::now();
       Status s = (*ctx)->AllReduce(in.data(), out, count, type);
@@ -125,7 +101,7 @@ int Run(const AllReduceArgs& a) {
               : testing::VerifyInt32(static_cast<const int32_t*>(out), count, a.workers);
       if (v.wrong > worst.wrong || (worst.wrong == 0 && v.max_abs_error > worst.max_abs_error)) worst = v;
       worst.tolerance = v.tolerance;
-      if (it >= a.warmup) times.push_back(secs);
+      if (it >= a.job.warmup) times.push_back(secs);
       checksum = Fnv1a(static_cast<const uint8_t*>(out), count * 4);
     }
     const Stats st = (*ctx)->GetStats();
@@ -146,7 +122,7 @@ int Run(const AllReduceArgs& a) {
     report["results"].push_back(r);
     const double retx_pct = sent ? 100.0 * double(retx) / double(sent) : 0.0;
     std::printf("rank %u/%u: %llu %s elements, best %.3f ms, mean %.3f ms over %zu iteration(s), %llu wrong, retx %.2f%%\n",
-                a.rank, a.workers, (unsigned long long)count, a.type.c_str(), best * 1e3,
+                a.rank, a.workers, (unsigned long long)count, a.job.type.c_str(), best * 1e3,
                 total / double(times.size()) * 1e3, times.size(), (unsigned long long)worst.wrong, retx_pct);
     std::fflush(stdout);
     if (worst.wrong) {
@@ -175,18 +151,7 @@ Runner AddAllReduceCommand(CLI::App& app) {
   app.add_option("--workers", a->workers, "Number of workers in the job (1..256)")->required();
   app.add_option("--controller", a->controller, "Controller (session service) address host:port")
       ->capture_default_str();
-  app.add_option("--size", a->size, "Tensor size in bytes (suffixes K, M, G, KiB, MiB, GiB)")->capture_default_str();
-  app.add_option("--count", a->count, "Tensor size in elements (overrides --size)");
-  app.add_option("--counts", a->counts, "Several tensor sizes in elements, run in order as consecutive jobs")
-      ->delimiter(',');
-  app.add_option("--type", a->type, "Element type: float32 or int32")->capture_default_str();
-  app.add_option("--iters", a->iters, "Timed iterations")->capture_default_str();
-  app.add_option("--warmup", a->warmup, "Untimed warm-up iterations")->capture_default_str();
-  app.add_option("--threads", a->threads, "Worker threads (each owns window/threads slots)")->capture_default_str();
-  app.add_option("--window", a->window, "Packets in flight per worker")->capture_default_str();
-  app.add_option("--elements-per-packet", a->elements_per_packet, "64, 256, 512 or 1024")->capture_default_str();
-  app.add_option("--job-timeout-ms", a->job_timeout_ms, "Fail a job after this long without progress")
-      ->capture_default_str();
+  a->job.Register(app);
   app.add_option("--rpc-timeout-ms", a->rpc_timeout_ms, "Deadline of each controller call")->capture_default_str();
   app.add_option("--initial-rto-ms", a->initial_rto_ms, "Initial retransmission timeout (default 80)");
   app.add_option("--min-rto-ms", a->min_rto_ms, "Lower bound of the adaptive retransmission timeout (default 40)");

@@ -15,6 +15,7 @@
 #include "testing/exact_inputs.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
+#include "tools/job_flags.h"
 
 namespace switchml::tools {
 
@@ -22,45 +23,24 @@ namespace {
 
 struct DemoArgs {
   uint32_t workers = 4;
-  std::string size = "64MiB";
-  std::vector<std::string> counts;
-  std::string type = "float32";
-  uint32_t iters = 1;
-  uint32_t warmup = 0;
-  uint32_t threads = 1;
-  uint32_t window = 256;
-  uint32_t elements_per_packet = 256;
+  JobFlags job{"64MiB"};
   double ingress_drop = 0;
   double egress_drop = 0;
   uint64_t drop_seed = 1;
   uint32_t timeout_s = 300;
-  uint32_t job_timeout_ms = 10000;
   std::vector<std::string> worker_args;
   std::string json;
   bool keep_logs = false;
 };
 
 int Run(const DemoArgs& a) {
-  auto bytes = ParseSize(a.size);
-  if (!bytes.ok()) { std::cerr << "switchml demo: error: --size: " << bytes.status().message() << "\n"; return 2; }
-  if (*bytes % 4) { std::cerr << "switchml demo: error: --size must be a multiple of 4 bytes\n"; return 2; }
+  auto job = a.job.Parse();
+  if (!job.ok()) { std::cerr << "switchml demo: error: " << job.status().message() << "\n"; return 2; }
   if (a.workers < 1 || a.workers > 64) {
     std::cerr << "switchml demo: error: --workers must be in [1, 64] on one machine, got " << a.workers << "\n";
     return 2;
   }
-  if (a.type != "float32" && a.type != "int32") {
-    std::cerr << "switchml demo: error: --type must be float32 or int32, got '" << a.type << "'\n";
-    return 2;
-  }
-  std::vector<uint64_t> counts;
-  for (const std::string& c : a.counts) {
-    auto v = ParseSize(c);
-    if (!v.ok()) { std::cerr << "switchml demo: error: --counts: " << v.status().message() << "\n"; return 2; }
-    counts.push_back(*v);
-  }
-  if (counts.empty()) counts.push_back(*bytes / 4);
-  std::string counts_arg;
-  for (uint64_t c : counts) counts_arg += (counts_arg.empty() ? "" : ",") + std::to_string(c);
+  const std::vector<uint64_t>& counts = job->counts;
   const uint64_t count = counts[0];
   char tmpl[] = "/tmp/switchml-demo.XXXXXX";
   if (!mkdtemp(tmpl)) { std::perror("switchml demo: mkdtemp"); return 1; }
@@ -69,12 +49,12 @@ int Run(const DemoArgs& a) {
 
   if (counts.size() == 1)
     std::printf("switchml demo: %u workers, %s %s (%llu elements), %u thread(s)/worker, window %u, %u elements/packet\n",
-                a.workers, FormatBytes(count * 4).c_str(), a.type.c_str(), (unsigned long long)count, a.threads,
-                a.window, a.elements_per_packet);
+                a.workers, FormatBytes(count * 4).c_str(), a.job.type.c_str(), (unsigned long long)count, a.job.threads,
+                a.job.window, a.job.elements_per_packet);
   else
     std::printf("switchml demo: %u workers, %zu %s tensors as consecutive jobs, %u thread(s)/worker, window %u, "
-                "%u elements/packet\n", a.workers, counts.size(), a.type.c_str(), a.threads, a.window,
-                a.elements_per_packet);
+                "%u elements/packet\n", a.workers, counts.size(), a.job.type.c_str(), a.job.threads, a.job.window,
+                a.job.elements_per_packet);
   if (a.ingress_drop > 0 || a.egress_drop > 0)
     std::printf("switchml demo: switch drop simulator: ingress %.4f, egress %.4f (seed %llu)\n", a.ingress_drop,
                 a.egress_drop, (unsigned long long)a.drop_seed);
@@ -116,14 +96,10 @@ int Run(const DemoArgs& a) {
   std::vector<Child> workers;
   for (uint32_t r = 0; r < a.workers; ++r) {
     std::vector<std::string> argv = {exe, "allreduce", "--rank", std::to_string(r), "--workers",
-                                     std::to_string(a.workers), "--controller",
-                                     "127.0.0.1:" + std::to_string(ctl_port), "--counts", counts_arg,
-                                     "--type", a.type, "--iters", std::to_string(a.iters), "--warmup",
-                                     std::to_string(a.warmup), "--threads", std::to_string(a.threads),
-                                     "--window", std::to_string(a.window), "--elements-per-packet",
-                                     std::to_string(a.elements_per_packet), "--job-timeout-ms",
-                                     std::to_string(a.job_timeout_ms), "--json",
+                                     std::to_string(a.workers), "--controller", "127.0.0.1:" + std::to_string(ctl_port), "--json",
                                      dir + "/rank-" + std::to_string(r) + ".json"};
+    const auto job_args = a.job.ToArgs(counts);
+    argv.insert(argv.end(), job_args.begin(), job_args.end());
     argv.insert(argv.end(), a.worker_args.begin(), a.worker_args.end());
     auto c = Spawn("rank " + std::to_string(r), argv, dir + "/rank-" + std::to_string(r) + ".log");
     if (!c.ok()) {
@@ -150,7 +126,7 @@ int Run(const DemoArgs& a) {
     int reported = 0;
   };
   std::vector<Row> rows(counts.size());
-  for (auto& r : rows) r.iter_max.assign(a.iters, 0.0);
+  for (auto& r : rows) r.iter_max.assign(a.job.iters, 0.0);
   for (uint32_t r = 0; r < a.workers; ++r) {
     Child& c = workers[r];
     nlohmann::json j;
@@ -191,7 +167,7 @@ int Run(const DemoArgs& a) {
     const uint64_t cnt = counts[k], size_bytes = cnt * 4;
     if (row.reported != int(a.workers)) {
       ok = false;
-      std::printf("%12llu %12llu %8s %10s\n", (unsigned long long)size_bytes, (unsigned long long)cnt, a.type.c_str(),
+      std::printf("%12llu %12llu %8s %10s\n", (unsigned long long)size_bytes, (unsigned long long)cnt, a.job.type.c_str(),
                   "(no result)");
       continue;
     }
@@ -208,7 +184,7 @@ int Run(const DemoArgs& a) {
     const double elems = best > 0 ? double(cnt) / best : 0;
     total_wrong += row.wrong;
     std::printf("%12llu %12llu %8s %10.2f %11.4f %11.4f %7llu %7.3f %12.2f\n", (unsigned long long)size_bytes,
-                (unsigned long long)cnt, a.type.c_str(), best * 1e3, algbw, busbw, (unsigned long long)row.wrong,
+                (unsigned long long)cnt, a.job.type.c_str(), best * 1e3, algbw, busbw, (unsigned long long)row.wrong,
                 retx_pct, elems / 1e6);
     rows_json.push_back({{"bytes", size_bytes}, {"count", cnt}, {"time_s", best}, {"mean_time_s", mean},
                          {"algbw_GBps", algbw}, {"busbw_GBps", busbw}, {"wrong", row.wrong}, {"retx_pct", retx_pct},
@@ -220,7 +196,7 @@ int Run(const DemoArgs& a) {
   if (ok) {
     std::printf("verdict: PASS: all %u workers got every element right in %zu tensor(s) (%s)\n", a.workers,
                 counts.size(),
-                a.type == "int32" ? "int32: exact sums"
+                a.job.type == "int32" ? "int32: exact sums"
                                   : ("float32: within the quantization bound " +
                                      std::to_string(testing::Float32Tolerance(a.workers)))
                                         .c_str());
@@ -233,8 +209,8 @@ int Run(const DemoArgs& a) {
     std::printf("--- switch log:\n%s", Tail(sw->log_path, 30).c_str());
   }
   if (!a.json.empty()) {
-    nlohmann::json out = {{"workers", a.workers}, {"type", a.type}, {"threads", a.threads}, {"window", a.window},
-                          {"elements_per_packet", a.elements_per_packet}, {"iters", a.iters}, {"rows", rows_json},
+    nlohmann::json out = {{"workers", a.workers}, {"type", a.job.type}, {"threads", a.job.threads}, {"window", a.job.window},
+                          {"elements_per_packet", a.job.elements_per_packet}, {"iters", a.job.iters}, {"rows", rows_json},
                           {"wrong", total_wrong}, {"ok", ok}, {"errors", errors}, {"ranks", ranks},
                           {"switch_counters", nlohmann::json::object()}};
     std::ifstream cf(dir + "/switch-counters.json");
@@ -251,23 +227,13 @@ int Run(const DemoArgs& a) {
 Runner AddDemoCommand(CLI::App& app) {
   auto a = std::make_shared<DemoArgs>();
   app.add_option("--workers", a->workers, "Worker processes to start")->capture_default_str();
-  app.add_option("--size", a->size, "Tensor size in bytes (suffixes K, M, G, KiB, MiB, GiB)")->capture_default_str();
-  app.add_option("--counts", a->counts, "Several tensor sizes in elements (comma-separated), run as consecutive jobs")
-      ->delimiter(',');
-  app.add_option("--type", a->type, "float32 or int32")->capture_default_str();
-  app.add_option("--iters", a->iters, "Timed iterations")->capture_default_str();
-  app.add_option("--warmup", a->warmup, "Untimed warm-up iterations")->capture_default_str();
-  app.add_option("--threads", a->threads, "Worker threads per worker")->capture_default_str();
-  app.add_option("--window", a->window, "Packets in flight per worker")->capture_default_str();
-  app.add_option("--elements-per-packet", a->elements_per_packet, "64, 256, 512 or 1024")->capture_default_str();
+  a->job.Register(app);
   app.add_option("--ingress-drop", a->ingress_drop, "Switch drop simulator: probability to drop a request")
       ->capture_default_str();
   app.add_option("--egress-drop", a->egress_drop, "Switch drop simulator: probability to drop a packet's responses")
       ->capture_default_str();
   app.add_option("--drop-seed", a->drop_seed, "Seed of the drop simulator")->capture_default_str();
   app.add_option("--timeout-s", a->timeout_s, "Kill workers still running after this many seconds")->capture_default_str();
-  app.add_option("--job-timeout-ms", a->job_timeout_ms, "Workers fail a job after this long without progress")
-      ->capture_default_str();
   app.add_option("--json", a->json, "Write the results as JSON to FILE");
   app.add_option("--worker-arg", a->worker_args,
                  "Extra flag passed to every `switchml allreduce` worker (repeatable), e.g. --worker-arg=--min-rto-ms=10");

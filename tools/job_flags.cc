@@ -1,0 +1,52 @@
+#include "tools/job_flags.h"
+
+#include "tools/cli_util.h"
+
+namespace switchml::tools {
+
+void JobFlags::Register(CLI::App& app) {
+  app.add_option("--size", size, "Tensor size in bytes (suffixes K, M, G, KiB, MiB, GiB)")->capture_default_str();
+  app.add_option("--counts,--count", counts,
+                 "Tensor sizes in elements (comma-separated; overrides --size), run in order as consecutive jobs")
+      ->delimiter(',');
+  app.add_option("--type", type, "Element type: float32 or int32")->capture_default_str();
+  app.add_option("--iters", iters, "Timed iterations per tensor")->capture_default_str();
+  app.add_option("--warmup", warmup, "Untimed warm-up iterations per tensor")->capture_default_str();
+  app.add_option("--threads", threads, "Worker threads per worker (each owns window/threads slots)")
+      ->capture_default_str();
+  app.add_option("--window", window, "Packets in flight per worker")->capture_default_str();
+  app.add_option("--elements-per-packet", elements_per_packet, "64, 256, 512 or 1024")->capture_default_str();
+  app.add_option("--job-timeout-ms", job_timeout_ms, "Fail a job after this long without progress")
+      ->capture_default_str();
+}
+
+StatusOr<JobFlags::Job> JobFlags::Parse() const {
+  Job job;
+  if (type == "float32") job.type = DataType::kFloat32;
+  else if (type == "int32") job.type = DataType::kInt32;
+  else return InvalidArgumentError("--type must be float32 or int32, got '" + type + "'");
+  if (iters < 1) return InvalidArgumentError("--iters must be >= 1, got 0");
+  for (const std::string& c : counts) {
+    auto v = ParseSize(c);
+    if (!v.ok()) return InvalidArgumentError("--counts: " + v.status().message());
+    job.counts.push_back(*v);
+  }
+  if (job.counts.empty()) {
+    auto bytes = ParseSize(size);
+    if (!bytes.ok()) return InvalidArgumentError("--size: " + bytes.status().message());
+    if (*bytes % 4 != 0)
+      return InvalidArgumentError("--size must be a multiple of 4 bytes, got " + std::to_string(*bytes));
+    job.counts.push_back(*bytes / 4);
+  }
+  return job;
+}
+
+std::vector<std::string> JobFlags::ToArgs(const std::vector<uint64_t>& c) const {
+  std::string list;
+  for (uint64_t n : c) list += (list.empty() ? "" : ",") + std::to_string(n);
+  return {"--counts", list, "--type", type, "--iters", std::to_string(iters), "--warmup", std::to_string(warmup),
+          "--threads", std::to_string(threads), "--window", std::to_string(window), "--elements-per-packet",
+          std::to_string(elements_per_packet), "--job-timeout-ms", std::to_string(job_timeout_ms)};
+}
+
+}  // namespace switchml::tools

@@ -1,0 +1,40 @@
+// tools/job_flags.h — the job-shape flags shared by `switchml allreduce` and `switchml demo`
+// (the demo forwards them to its workers), declared once.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "switchml/status.h"
+#include "switchml/types.h"
+
+namespace switchml::tools {
+
+struct JobFlags {
+  std::string size;
+  std::vector<std::string> counts;
+  std::string type = "float32";
+  uint32_t iters = 1;
+  uint32_t warmup = 0;
+  uint32_t threads = 1;
+  uint32_t window = 256;
+  uint32_t elements_per_packet = 256;
+  uint32_t job_timeout_ms = 10000;
+
+  explicit JobFlags(std::string default_size) : size(std::move(default_size)) {}
+  void Register(CLI::App& app);
+
+  // Checks the flags; the message names the flag ("--type must be float32 or int32, got 'x'").
+  struct Job {
+    DataType type;
+    std::vector<uint64_t> counts;  // elements per tensor, run as consecutive jobs
+  };
+  StatusOr<Job> Parse() const;
+
+  // The same flags as arguments for `switchml allreduce`, with the tensor sizes given.
+  std::vector<std::string> ToArgs(const std::vector<uint64_t>& counts) const;
+};
+
+}  // namespace switchml::tools
