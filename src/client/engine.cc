@@ -224,6 +224,10 @@ void SliceEngine::OnTick(TimePoint now) {
     if (s.deadline <= now) {
       ++stats_.timeouts;
       s.rto = std::min<Duration>(s.rto * 2, config_.max_rto);
+      // RFC 6298 §5.5: keep the backed-off timeout for new packets too until a fresh RTT
+      // sample arrives; otherwise a sudden RTT increase (a descheduled peer, a busy switch)
+      // makes every new packet time out spuriously and the retransmissions add to the load.
+      rto_ = std::max(rto_, s.rto);
       s.retransmitting = true;
       s.deadline = TimePoint::max();
       Queue(i);

@@ -1,0 +1,427 @@
+#!/usr/bin/env bash
+# cluster.sh — an emulated cluster of hosts on one Linux machine, for tests and benchmarks.
+#
+# Topology (the one calibrated in docs/ENVIRONMENT.md, "The emulated datacenter"):
+#
+#   PREFIX-w0 (eth0 10.R.0.1) ──veth── w0 ┐
+#   PREFIX-w1 (eth0 10.R.0.2) ──veth── w1 ├─ br0   (bridge, in namespace PREFIX-br)
+#   ...                                   │
+#   PREFIX-sw (eth0 10.R.0.254) ─veth── sw ┘
+#
+# Every host is a network namespace of its own; the bridge lives in a namespace of its own too, so
+# nothing at all is created in the caller's namespace and two clusters never share an interface
+# name. Veth pairs are created directly inside the namespaces. Optional tbf rate limits sit on both
+# ends of every worker link (worker side: worker->switch; bridge side: switch->worker); the switch
+# link is unshaped (it is the fabric and must carry n*R). Neighbour entries are static, IPv6 is off.
+# Optional random loss is an iptables statistic DROP rule in INPUT on the receiving side (switch
+# namespace for worker->switch loss, worker namespaces for switch->worker loss); dropping in OUTPUT
+# would make sendmmsg fail with EPERM.
+#
+# Everything a cluster owns carries its name: namespaces PREFIX-br, PREFIX-sw, PREFIX-w<i> and the
+# state file /tmp/switchml-cluster-PREFIX.env. `down` removes exactly those, killing only the
+# processes that run inside those namespaces (never by process name). Run `cluster.sh --help`.
+set -euo pipefail
+
+PROG=$(basename "$0")
+STATE_DIR=/tmp
+IPTABLES=${IPTABLES:-iptables}
+LOSS_CHAIN=SMLLOSS
+MAX_WORKERS=250
+
+usage() {
+  cat <<EOF
+Usage:
+  $PROG up   --name PREFIX --workers N [--rate RATE] [--burst SIZE] [--mtu 1500|9000]
+             [--loss-to-switch P] [--loss-from-switch P]
+  $PROG down --name PREFIX
+  $PROG loss --name PREFIX [--to-switch P] [--from-switch P]
+  $PROG exec --name PREFIX --host w<i>|sw|br -- COMMAND [ARGS...]
+  $PROG info --name PREFIX
+  $PROG list
+
+Emulated cluster: one network namespace per worker host (PREFIX-w0 .. PREFIX-w<N-1>), one for
+the switch host (PREFIX-sw) and one holding the Linux bridge that joins them (PREFIX-br).
+Needs root, iproute2 (ip, tc) and iptables.
+
+Commands:
+  up      Create a cluster. Fails (and changes nothing) if one with this name exists; rolls back
+          what it created if a step fails.
+  down    Remove every namespace of the cluster and its state file, after killing the processes
+          that run inside those namespaces (SIGTERM, then SIGKILL after 2 s). Idempotent: exits 0
+          when nothing exists. Also cleans up after a crashed run.
+  loss    Replace the random-loss rules of a running cluster (0 removes them).
+  exec    Run COMMAND inside a host's namespace (w3 = worker 3, sw = switch host, br = bridge).
+  info    Print the state file (shell variables, see below).
+  list    Show the clusters that exist (including leftovers of crashed runs).
+
+Options:
+  --name PREFIX          1-32 characters [A-Za-z0-9_]; choose a unique one per run, e.g. sml\$\$.
+  --workers N            Worker hosts, 1..$MAX_WORKERS.
+  --rate RATE            tbf rate limit on each worker link, in tc units (e.g. 500mbit, 1gbit);
+                         applied on both ends of the link. Default: unlimited.
+  --burst SIZE           tbf burst (default 256kb; use >= 1mb above a few Gbit/s).
+  --mtu M                MTU of every link (default 1500; 9000 for jumbo frames).
+  --loss-to-switch P     Drop each UDP datagram arriving at the switch host with probability P.
+  --loss-from-switch P   Drop each UDP datagram arriving at a worker host with probability P.
+
+Addresses: subnet 10.R.0.0/24 with R = 1 + (cksum of PREFIX) mod 250; worker i is 10.R.0.(i+1),
+the switch host is 10.R.0.254 (interface eth0 in every host). MAC of host with last octet X is
+02:00:0a:RR:00:XX. Namespaces isolate addresses, so clusters that happen to share R never clash.
+
+State file: $STATE_DIR/switchml-cluster-PREFIX.env, shell syntax, for other scripts:
+  CLUSTER_NAME CLUSTER_WORKERS CLUSTER_SUBNET CLUSTER_SWITCH_IP CLUSTER_SWITCH_NS CLUSTER_BRIDGE_NS
+  CLUSTER_WORKER_IPS CLUSTER_WORKER_NS (space-separated, in rank order) CLUSTER_RATE CLUSTER_MTU
+  CLUSTER_LOSS_TO_SWITCH CLUSTER_LOSS_FROM_SWITCH
+
+Example:
+  $PROG up --name demo --workers 4 --rate 500mbit
+  source $STATE_DIR/switchml-cluster-demo.env
+  $PROG exec --name demo --host sw -- switchml switch --bind \$CLUSTER_SWITCH_IP &
+  sleep 1; pids=()
+  for i in 0 1 2 3; do
+    $PROG exec --name demo --host w\$i -- switchml allreduce --rank \$i --workers 4 \\
+        --controller \$CLUSTER_SWITCH_IP:50099 & pids+=(\$!)
+  done
+  wait "\${pids[@]}"
+  $PROG down --name demo     # also stops the switch
+EOF
+}
+
+die() { echo "$PROG: error: $*" >&2; exit 1; }
+note() { echo "$PROG: $*" >&2; }
+
+# ---------------------------------------------------------------------------------------------
+# Names and addresses.
+
+check_name() {
+  [[ -n "${NAME:-}" ]] || die "--name is required"
+  [[ "$NAME" =~ ^[A-Za-z0-9_]{1,32}$ ]] || die "--name must be 1-32 characters of [A-Za-z0-9_], got '$NAME'"
+}
+state_file() { echo "$STATE_DIR/switchml-cluster-$1.env"; }
+subnet_octet() { local c; c=$(printf '%s' "$1" | cksum | cut -d' ' -f1); echo $((1 + c % 250)); }
+host_mac() { printf '02:00:0a:%02x:00:%02x' "$1" "$2"; }  # (R, last octet)
+
+# Namespaces of cluster $1 that exist now (exact pattern, so prefix "a" never matches "ab-w0").
+cluster_namespaces() {
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$1-(br|sw|w[0-9]+)\$" || true
+}
+ns_exists() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qxF -- "$1"; }
+
+# ---------------------------------------------------------------------------------------------
+# Loss.
+
+check_probability() {  # name value
+  [[ "$2" =~ ^(0(\.[0-9]+)?|\.[0-9]+|1(\.0*)?)$ ]] || die "$1 must be a probability in [0, 1), got '$2'"
+  awk -v p="$2" 'BEGIN { exit !(p < 1) }' || die "$1 must be below 1, got '$2'"
+}
+is_zero() { awk -v p="$1" 'BEGIN { exit !(p == 0) }'; }
+
+# set_loss NS P: makes NS drop each arriving UDP datagram with probability P (0: drop nothing).
+# The rule lives in a chain of its own, jumped to from INPUT, so that it can be replaced.
+set_loss() {
+  local ns=$1 p=$2
+  if ! ip netns exec "$ns" "$IPTABLES" -w -n -L "$LOSS_CHAIN" >/dev/null 2>&1; then
+    ip netns exec "$ns" "$IPTABLES" -w -N "$LOSS_CHAIN"
+    ip netns exec "$ns" "$IPTABLES" -w -I INPUT -j "$LOSS_CHAIN"
+  fi
+  ip netns exec "$ns" "$IPTABLES" -w -F "$LOSS_CHAIN"
+  if ! is_zero "$p"; then
+    ip netns exec "$ns" "$IPTABLES" -w -A "$LOSS_CHAIN" -p udp -m statistic --mode random \
+        --probability "$p" -j DROP
+  fi
+}
+
+apply_loss() {  # to_switch from_switch (reads NAME, WORKERS)
+  set_loss "$NAME-sw" "$1"
+  local i
+  for ((i = 0; i < WORKERS; i++)); do set_loss "$NAME-w$i" "$2"; done
+}
+
+# ---------------------------------------------------------------------------------------------
+# up
+
+write_state() {  # file; reads the cluster variables
+  local tmp="$1.tmp.$$"
+  {
+    echo "# Emulated cluster written by scripts/cluster.sh; remove with: cluster.sh down --name $NAME"
+    echo "CLUSTER_NAME=$NAME"
+    echo "CLUSTER_WORKERS=$WORKERS"
+    echo "CLUSTER_SUBNET=10.$R.0.0/24"
+    echo "CLUSTER_SWITCH_IP=10.$R.0.254"
+    echo "CLUSTER_SWITCH_NS=$NAME-sw"
+    echo "CLUSTER_BRIDGE_NS=$NAME-br"
+    echo "CLUSTER_WORKER_IPS=\"$WORKER_IPS\""
+    echo "CLUSTER_WORKER_NS=\"$WORKER_NS\""
+    echo "CLUSTER_RATE=$RATE"
+    echo "CLUSTER_MTU=$MTU"
+    echo "CLUSTER_LOSS_TO_SWITCH=$LOSS_TO"
+    echo "CLUSTER_LOSS_FROM_SWITCH=$LOSS_FROM"
+  } > "$tmp"
+  mv -f "$tmp" "$1"
+}
+
+UP_CREATING=0
+up_rollback() {
+  local rc=$?
+  if [[ $UP_CREATING == 1 ]]; then
+    UP_CREATING=0
+    note "setting up cluster '$NAME' failed; removing what was created"
+    do_down >/dev/null 2>&1 || true
+  fi
+  exit "$rc"
+}
+
+do_up() {
+  WORKERS="" RATE="" BURST=256kb MTU=1500 LOSS_TO=0 LOSS_FROM=0
+  while (($#)); do
+    case "$1" in
+      --name) NAME=${2-}; shift 2 || die "--name needs a value" ;;
+      --workers) WORKERS=${2-}; shift 2 || die "--workers needs a value" ;;
+      --rate) RATE=${2-}; shift 2 || die "--rate needs a value" ;;
+      --burst) BURST=${2-}; shift 2 || die "--burst needs a value" ;;
+      --mtu) MTU=${2-}; shift 2 || die "--mtu needs a value" ;;
+      --loss-to-switch) LOSS_TO=${2-}; shift 2 || die "--loss-to-switch needs a value" ;;
+      --loss-from-switch) LOSS_FROM=${2-}; shift 2 || die "--loss-from-switch needs a value" ;;
+      -h|--help) usage; exit 0 ;;
+      *) die "up: unknown option '$1' (see --help)" ;;
+    esac
+  done
+  check_name
+  [[ "$WORKERS" =~ ^[0-9]+$ ]] && ((WORKERS >= 1 && WORKERS <= MAX_WORKERS)) ||
+      die "--workers must be an integer in [1, $MAX_WORKERS], got '$WORKERS'"
+  [[ "$MTU" =~ ^[0-9]+$ ]] && ((MTU >= 1280 && MTU <= 9000)) || die "--mtu must be in [1280, 9000], got '$MTU'"
+  [[ -z "$RATE" || "$RATE" =~ ^[0-9]+(\.[0-9]+)?([kKmMgGtT]?(bit|bps))$ ]] ||
+      die "--rate must be a tc rate such as 500mbit or 1gbit, got '$RATE'"
+  [[ "$BURST" =~ ^[0-9]+([kKmMgG]?(b|bit)?)$ ]] || die "--burst must be a tc size such as 256kb, got '$BURST'"
+  check_probability --loss-to-switch "$LOSS_TO"
+  check_probability --loss-from-switch "$LOSS_FROM"
+  ((EUID == 0)) || die "needs root (network namespaces)"
+  command -v ip >/dev/null || die "ip (iproute2) not found"
+  command -v tc >/dev/null || die "tc (iproute2) not found"
+  if ! is_zero "$LOSS_TO" || ! is_zero "$LOSS_FROM"; then
+    command -v "$IPTABLES" >/dev/null || die "$IPTABLES not found (needed for --loss-*)"
+  fi
+
+  local existing sf
+  existing=$(cluster_namespaces "$NAME")
+  sf=$(state_file "$NAME")
+  if [[ -n "$existing" || -e "$sf" ]]; then
+    die "cluster '$NAME' already exists (namespaces: ${existing//$'\n'/ }${existing:+; }state file: $([[ -e $sf ]] && echo "$sf" || echo none)); remove it with: $PROG down --name $NAME"
+  fi
+
+  R=$(subnet_octet "$NAME")
+  local br="$NAME-br" sw="$NAME-sw" i ns
+  local -a hosts=() host_ips=() host_macs=()
+  for ((i = 0; i < WORKERS; i++)); do
+    hosts+=("$NAME-w$i"); host_ips+=("10.$R.0.$((i + 1))"); host_macs+=("$(host_mac "$R" $((i + 1)))")
+  done
+  hosts+=("$sw"); host_ips+=("10.$R.0.254"); host_macs+=("$(host_mac "$R" 254)")
+  WORKER_IPS="${host_ips[*]:0:WORKERS}"
+  WORKER_NS="${hosts[*]:0:WORKERS}"
+
+  UP_CREATING=1
+  trap up_rollback EXIT
+  trap 'exit 130' INT TERM
+
+  # Namespaces, with IPv6 off before any interface exists and loopback up.
+  for ns in "$br" "${hosts[@]}"; do
+    ip netns add "$ns"
+    if [[ -d /proc/sys/net/ipv6 ]]; then
+      ip netns exec "$ns" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 &&
+                                 echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6'
+    fi
+    ip -n "$ns" link set lo up
+  done
+
+  # The bridge (no STP, no forwarding delay) and one veth pair per host, created directly in the
+  # bridge namespace with the peer end moved at creation into the host namespace as eth0.
+  ip -n "$br" link add br0 type bridge stp_state 0 forward_delay 0 mcast_snooping 0
+  local n=${#hosts[@]} port
+  for ((i = 0; i < n; i++)); do
+    ns=${hosts[i]}
+    if ((i < WORKERS)); then port="w$i"; else port=sw; fi
+    ip -n "$br" link add "$port" mtu "$MTU" type veth peer name eth0 mtu "$MTU" address "${host_macs[i]}" netns "$ns"
+    ip -n "$br" link set "$port" master br0
+    ip -n "$br" link set "$port" up
+    ip -n "$ns" addr add "${host_ips[i]}/24" dev eth0
+    ip -n "$ns" link set eth0 up
+  done
+  ip -n "$br" link set br0 mtu "$MTU"
+  ip -n "$br" link set br0 up
+
+  # Static neighbour entries: every host knows every other host's MAC.
+  local j batch
+  for ((i = 0; i < n; i++)); do
+    batch=""
+    for ((j = 0; j < n; j++)); do
+      ((i == j)) && continue
+      batch+="neigh replace ${host_ips[j]} lladdr ${host_macs[j]} dev eth0 nud permanent"$'\n'
+    done
+    [[ -n "$batch" ]] && ip -n "${hosts[i]}" -batch - <<<"$batch"
+  done
+
+  # Rate limits on both ends of every worker link; the switch link stays unshaped.
+  if [[ -n "$RATE" ]]; then
+    for ((i = 0; i < WORKERS; i++)); do
+      tc -n "${hosts[i]}" qdisc replace dev eth0 root tbf rate "$RATE" burst "$BURST" latency 50ms
+      tc -n "$br" qdisc replace dev "w$i" root tbf rate "$RATE" burst "$BURST" latency 50ms
+    done
+  fi
+
+  if ! is_zero "$LOSS_TO" || ! is_zero "$LOSS_FROM"; then apply_loss "$LOSS_TO" "$LOSS_FROM"; fi
+
+  write_state "$sf"
+  UP_CREATING=0
+  trap - EXIT INT TERM
+  echo "cluster '$NAME' up: $WORKERS worker(s) ${host_ips[0]}..${host_ips[WORKERS - 1]}, switch 10.$R.0.254," \
+       "rate ${RATE:-unlimited}, mtu $MTU, loss to/from switch $LOSS_TO/$LOSS_FROM; state in $sf"
+}
+
+# ---------------------------------------------------------------------------------------------
+# down
+
+# Pids of the processes inside namespace $1, minus this script, its ancestors and its descendants
+# (so that `down` run from inside a cluster host kills neither itself nor its own helpers).
+parent_of() { awk '{print $4}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+ns_pids() {
+  local p a self=" $$ "
+  a=$(parent_of $$)
+  while [[ "$a" -gt 1 ]]; do self+=" $a "; a=$(parent_of "$a"); done
+  for p in $(ip netns pids "$1" 2>/dev/null || true); do
+    [[ "$self" == *" $p "* || ! -e /proc/$p ]] && continue  # gone: e.g. `ip netns pids` itself
+    a=$p
+    while [[ "$a" -gt 1 && "$a" != "$$" ]]; do a=$(parent_of "$a"); done
+    [[ "$a" == "$$" ]] || echo "$p"
+  done
+}
+
+do_down() {
+  local sf namespaces ns pids left t
+  sf=$(state_file "$NAME")
+  namespaces=$(cluster_namespaces "$NAME")
+  if [[ -z "$namespaces" && ! -e "$sf" ]]; then
+    echo "cluster '$NAME': nothing to remove"
+    return 0
+  fi
+  # Stop the processes first (all namespaces at once, so that a peer does not hang), then remove
+  # the namespaces; deleting a namespace destroys the veth ends inside it.
+  pids=""
+  for ns in $namespaces; do pids+=" $(ns_pids "$ns" | tr '\n' ' ')"; done
+  pids=$(echo $pids)
+  if [[ -n "$pids" ]]; then
+    note "cluster '$NAME': stopping processes $pids"
+    kill -TERM $pids 2>/dev/null || true
+    for ((t = 0; t < 20; t++)); do
+      left=""
+      for p in $pids; do kill -0 "$p" 2>/dev/null && left+=" $p"; done
+      [[ -z "$left" ]] && break
+      sleep 0.1
+    done
+    [[ -n "$left" ]] && { note "cluster '$NAME': killing$left"; kill -KILL $left 2>/dev/null || true; }
+  fi
+  local failed=0
+  for ns in $namespaces; do
+    ip netns del "$ns" 2>/dev/null || { ns_exists "$ns" && { note "could not delete namespace $ns"; failed=1; }; }
+  done
+  rm -f "$sf" "$sf".tmp.*
+  if ((failed)); then return 1; fi
+  echo "cluster '$NAME' removed ($(echo $namespaces | wc -w) namespaces)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# loss, exec, info, list
+
+load_state() {
+  local sf; sf=$(state_file "$NAME")
+  [[ -r "$sf" ]] || die "cluster '$NAME' does not exist (no $sf)"
+  # shellcheck disable=SC1090
+  source "$sf"
+  WORKERS=$CLUSTER_WORKERS R=${CLUSTER_SUBNET#10.}; R=${R%%.*}
+  RATE=$CLUSTER_RATE MTU=$CLUSTER_MTU WORKER_IPS=$CLUSTER_WORKER_IPS WORKER_NS=$CLUSTER_WORKER_NS
+  LOSS_TO=$CLUSTER_LOSS_TO_SWITCH LOSS_FROM=$CLUSTER_LOSS_FROM_SWITCH
+}
+
+do_loss() {
+  local to="" from=""
+  while (($#)); do
+    case "$1" in
+      --name) NAME=${2-}; shift 2 || die "--name needs a value" ;;
+      --to-switch) to=${2-}; shift 2 || die "--to-switch needs a value" ;;
+      --from-switch) from=${2-}; shift 2 || die "--from-switch needs a value" ;;
+      *) die "loss: unknown option '$1' (see --help)" ;;
+    esac
+  done
+  check_name
+  load_state
+  [[ -n "$to" ]] && { check_probability --to-switch "$to"; LOSS_TO=$to; }
+  [[ -n "$from" ]] && { check_probability --from-switch "$from"; LOSS_FROM=$from; }
+  apply_loss "$LOSS_TO" "$LOSS_FROM"
+  write_state "$(state_file "$NAME")"
+  echo "cluster '$NAME': loss to switch $LOSS_TO, from switch $LOSS_FROM"
+}
+
+do_exec() {
+  local host=""
+  while (($#)); do
+    case "$1" in
+      --name) NAME=${2-}; shift 2 || die "--name needs a value" ;;
+      --host) host=${2-}; shift 2 || die "--host needs a value" ;;
+      --) shift; break ;;
+      *) die "exec: unknown option '$1' (expected: exec --name P --host w<i>|sw|br -- COMMAND...)" ;;
+    esac
+  done
+  check_name
+  [[ "$host" =~ ^(w[0-9]+|sw|br)$ ]] || die "--host must be w<i>, sw or br, got '$host'"
+  (($#)) || die "exec: no command given after --"
+  ns_exists "$NAME-$host" || die "namespace $NAME-$host does not exist"
+  exec ip netns exec "$NAME-$host" "$@"
+}
+
+do_list() {
+  local prefixes p sf
+  prefixes=$( {
+    ip netns list 2>/dev/null | awk '{print $1}' | sed -nE 's/^([A-Za-z0-9_]{1,32})-(br|sw)$/\1/p'
+    for sf in "$STATE_DIR"/switchml-cluster-*.env; do
+      [[ -e "$sf" ]] || continue
+      sf=${sf##*/switchml-cluster-}; echo "${sf%.env}"
+    done
+  } | sort -u)
+  if [[ -z "$prefixes" ]]; then echo "no clusters"; return 0; fi
+  printf '%-34s %-11s %-8s %s\n' NAME NAMESPACES WORKERS "STATE FILE"
+  for p in $prefixes; do
+    sf=$(state_file "$p")
+    local w="?"
+    [[ -r "$sf" ]] && w=$(sed -n 's/^CLUSTER_WORKERS=//p' "$sf")
+    printf '%-34s %-11s %-8s %s\n' "$p" "$(cluster_namespaces "$p" | wc -l)" "$w" \
+        "$([[ -e $sf ]] && echo "$sf" || echo 'none (leftover: run down)')"
+  done
+}
+
+# ---------------------------------------------------------------------------------------------
+
+NAME=""
+cmd=${1:-}
+[[ -n "$cmd" ]] || { usage >&2; exit 2; }
+shift
+case "$cmd" in
+  up) do_up "$@" ;;
+  down)
+    while (($#)); do
+      case "$1" in
+        --name) NAME=${2-}; shift 2 || die "--name needs a value" ;;
+        *) die "down: unknown option '$1' (see --help)" ;;
+      esac
+    done
+    check_name
+    ((EUID == 0)) || die "needs root (network namespaces)"
+    do_down ;;
+  loss) do_loss "$@" ;;
+  exec) do_exec "$@" ;;
+  info)
+    [[ "${1:-}" == --name ]] && NAME=${2:-}
+    check_name
+    cat "$(state_file "$NAME")" 2>/dev/null || die "cluster '$NAME' does not exist" ;;
+  list) do_list ;;
+  -h|--help|help) usage ;;
+  *) echo "$PROG: unknown command '$cmd'" >&2; usage >&2; exit 2 ;;
+esac

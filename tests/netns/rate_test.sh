@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The per-link rate limit holds in both directions: a TCP transfer worker 0 -> switch (shaped by
+# the tbf on the worker's side) and switch -> worker 1 (shaped by the tbf on the bridge's side)
+# each reach R * (MSS / frame) within a few percent, never more than R. tbf counts L2 frame bytes:
+# with MTU 1500 and TCP timestamps the goodput is R * 1448/1514. Also checks the qdiscs themselves
+# (both ends of every worker link shaped at R, switch link unshaped).
+# Usage: rate_test.sh CLUSTER_SH NAME_FILE RATE_MBIT
+CLUSTER_SH=${1:?cluster.sh}
+NAME_FILE=${2:?name file}
+RATE_MBIT=${3:?rate in Mbit/s}
+source "$(dirname "$0")/lib.sh"
+load_cluster
+SECONDS_PER_RUN=1.5
+
+# tbf configuration: `tc -j` reports the rate in bytes per second. One python run checks all.
+rate_bps=$((RATE_MBIT * 1000000 / 8))
+for ((i = 0; i < CLUSTER_WORKERS; i++)); do tc -n "$NAME-w$i" -j qdisc show dev eth0 > "$WORK/qdisc-w$i.json"; done
+tc -n "$CLUSTER_SWITCH_NS" -j qdisc show dev eth0 > "$WORK/qdisc-sw.json"
+tc -n "$CLUSTER_BRIDGE_NS" -j qdisc show > "$WORK/qdisc-br.json"
+"$PYTHON" - "$WORK" "$CLUSTER_WORKERS" "$rate_bps" <<'EOF' || fail "qdiscs are not as configured"
+import json, sys
+work, n, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def root(qs, dev=None):
+    q = [x for x in qs if x.get("root") and (dev is None or x.get("dev") == dev)]
+    return (q[0]["kind"], q[0].get("options", {}).get("rate")) if q else (None, None)
+br = json.load(open(f"{work}/qdisc-br.json"))
+bad = []
+for i in range(n):
+    for where, got in ((f"worker {i} eth0", root(json.load(open(f"{work}/qdisc-w{i}.json")))),
+                       (f"bridge port w{i}", root(br, f"w{i}"))):
+        if got != ("tbf", rate):
+            bad.append(f"{where}: {got}, expected tbf at {rate} B/s")
+for where, got in (("switch eth0", root(json.load(open(f"{work}/qdisc-sw.json")))), ("bridge port sw", root(br, "sw"))):
+    if got[0] == "tbf":
+        bad.append(f"{where} is shaped; the switch link must not be")
+if bad:
+    print("\n".join(bad))
+sys.exit(1 if bad else 0)
+EOF
+pass "tbf $RATE_MBIT Mbit/s on both ends of all $CLUSTER_WORKERS worker links; switch link unshaped"
+
+read -r -a ips <<<"$CLUSTER_WORKER_IPS"
+mss=$((CLUSTER_MTU - 52))  # IPv4 + TCP with timestamps
+frame=$((CLUSTER_MTU + 14))
+
+# measure FROM_HOST TO_HOST TO_IP LABEL: one transfer, checks the receiver's goodput.
+measure() {
+  local from=$1 to=$2 to_ip=$3 label=$4 ready="$WORK/ready-$4" out="$WORK/rate-$4.json"
+  "${CX[@]}" "$to" -- "$PYTHON" "$NETTOOL" tcp-sink --bind "$to_ip" --ready-file "$ready" --json "$out" --timeout 30 \
+      > "$WORK/sink-$label.log" 2>&1 &
+  local sink=$!
+  PIDS+=("$sink")
+  wait_file "$ready" 20 || { cat "$WORK/sink-$label.log"; fail "$label: sink did not start"; }
+  cx "$from" "$PYTHON" "$NETTOOL" tcp-send "$to_ip:$(cat "$ready")" --seconds "$SECONDS_PER_RUN" \
+      > "$WORK/send-$label.log" 2>&1 || { cat "$WORK/send-$label.log"; fail "$label: sender failed"; }
+  wait "$sink" || { cat "$WORK/sink-$label.log"; fail "$label: sink failed"; }
+  local mbit; mbit=$(json_get "$out" "'%.1f' % j['mbit_per_s']")
+  # Lower bound 85% of the ideal goodput leaves room for a loaded 2-core machine; an unshaped
+  # veth carries several Gbit/s, so a missing limit fails the upper bound by far.
+  "$PYTHON" - "$mbit" "$RATE_MBIT" "$mss" "$frame" "$label" <<'EOF' || exit 1
+import sys
+mbit, rate, mss, frame, label = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+ideal = rate * mss / frame
+ok = 0.85 * ideal <= mbit <= 1.02 * rate
+print(f"{'ok' if ok else 'FAIL'}: {label}: {mbit:.1f} Mbit/s goodput, ideal {ideal:.1f} ({100 * mbit / ideal:.1f}%), limit {rate:.0f}")
+sys.exit(0 if ok else 1)
+EOF
+}
+
+measure w0 sw "$CLUSTER_SWITCH_IP" worker0-to-switch
+measure sw w1 "${ips[1]}" switch-to-worker1
