@@ -11,6 +11,10 @@ PKGS=(
   libhwy-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 iptables python3
+  # Baselines and integrations: Gloo, Open MPI, PyTorch (CPU), clang + libFuzzer runtime.
+  libgloo-dev libopenmpi-dev openmpi-bin libmpich-dev mpich
+  python3-torch libtorch-dev python3-pybind11
+  clang libclang-rt-14-dev
 )
 missing=()
 for p in "${PKGS[@]}"; do

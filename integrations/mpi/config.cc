@@ -1,0 +1,125 @@
+#include "config.h"
+
+#include <charconv>
+#include <string_view>
+#include <utility>
+
+namespace switchml::mpi {
+namespace {
+
+// Parses a decimal integer in [lo, hi]; the whole value must be digits (no sign, no spaces).
+StatusOr<uint64_t> ParseUint(const char* name, std::string_view text, uint64_t lo, uint64_t hi) {
+  uint64_t v = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || p != end || v < lo || v > hi) {
+    return InvalidArgumentError(std::string(name) + " must be an integer in [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + "], got '" + std::string(text) + "'");
+  }
+  return v;
+}
+
+// Options::Validate names Options fields; the user set environment variables.
+Status RenameField(const Status& s) {
+  static constexpr std::pair<std::string_view, std::string_view> kFieldToVar[] = {
+      {"num_worker_threads", "SWITCHML_THREADS"},
+      {"window_packets", "SWITCHML_WINDOW"},
+      {"elements_per_packet", "SWITCHML_ELEMENTS_PER_PACKET"},
+      {"job_timeout", "SWITCHML_JOB_TIMEOUT_MS"},
+      {"rpc_timeout", "SWITCHML_RPC_TIMEOUT_MS"},
+      {"controller_address", "SWITCHML_CONTROLLER"},
+      {"bind_ip", "SWITCHML_BIND_IP"},
+      {"advertise_ip", "SWITCHML_ADVERTISE_IP"},
+  };
+  for (const auto& [field, var] : kFieldToVar) {
+    if (s.message().starts_with(field)) {
+      return InvalidArgumentError(std::string(var) + ": " + s.message());
+    }
+  }
+  return InvalidArgumentError("SWITCHML_* settings: " + s.message());
+}
+
+}  // namespace
+
+InterposerConfig ParseInterposerConfig(const EnvLookup& getenv) {
+  InterposerConfig c;
+  auto get = [&](const char* name) -> const char* { return getenv(name); };
+  auto fail = [&](Status s) {
+    if (c.status.ok()) c.status = std::move(s);
+  };
+
+  if (const char* v = get("SWITCHML_MPI_FALLBACK")) {
+    std::string_view s(v);
+    if (s == "pmpi") {
+      c.fallback = FallbackMode::kPmpi;
+    } else if (s == "fail") {
+      c.fallback = FallbackMode::kFail;
+    } else {
+      c.fallback = FallbackMode::kFail;
+      fail(InvalidArgumentError("SWITCHML_MPI_FALLBACK must be 'pmpi' or 'fail', got '" + std::string(s) + "'"));
+    }
+  }
+  if (const char* v = get("SWITCHML_MPI_COMPLETION")) {
+    std::string_view s(v);
+    if (s == "async") {
+      c.completion = CompletionMode::kAsync;
+    } else if (s == "inline") {
+      c.completion = CompletionMode::kInline;
+    } else {
+      fail(InvalidArgumentError("SWITCHML_MPI_COMPLETION must be 'async' or 'inline', got '" + std::string(s) +
+                                "'"));
+    }
+  }
+  if (const char* v = get("SWITCHML_MPI_STATS")) {
+    std::string_view s(v);
+    if (s == "1") {
+      c.print_stats = true;
+    } else if (s == "0" || s.empty()) {
+      c.print_stats = false;
+    } else {
+      c.print_stats = true;
+      fail(InvalidArgumentError("SWITCHML_MPI_STATS must be 0 or 1, got '" + std::string(s) + "'"));
+    }
+  }
+  if (const char* v = get("SWITCHML_MPI_MIN_ELEMENTS")) {
+    auto n = ParseUint("SWITCHML_MPI_MIN_ELEMENTS", v, 0, uint64_t{1} << 62);
+    if (n.ok()) c.min_elements = *n; else fail(n.status());
+  }
+
+  Options& o = c.options;
+  struct UintVar {
+    const char* name;
+    uint64_t lo, hi;
+    void (*apply)(Options&, uint64_t);
+  };
+  static const UintVar kUintVars[] = {
+      {"SWITCHML_THREADS", 1, 64, [](Options& o, uint64_t v) { o.num_worker_threads = uint32_t(v); }},
+      {"SWITCHML_WINDOW", 1, 1u << 20, [](Options& o, uint64_t v) { o.window_packets = uint32_t(v); }},
+      {"SWITCHML_ELEMENTS_PER_PACKET", 1, 1u << 20,
+       [](Options& o, uint64_t v) { o.elements_per_packet = uint32_t(v); }},
+      {"SWITCHML_JOB_TIMEOUT_MS", 1, 86'400'000,
+       [](Options& o, uint64_t v) { o.job_timeout = std::chrono::milliseconds(v); }},
+      {"SWITCHML_RPC_TIMEOUT_MS", 1, 86'400'000,
+       [](Options& o, uint64_t v) { o.rpc_timeout = std::chrono::milliseconds(v); }},
+  };
+  for (const UintVar& var : kUintVars) {
+    if (const char* v = get(var.name)) {
+      auto n = ParseUint(var.name, v, var.lo, var.hi);
+      if (n.ok()) var.apply(o, *n); else fail(n.status());
+    }
+  }
+  if (const char* v = get("SWITCHML_BIND_IP")) o.bind_ip = v;
+  if (const char* v = get("SWITCHML_ADVERTISE_IP")) o.advertise_ip = v;
+
+  const char* controller = get("SWITCHML_CONTROLLER");
+  const bool wanted = controller != nullptr && *controller != '\0';
+  if (wanted) o.controller_address = controller;
+  if (wanted && c.status.ok()) {
+    // rank/num_workers are placeholders here; the interposer validates again with the real ones.
+    if (Status s = o.Validate(); !s.ok()) fail(RenameField(s));
+  }
+  c.enabled = wanted && c.status.ok();
+  return c;
+}
+
+}  // namespace switchml::mpi

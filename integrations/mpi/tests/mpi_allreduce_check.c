@@ -1,0 +1,281 @@
+/* mpi_allreduce_check.c — a plain MPI program (no SwitchML code) for the interposer tests.
+ *
+ * Usage: mpirun -np N mpi_allreduce_check RESULT_FILE FLOAT_TOLERANCE
+ *        mpirun -np N mpi_allreduce_check --error-mode
+ *
+ * Issues a fixed sequence of all-reduce calls: some the interposer routes through SwitchML
+ * (MPI_SUM on MPI_FLOAT / MPI_INT over MPI_COMM_WORLD, in place and not, blocking and
+ * MPI_Iallreduce), and some it must pass to PMPI (MPI_DOUBLE, MPI_MAX, a communicator other
+ * than MPI_COMM_WORLD, count 0). Every rank checks every result against the exact sum it
+ * computes itself: int and double exactly, float within FLOAT_TOLERANCE (0 without the
+ * interposer: these float sums are exact in float32). Rank 0 writes all results to
+ * RESULT_FILE, one "call type value" line per element, for mpi_result_compare.
+ * Exit status 0 only if every element on every rank is right.
+ *
+ * --error-mode (only meaningful with the interposer and N >= 2): with MPI_ERRORS_RETURN, rank 1
+ * passes a NaN to a routed float MPI_Iallreduce, which SwitchML cannot quantize: rank 1's call
+ * must fail at once, the other ranks' MPI_Wait must return an error when their job times out;
+ * then a routed MPI_Allreduce must fail on every rank and a PMPI call must still work.
+ * Exit status 0 iff all of that holds on every rank.
+ *
+ * The call sequence (the test script expects these counts; keep them in sync):
+ *   routed MPI_Allreduce: 4     routed MPI_Iallreduce: 3   (with SWITCHML_MPI_MIN_ELEMENTS <= 1)
+ *   PMPI MPI_Allreduce:   5     PMPI MPI_Iallreduce:   2   (the last is the MPI_LONG error count)
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_rank, g_size;
+static double g_float_tol;
+static long g_wrong;
+static FILE* g_out;
+
+/* Inputs: float values are multiples of 1/8 in [-125, 125] (so |x| < 2^7 and every partial
+ * sum over <= 256 ranks is exact in float32); ints lie in [-1000, 1000]. */
+static float FloatInput(int rank, long i) { return (float)(((rank + 1) * 7919L + i * 31L) % 2001 - 1000) / 8.0f; }
+static int IntInput(int rank, long i) { return (int)(((rank + 1) * 104729L + i * 17L) % 2001 - 1000); }
+static double DoubleInput(int rank, long i) { return (rank + 1) * 0.25 + (double)i; }
+
+static double FloatSum(long i) {
+  double s = 0;
+  for (int r = 0; r < g_size; ++r) s += FloatInput(r, i);
+  return s;
+}
+static long long IntSum(long i) {
+  long long s = 0;
+  for (int r = 0; r < g_size; ++r) s += IntInput(r, i);
+  return s;
+}
+static long long IntMax(long i) {
+  long long m = IntInput(0, i);
+  for (int r = 1; r < g_size; ++r) if (IntInput(r, i) > m) m = IntInput(r, i);
+  return m;
+}
+static double DoubleSum(long i) {
+  double s = 0;
+  for (int r = 0; r < g_size; ++r) s += DoubleInput(r, i);
+  return s;
+}
+
+static void Wrong(const char* call, long i, double got, double want) {
+  if (g_wrong++ < 5) {
+    fprintf(stderr, "rank %d: %s element %ld: got %.9g, want %.9g\n", g_rank, call, i, got, want);
+  }
+}
+
+static void CheckFloat(const char* call, const float* y, long n) {
+  for (long i = 0; i < n; ++i) {
+    double want = FloatSum(i);
+    if (!(fabs((double)y[i] - want) <= g_float_tol)) Wrong(call, i, y[i], want);
+    if (g_out) fprintf(g_out, "%s float %.9g\n", call, (double)y[i]);
+  }
+}
+static void CheckInt(const char* call, const int* y, long n, int is_max) {
+  for (long i = 0; i < n; ++i) {
+    long long want = is_max ? IntMax(i) : IntSum(i);
+    if (y[i] != want) Wrong(call, i, y[i], (double)want);
+    if (g_out) fprintf(g_out, "%s int %d\n", call, y[i]);
+  }
+}
+static void CheckDouble(const char* call, const double* y, long n) {
+  for (long i = 0; i < n; ++i) {
+    if (y[i] != DoubleSum(i)) Wrong(call, i, y[i], DoubleSum(i));
+    if (g_out) fprintf(g_out, "%s double %.17g\n", call, y[i]);
+  }
+}
+
+static void* Alloc(size_t bytes) {
+  void* p = malloc(bytes ? bytes : 1);
+  if (!p) { fprintf(stderr, "out of memory\n"); MPI_Abort(MPI_COMM_WORLD, 2); }
+  return p;
+}
+
+static void Must(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    fprintf(stderr, "rank %d: %s returned %d\n", g_rank, what, rc);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+  }
+}
+
+static int ErrorMode(void) {
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  /* 1. Routed MPI_Iallreduce, NaN on rank 1: rank 1's call fails at once; the others get a
+   *    request whose MPI_Wait reports the timeout (the asynchronous error path). */
+  long n = 1000;
+  float* x = Alloc(n * sizeof(float));
+  for (long i = 0; i < n; ++i) x[i] = FloatInput(g_rank, i);
+  if (g_rank == 1) x[5] = NAN;
+  MPI_Request req = MPI_REQUEST_NULL;
+  int rc1 = MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+  int rc2 = rc1 == MPI_SUCCESS ? MPI_Wait(&req, MPI_STATUS_IGNORE) : rc1;
+  int async_ok = g_rank == 1 ? rc1 != MPI_SUCCESS : (rc1 == MPI_SUCCESS && rc2 != MPI_SUCCESS);
+  /* 2. A later routed MPI_Allreduce fails at once on every rank. */
+  int y[16];
+  for (int i = 0; i < 16; ++i) y[i] = IntInput(g_rank, i);
+  int rc3 = MPI_Allreduce(MPI_IN_PLACE, y, 16, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  /* 3. PMPI calls still work. */
+  double d = 1.0, dsum = 0.0;
+  int rc4 = MPI_Allreduce(&d, &dsum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  int ok = async_ok && rc3 != MPI_SUCCESS && rc4 == MPI_SUCCESS && dsum == g_size;
+  printf("rank %d error mode: MPI_Iallreduce rc=%d MPI_Wait rc=%d MPI_Allreduce rc=%d PMPI double rc=%d -> %s\n",
+         g_rank, rc1, rc2, rc3, rc4, ok ? "ok" : "WRONG");
+  fflush(stdout);
+  int all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  free(x);
+  MPI_Finalize();
+  return all_ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  if (argc == 2 && strcmp(argv[1], "--error-mode") == 0) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    return ErrorMode();
+  }
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s RESULT_FILE FLOAT_TOLERANCE\n", argv[0]);
+    return 2;
+  }
+  g_float_tol = atof(argv[2]);
+  Must(MPI_Init(&argc, &argv), "MPI_Init");
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  if (g_rank == 0) {
+    g_out = fopen(argv[1], "w");
+    if (!g_out) { perror(argv[1]); MPI_Abort(MPI_COMM_WORLD, 2); }
+  }
+
+  /* 1. float, out of place, 1000 elements (several packets). */
+  {
+    long n = 1000;
+    float* x = Alloc(n * sizeof(float));
+    float* y = Alloc(n * sizeof(float));
+    for (long i = 0; i < n; ++i) x[i] = FloatInput(g_rank, i);
+    Must(MPI_Allreduce(x, y, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce float");
+    for (long i = 0; i < n; ++i) {
+      if (x[i] != FloatInput(g_rank, i)) { Wrong("float_oop_input_modified", i, x[i], FloatInput(g_rank, i)); break; }
+    }
+    CheckFloat("allreduce_float_oop", y, n);
+    free(x); free(y);
+  }
+  /* 2. float, in place, 1 element. */
+  {
+    float v = FloatInput(g_rank, 0);
+    Must(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce float in place");
+    CheckFloat("allreduce_float_inplace", &v, 1);
+  }
+  /* 3. int, out of place, 1000 elements. */
+  {
+    long n = 1000;
+    int* x = Alloc(n * sizeof(int));
+    int* y = Alloc(n * sizeof(int));
+    for (long i = 0; i < n; ++i) x[i] = IntInput(g_rank, i);
+    Must(MPI_Allreduce(x, y, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce int");
+    CheckInt("allreduce_int_oop", y, n, 0);
+    free(x); free(y);
+  }
+  /* 4. int, in place, 100003 elements (more than one window of 256 x 256). */
+  {
+    long n = 100003;
+    int* y = Alloc(n * sizeof(int));
+    for (long i = 0; i < n; ++i) y[i] = IntInput(g_rank, i);
+    Must(MPI_Allreduce(MPI_IN_PLACE, y, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce int in place");
+    CheckInt("allreduce_int_inplace", y, n, 0);
+    free(y);
+  }
+  /* 5. MPI_Iallreduce float, out of place, 70000 elements, + MPI_Wait. */
+  {
+    long n = 70000;
+    float* x = Alloc(n * sizeof(float));
+    float* y = Alloc(n * sizeof(float));
+    for (long i = 0; i < n; ++i) x[i] = FloatInput(g_rank, i);
+    MPI_Request req;
+    MPI_Status st;
+    Must(MPI_Iallreduce(x, y, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req), "MPI_Iallreduce float");
+    Must(MPI_Wait(&req, &st), "MPI_Wait");
+    if (req != MPI_REQUEST_NULL) Wrong("iallreduce_request_not_null", 0, 1, 0);
+    CheckFloat("iallreduce_float_oop", y, n);
+    free(x); free(y);
+  }
+  /* 6. Two outstanding routed MPI_Iallreduce (int, in place, 257 elements each) and one passed
+   *    to PMPI (MPI_DOUBLE); MPI_Test polls the first until it completes (its handle becomes
+   *    MPI_REQUEST_NULL), then MPI_Waitall takes the mixed array with that null in it. */
+  {
+    long n = 257;
+    int* a = Alloc(n * sizeof(int));
+    int* b = Alloc(n * sizeof(int));
+    double c[8];
+    for (long i = 0; i < n; ++i) { a[i] = IntInput(g_rank, i); b[i] = IntInput(g_rank, i); }
+    for (long i = 0; i < 8; ++i) c[i] = DoubleInput(g_rank, i);
+    MPI_Request reqs[3];
+    MPI_Status statuses[3];
+    Must(MPI_Iallreduce(MPI_IN_PLACE, a, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &reqs[0]), "MPI_Iallreduce a");
+    Must(MPI_Iallreduce(MPI_IN_PLACE, b, (int)n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &reqs[1]), "MPI_Iallreduce b");
+    Must(MPI_Iallreduce(MPI_IN_PLACE, c, 8, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &reqs[2]), "MPI_Iallreduce c");
+    int flag = 0;
+    while (!flag) Must(MPI_Test(&reqs[0], &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    if (reqs[0] != MPI_REQUEST_NULL) Wrong("test_request_not_null", 0, 1, 0);
+    Must(MPI_Waitall(3, reqs, statuses), "MPI_Waitall");
+    CheckInt("iallreduce_int_inplace_a", a, n, 0);
+    CheckInt("iallreduce_int_inplace_b", b, n, 0);
+    CheckDouble("iallreduce_double_mixed", c, 8);
+    free(a); free(b);
+  }
+  /* 7. MPI_DOUBLE: passed to PMPI. */
+  {
+    long n = 100;
+    double* x = Alloc(n * sizeof(double));
+    double* y = Alloc(n * sizeof(double));
+    for (long i = 0; i < n; ++i) x[i] = DoubleInput(g_rank, i);
+    Must(MPI_Allreduce(x, y, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce double");
+    CheckDouble("allreduce_double", y, n);
+    free(x); free(y);
+  }
+  /* 8. MPI_Iallreduce MPI_DOUBLE in place: passed to PMPI. */
+  {
+    long n = 10;
+    double y[10];
+    for (long i = 0; i < n; ++i) y[i] = DoubleInput(g_rank, i);
+    MPI_Request req;
+    Must(MPI_Iallreduce(MPI_IN_PLACE, y, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req), "MPI_Iallreduce double");
+    Must(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait double");
+    CheckDouble("iallreduce_double", y, n);
+  }
+  /* 9. MPI_MAX on MPI_INT: passed to PMPI. */
+  {
+    long n = 50;
+    int x[50], y[50];
+    for (long i = 0; i < n; ++i) x[i] = IntInput(g_rank, i);
+    Must(MPI_Allreduce(x, y, (int)n, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce max");
+    CheckInt("allreduce_int_max", y, n, 1);
+  }
+  /* 10. MPI_SUM on MPI_INT over a duplicate of MPI_COMM_WORLD: passed to PMPI. */
+  {
+    MPI_Comm dup;
+    Must(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "MPI_Comm_dup");
+    long n = 64;
+    int x[64], y[64];
+    for (long i = 0; i < n; ++i) x[i] = IntInput(g_rank, i);
+    Must(MPI_Allreduce(x, y, (int)n, MPI_INT, MPI_SUM, dup), "MPI_Allreduce dup comm");
+    CheckInt("allreduce_int_dupcomm", y, n, 0);
+    MPI_Comm_free(&dup);
+  }
+  /* 11. count 0: passed to PMPI. */
+  {
+    float x = 1.0f, y = 42.0f;
+    Must(MPI_Allreduce(&x, &y, 0, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce count 0");
+    if (y != 42.0f) Wrong("allreduce_count0_wrote_output", 0, y, 42.0);
+  }
+
+  if (g_out) fclose(g_out);
+  long total_wrong = 0;
+  MPI_Allreduce(&g_wrong, &total_wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD); /* PMPI: MPI_LONG */
+  if (g_rank == 0) printf("mpi_allreduce_check: %d ranks, %ld wrong elements\n", g_size, total_wrong);
+  MPI_Finalize();
+  return total_wrong == 0 ? 0 : 1;
+}

@@ -1,0 +1,63 @@
+// Python module switchml_torch._ext: exposes ProcessGroupSwitchML (a torch.distributed
+// ProcessGroup subclass) and its settings. switchml_torch/__init__.py registers the backend.
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include "integrations/pytorch/process_group_switchml.h"
+
+namespace py = pybind11;
+
+namespace switchml::pytorch {
+namespace {
+
+py::dict StatsToDict(const switchml::Stats& s) {
+  py::dict d;
+  d["jobs_submitted"] = s.jobs_submitted;
+  d["jobs_completed"] = s.jobs_completed;
+  d["jobs_failed"] = s.jobs_failed;
+  d["packets_sent"] = s.packets_sent;
+  d["retransmissions"] = s.retransmissions;
+  d["results_received"] = s.results_received;
+  d["duplicates"] = s.duplicates;
+  d["malformed"] = s.malformed;
+  d["timeouts"] = s.timeouts;
+  d["send_stalls"] = s.send_stalls;
+  return d;
+}
+
+}  // namespace
+}  // namespace switchml::pytorch
+
+PYBIND11_MODULE(_ext, m) {
+  using switchml::pytorch::ProcessGroupSwitchML;
+  using switchml::pytorch::SwitchMLConfig;
+  m.doc() = "SwitchML backend for torch.distributed (use `import switchml_torch`).";
+  // The base classes (ProcessGroup, Store) are registered by torch's own module.
+  py::module_::import("torch.distributed");
+
+  py::class_<SwitchMLConfig>(m, "SwitchMLConfig")
+      .def(py::init<>())
+      .def_readwrite("controller_address", &SwitchMLConfig::controller_address)
+      .def_readwrite("num_worker_threads", &SwitchMLConfig::num_worker_threads)
+      .def_readwrite("window_packets", &SwitchMLConfig::window_packets)
+      .def_readwrite("elements_per_packet", &SwitchMLConfig::elements_per_packet)
+      .def_readwrite("job_timeout", &SwitchMLConfig::job_timeout)
+      .def_readwrite("bind_ip", &SwitchMLConfig::bind_ip)
+      .def_readwrite("advertise_ip", &SwitchMLConfig::advertise_ip)
+      .def_readwrite("gloo_interface", &SwitchMLConfig::gloo_interface);
+
+  py::class_<ProcessGroupSwitchML, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupSwitchML>>(
+      m, "ProcessGroupSwitchML")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout, const SwitchMLConfig& config) {
+             return c10::make_intrusive<ProcessGroupSwitchML>(store, rank, size, timeout, config);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("config"),
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("controller_address", &ProcessGroupSwitchML::controller_address)
+      .def("stats", [](const ProcessGroupSwitchML& pg) { return switchml::pytorch::StatsToDict(pg.GetStats()); },
+           "The SwitchML client library's counters for this group (jobs, packets, retransmissions).");
+}

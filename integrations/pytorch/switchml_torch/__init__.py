@@ -1,0 +1,76 @@
+"""SwitchML backend for torch.distributed.
+
+Importing this package registers the backend name ``"switchml"``::
+
+    import switchml_torch  # noqa: F401  (registers the backend)
+    import torch.distributed as dist
+    dist.init_process_group("switchml", ...)   # needs SWITCHML_CONTROLLER, at least on rank 0
+
+All-reduce (SUM, AVG; float32, int32, float16, bfloat16) runs through the SwitchML switch;
+broadcast, all-gather, barrier and the other collectives run through an inner Gloo group.
+
+Settings come from environment variables, read when a group is created:
+
+  SWITCHML_CONTROLLER            host:port of the switch's session service (`switchml switch
+                                 --controller-port`). Required on rank 0; the other ranks take
+                                 rank 0's value from the torch.distributed store when unset.
+  SWITCHML_WORKER_THREADS        worker threads per process (library default 1)
+  SWITCHML_WINDOW_PACKETS        packets in flight per worker (library default 256)
+  SWITCHML_ELEMENTS_PER_PACKET   64, 256, 512 or 1024 (library default 256)
+  SWITCHML_JOB_TIMEOUT_MS        a job fails when no result arrives for this long (default 10000)
+  SWITCHML_BIND_IP               local IPv4 for the data sockets (default: any)
+  SWITCHML_ADVERTISE_IP          address registered with the switch (default: the one used to
+                                 reach the controller)
+  GLOO_SOCKET_IFNAME             network interface of the inner Gloo group (first entry used)
+
+The three window/packet settings must be equal on every rank.
+"""
+
+import datetime
+import os
+
+import torch  # noqa: F401  (loads libtorch before the extension)
+import torch.distributed as dist
+
+from ._ext import ProcessGroupSwitchML, SwitchMLConfig
+
+__all__ = ["BACKEND_NAME", "ProcessGroupSwitchML", "SwitchMLConfig", "config_from_env"]
+
+BACKEND_NAME = "switchml"
+
+
+def _env_int(env, name, minimum):
+    raw = env.get(name, "").strip()
+    if not raw:
+        return 0
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def config_from_env(environ=None):
+    """Builds a SwitchMLConfig from the SWITCHML_* variables (see the module docstring)."""
+    env = os.environ if environ is None else environ
+    config = SwitchMLConfig()
+    config.controller_address = env.get("SWITCHML_CONTROLLER", "").strip()
+    config.num_worker_threads = _env_int(env, "SWITCHML_WORKER_THREADS", 1)
+    config.window_packets = _env_int(env, "SWITCHML_WINDOW_PACKETS", 1)
+    config.elements_per_packet = _env_int(env, "SWITCHML_ELEMENTS_PER_PACKET", 1)
+    config.job_timeout = datetime.timedelta(milliseconds=_env_int(env, "SWITCHML_JOB_TIMEOUT_MS", 1))
+    config.bind_ip = env.get("SWITCHML_BIND_IP", "").strip()
+    config.advertise_ip = env.get("SWITCHML_ADVERTISE_IP", "").strip()
+    config.gloo_interface = env.get("GLOO_SOCKET_IFNAME", "").split(",")[0].strip()
+    return config
+
+
+def _create_process_group(store, rank, world_size, timeout):
+    """The creator torch.distributed calls for backend "switchml" (non-extended API)."""
+    return ProcessGroupSwitchML(store, rank, world_size, timeout, config_from_env())
+
+
+if BACKEND_NAME.upper() not in dist.Backend._plugins:
+    dist.Backend.register_backend(BACKEND_NAME, _create_process_group)
