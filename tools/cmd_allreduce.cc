@@ -30,6 +30,8 @@ struct AllReduceArgs {
   std::string json;
   std::string bind_ip;
   std::string advertise_ip;
+  uint32_t job_id = 0;
+  std::string job_token;
 };
 
 // FNV-1a over the output bytes: lets tests compare results of two runs (e.g. with and
@@ -70,6 +72,8 @@ int Run(const AllReduceArgs& a) {
   if (a.min_rto_ms >= 0) opt.min_rto = us(a.min_rto_ms);
   if (a.max_rto_ms >= 0) opt.max_rto = us(a.max_rto_ms);
   opt.bind_ip = a.bind_ip;
+  opt.job_id = a.job_id;
+  opt.job_token = a.job_token;
   opt.advertise_ip = a.advertise_ip;
   auto ctx = Context::Create(opt);
   if (!ctx.ok()) return fail(ctx.status().ToString());
@@ -158,6 +162,8 @@ Runner AddAllReduceCommand(CLI::App& app) {
   app.add_option("--max-rto-ms", a->max_rto_ms, "Upper bound of the retransmission timeout (default 2000)");
   app.add_flag("--inplace", a->inplace, "All-reduce in place (input buffer = output buffer)");
   app.add_option("--json", a->json, "Write this rank's result as JSON to FILE");
+  app.add_option("--job-id", a->job_id, "Join this job (from `switchml jobs create`); 0 = the reference session");
+  app.add_option("--job-token", a->job_token, "The job's token (from `switchml jobs create`)");
   app.add_option("--bind-ip", a->bind_ip, "Local IPv4 for the data sockets (default: any)");
   app.add_option("--advertise-ip", a->advertise_ip, "IPv4 to register with the switch (default: route to controller)");
   return [a] { return Run(*a); };

@@ -1,5 +1,7 @@
-// `switchml switch`: the software switch (UDP dataplane) with its session service (gRPC)
-// embedded. Runs until SIGINT/SIGTERM, then prints its counters.
+// `switchml switch`: the software switch (UDP dataplane) with its controller (gRPC) embedded:
+// the reference Session/Sync services (one UdpSession job) and the switchml.v1.JobService
+// (several jobs, each with its own slots, workers and token; `switchml jobs ...` drives it).
+// Runs until SIGINT/SIGTERM, then prints its counters.
 #include <signal.h>
 
 #include <chrono>
@@ -31,6 +33,7 @@ struct SwitchArgs {
   std::string ready_file;
   double stats_interval_s = 0;
   std::string counters_json;
+  bool late_duplicate_guard = false;
 };
 
 int Run(const SwitchArgs& a) {
@@ -52,6 +55,7 @@ int Run(const SwitchArgs& a) {
   cfg.ingress_drop_probability = a.ingress_drop;
   cfg.egress_drop_probability = a.egress_drop;
   cfg.drop_seed = a.drop_seed;
+  cfg.late_duplicate_guard = a.late_duplicate_guard;
   cfg.advertised_ipv4 = bind->ipv4;
   if (Status s = cfg.Validate(); !s.ok()) return fail(s.message());
 
@@ -74,13 +78,17 @@ int Run(const SwitchArgs& a) {
 
   controller::ServerOptions so;
   so.listen_address = a.bind + ":" + std::to_string(a.controller_port);
-  auto ctl = controller::ControllerServer::Start(so, server->get());
+  // The switch is both the session sink (reference UdpSession) and the job sink (JobService).
+  auto ctl = controller::ControllerServer::Start(so, server->get(), server->get());
   if (!ctl.ok()) return fail("session service: " + ctl.status().ToString());
 
   std::printf("switchml switch: data plane on udp %s:%u, session service on %s:%d, %u slots, "
               "up to %u elements/packet, up to %u workers\n",
               a.bind.c_str(), udp_port, a.bind.c_str(), (*ctl)->port(), cfg.num_slots, cfg.max_elements_per_packet,
               cfg.max_workers);
+  std::printf("switchml switch: job service (switchml.v1) on the same port; jobs share a pool of %u "
+              "slots\n",
+              cfg.num_slots);
   if (a.ingress_drop > 0 || a.egress_drop > 0)
     std::printf("switchml switch: drop simulator on: ingress %g, egress %g, seed %llu\n", a.ingress_drop,
                 a.egress_drop, (unsigned long long)a.drop_seed);
@@ -133,7 +141,9 @@ Runner AddSwitchCommand(CLI::App& app) {
   app.add_option("--port", a->port, "UDP port of the data plane (0 = pick a free one)")->capture_default_str();
   app.add_option("--controller-port", a->controller_port, "TCP port of the session service (0 = pick a free one)")
       ->capture_default_str();
-  app.add_option("--slots", a->slots, "Aggregator slots per set (1..16384)")->capture_default_str();
+  app.add_option("--slots", a->slots,
+                 "Aggregator slots per set (1..16384): of the reference session, and the pool jobs share")
+      ->capture_default_str();
   app.add_option("--max-elements", a->max_elements, "Largest packet accepted, in elements (64..1024)")
       ->capture_default_str();
   app.add_option("--max-workers", a->max_workers, "Most workers per job (1..256)")->capture_default_str();
@@ -146,6 +156,8 @@ Runner AddSwitchCommand(CLI::App& app) {
   app.add_option("--stats-interval", a->stats_interval_s, "Print counters every N seconds (0 = only at exit)")
       ->capture_default_str();
   app.add_option("--counters-json", a->counters_json, "Write the final counters as JSON to FILE at exit");
+  app.add_flag("--late-duplicate-guard", a->late_duplicate_guard,
+               "Drop late duplicates reordered behind a worker's next packet (not in the reference)");
   return [a] { return Run(*a); };
 }
 

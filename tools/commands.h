@@ -11,5 +11,7 @@ using Runner = std::function<int()>;
 Runner AddSwitchCommand(CLI::App& app);
 Runner AddAllReduceCommand(CLI::App& app);
 Runner AddDemoCommand(CLI::App& app);
+Runner AddJobsCommand(CLI::App& app);
+Runner AddControllerCommand(CLI::App& app);
 
 }  // namespace switchml::tools

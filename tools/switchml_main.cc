@@ -3,6 +3,8 @@
 //   switchml demo                      start a switch and 4 workers here, all-reduce, verify
 //   switchml switch [--port 48864]     run the software switch (with its session service)
 //   switchml allreduce --rank R --workers N --controller HOST:PORT ...   one worker of a job
+//   switchml jobs create|list|show|delete|slots --controller HOST:PORT   manage jobs
+//   switchml controller --switch HOST:PORT ...   a standalone controller driving switches
 //
 // `switchml <command> --help` lists each command's flags.
 #include <CLI/CLI.hpp>
@@ -19,14 +21,18 @@ int main(int argc, char** argv) {
   auto* ar = app.add_subcommand("allreduce", "Run one worker (rank) of an all-reduce job against a switch");
   auto* demo = app.add_subcommand(
       "demo", "Start a switch and N workers on this machine, all-reduce a tensor, verify every element");
+  auto* jobs = app.add_subcommand("jobs", "Create, list, show, delete jobs; inspect slots (JobService)");
+  auto* ctlr = app.add_subcommand("controller", "Run a standalone controller driving one or more switches over gRPC");
   auto run_switch = switchml::tools::AddSwitchCommand(*sw);
+  auto run_jobs = switchml::tools::AddJobsCommand(*jobs);
+  auto run_ctlr = switchml::tools::AddControllerCommand(*ctlr);
   auto run_allreduce = switchml::tools::AddAllReduceCommand(*ar);
   auto run_demo = switchml::tools::AddDemoCommand(*demo);
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
-    if (cmd != "switch" && cmd != "allreduce" && cmd != "demo") {
+    if (cmd != "switch" && cmd != "allreduce" && cmd != "demo" && cmd != "jobs" && cmd != "controller") {
       std::cerr << "switchml: unknown command '" << cmd
-                << "' (commands: switch, allreduce, demo; see switchml --help)\n";
+                << "' (commands: switch, allreduce, demo, jobs, controller; see switchml --help)\n";
       return 2;
     }
   }
@@ -38,5 +44,7 @@ int main(int argc, char** argv) {
   if (sw->parsed()) return run_switch();
   if (ar->parsed()) return run_allreduce();
   if (demo->parsed()) return run_demo();
+  if (jobs->parsed()) return run_jobs();
+  if (ctlr->parsed()) return run_ctlr();
   return 2;
 }

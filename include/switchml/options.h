@@ -25,6 +25,14 @@ struct Options {
   // data address comes from its session reply.
   std::string controller_address = "127.0.0.1:50099";
 
+  // Multi-job switches (the controller's switchml.v1.JobService): the job to join and its
+  // secret token, as printed by whoever created the job (`switchml jobs create`). The worker
+  // registers with RegisterWorker(job_id, job_token, rank) and waits in the job's own barrier,
+  // so several jobs can share one switch and one controller. job_id 0 (default) = the
+  // reference session path (UdpSession; one job per switch; rank 0 starts it).
+  uint32_t job_id = 0;
+  std::string job_token;
+
   // Local IPv4 to bind the data sockets to; empty = any. The address registered with the
   // switch is the one the kernel uses to reach the controller, unless advertise_ip is set.
   std::string bind_ip;

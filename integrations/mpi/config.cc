@@ -30,6 +30,8 @@ Status RenameField(const Status& s) {
       {"controller_address", "SWITCHML_CONTROLLER"},
       {"bind_ip", "SWITCHML_BIND_IP"},
       {"advertise_ip", "SWITCHML_ADVERTISE_IP"},
+      {"job_token", "SWITCHML_JOB_TOKEN"},
+      {"job_id", "SWITCHML_JOB_ID"},
   };
   for (const auto& [field, var] : kFieldToVar) {
     if (s.message().starts_with(field)) {
@@ -101,6 +103,7 @@ InterposerConfig ParseInterposerConfig(const EnvLookup& getenv) {
        [](Options& o, uint64_t v) { o.job_timeout = std::chrono::milliseconds(v); }},
       {"SWITCHML_RPC_TIMEOUT_MS", 1, 86'400'000,
        [](Options& o, uint64_t v) { o.rpc_timeout = std::chrono::milliseconds(v); }},
+      {"SWITCHML_JOB_ID", 1, UINT32_MAX, [](Options& o, uint64_t v) { o.job_id = uint32_t(v); }},
   };
   for (const UintVar& var : kUintVars) {
     if (const char* v = get(var.name)) {
@@ -110,6 +113,7 @@ InterposerConfig ParseInterposerConfig(const EnvLookup& getenv) {
   }
   if (const char* v = get("SWITCHML_BIND_IP")) o.bind_ip = v;
   if (const char* v = get("SWITCHML_ADVERTISE_IP")) o.advertise_ip = v;
+  if (const char* v = get("SWITCHML_JOB_TOKEN")) o.job_token = v;
 
   const char* controller = get("SWITCHML_CONTROLLER");
   const bool wanted = controller != nullptr && *controller != '\0';

@@ -47,6 +47,8 @@ PYBIND11_MODULE(_ext, m) {
       .def_readwrite("job_timeout", &SwitchMLConfig::job_timeout)
       .def_readwrite("bind_ip", &SwitchMLConfig::bind_ip)
       .def_readwrite("advertise_ip", &SwitchMLConfig::advertise_ip)
+      .def_readwrite("job_id", &SwitchMLConfig::job_id)
+      .def_readwrite("job_token", &SwitchMLConfig::job_token)
       .def_readwrite("gloo_interface", &SwitchMLConfig::gloo_interface);
 
   py::class_<ProcessGroupSwitchML, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupSwitchML>>(

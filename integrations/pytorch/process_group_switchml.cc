@@ -117,6 +117,8 @@ ProcessGroupSwitchML::ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>
   if (config.job_timeout.count() > 0) options.job_timeout = config.job_timeout;
   options.bind_ip = config.bind_ip;
   options.advertise_ip = config.advertise_ip;
+  options.job_id = config.job_id;
+  options.job_token = config.job_token;
   if (switchml::Status s = options.Validate(); !s.ok()) {
     TORCH_CHECK_VALUE(false, "switchml: invalid backend settings: ", s.message());
   }

@@ -82,6 +82,9 @@ struct SwitchMLConfig {
   std::chrono::milliseconds job_timeout{0};
   std::string bind_ip;
   std::string advertise_ip;
+  // A job created with `switchml jobs create` (0 / empty: the reference session).
+  uint32_t job_id = 0;
+  std::string job_token;
   // Network interface for the inner Gloo group (like GLOO_SOCKET_IFNAME); empty = Gloo's
   // default device (the host name's address, or loopback).
   std::string gloo_interface;

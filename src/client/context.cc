@@ -49,6 +49,9 @@ Status Options::Validate() const {
                std::to_string(CountUs(max_rto)) + "] us, got " + std::to_string(CountUs(initial_rto)) + " us");
   if (job_timeout.count() <= 0) return bad("job_timeout must be > 0 ms, got " + std::to_string(job_timeout.count()));
   if (rpc_timeout.count() <= 0) return bad("rpc_timeout must be > 0 ms, got " + std::to_string(rpc_timeout.count()));
+  if (job_id != 0 && job_token.empty())
+    return bad("job_token must be set when job_id is (job_id=" + std::to_string(job_id) + ")");
+  if (job_id == 0 && !job_token.empty()) return bad("job_token is set but job_id is 0; give the job's id too");
   if (controller_address.empty()) return bad("controller_address must not be empty");
   if (auto ep = transport::ParseEndpoint(controller_address, 50099); !ep.ok())
     return bad("controller_address: " + ep.status().message());

@@ -3,13 +3,54 @@
 #include <string>
 
 #include "client/context_impl.h"
+#include "controller/job_client.h"
 #include "controller/session_client.h"
 #include "transport/udp_channel.h"
 
 namespace switchml {
 
+namespace {
+
+// Joins job options.job_id through the JobService: token-checked registration, then the
+// job's own barrier. Returns the switch's address with num_slots = the job's slots.
+StatusOr<controller::SwitchInfo> JoinJob(const Options& options,
+                                         const controller::WorkerRegistration& reg) {
+  SWITCHML_ASSIGN_OR_RETURN(auto client, controller::JobClient::Connect(
+                                             options.controller_address, options.rpc_timeout));
+  controller::JobRegistration jr;
+  jr.job_id = options.job_id;
+  jr.token = options.job_token;
+  jr.worker = reg;
+  SWITCHML_ASSIGN_OR_RETURN(controller::JobWorkerGrant grant,
+                            controller::JobBootstrap(*client, jr));
+  if (options.elements_per_packet > grant.elements_per_packet) {
+    return FailedPreconditionError(
+        "elements_per_packet=" + std::to_string(options.elements_per_packet) + " exceeds job " +
+        std::to_string(options.job_id) + "'s elements_per_packet " +
+        std::to_string(grant.elements_per_packet) + " (set when the job was created)");
+  }
+  if (options.window_packets > grant.switch_info.num_slots) {
+    return FailedPreconditionError(
+        "window_packets=" + std::to_string(options.window_packets) + " needs that many slots "
+        "but job " + std::to_string(options.job_id) + " has " +
+        std::to_string(grant.switch_info.num_slots) + " (set when the job was created)");
+  }
+  return grant.switch_info;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options) {
   SWITCHML_RETURN_IF_ERROR(options.Validate());
+  // Also in Options::Validate; repeated here so a stale Validate cannot let a half-set job
+  // identity fall back to the reference session (which a rank 0 would reset).
+  if (options.job_id != 0 && options.job_token.empty()) {
+    return InvalidArgumentError("job_token must be set when job_id is (job_id=" +
+                                std::to_string(options.job_id) + ")");
+  }
+  if (options.job_id == 0 && !options.job_token.empty()) {
+    return InvalidArgumentError("job_token is set but job_id is 0; give the job's id too");
+  }
   SWITCHML_ASSIGN_OR_RETURN(transport::Endpoint controller,
                             transport::ParseEndpoint(options.controller_address, 50099));
   uint32_t bind_ip = 0;
@@ -42,9 +83,14 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options) {
     channels.push_back(std::move(ch));
   }
 
-  SWITCHML_ASSIGN_OR_RETURN(auto session,
-                            controller::SessionClient::Connect(options.controller_address, options.rpc_timeout));
-  SWITCHML_ASSIGN_OR_RETURN(controller::SwitchInfo info, controller::Bootstrap(*session, reg));
+  controller::SwitchInfo info;
+  if (options.job_id != 0) {
+    SWITCHML_ASSIGN_OR_RETURN(info, JoinJob(options, reg));
+  } else {
+    SWITCHML_ASSIGN_OR_RETURN(auto session, controller::SessionClient::Connect(
+                                                options.controller_address, options.rpc_timeout));
+    SWITCHML_ASSIGN_OR_RETURN(info, controller::Bootstrap(*session, reg));
+  }
 
   const uint32_t slots_needed = options.window_packets;  // threads × (window / threads)
   if (info.num_slots != 0 && slots_needed > info.num_slots) {

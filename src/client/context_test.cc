@@ -213,6 +213,10 @@ TEST(OptionsTest, ValidateNamesTheField) {
   EXPECT_NE(msg(b).find("job_timeout"), std::string::npos);
   b = o; b.controller_address = "300.1.1.1:5";
   EXPECT_NE(msg(b).find("controller_address"), std::string::npos);
+  b = o; b.job_id = 7;
+  EXPECT_NE(msg(b).find("job_token must be set when job_id is (job_id=7)"), std::string::npos);
+  b = o; b.job_token = "secret";
+  EXPECT_NE(msg(b).find("job_token is set but job_id is 0"), std::string::npos);
   b = o; b.controller_address = "";
   EXPECT_NE(msg(b).find("controller_address"), std::string::npos);
   EXPECT_EQ(b.Validate().code(), StatusCode::kInvalidArgument);

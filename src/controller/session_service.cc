@@ -10,36 +10,13 @@
 #include <utility>
 
 #include "controller/grpc_status.h"
+#include "controller/grpc_wait.h"
+#include "controller/job_service.h"
 #include "controller/sync_coordinator.h"
 #include "switchml.grpc.pb.h"
 
 namespace switchml::controller {
 namespace {
-
-// Blocked handlers give up this much before the call's deadline (1/10 of the time left, at
-// most kMaxEarlyEnd): the server's status, which says how many workers had arrived, then
-// reaches the client before its own deadline fires, and the caller is already withdrawn when
-// the client sees the error and might retry.
-constexpr std::chrono::milliseconds kMaxEarlyEnd{100};
-
-// When a blocked handler gives up, on our steady clock. gRPC reports "no deadline" as
-// system_clock::time_point::max().
-TimePoint HandlerDeadline(const grpc::ServerContext& context) {
-  const auto deadline = context.deadline();
-  const auto sys_now = std::chrono::system_clock::now();
-  // Anything beyond ten years counts as "none"; also keeps the subtraction below in range.
-  if (deadline >= sys_now + std::chrono::hours(24 * 365 * 10)) return TimePoint::max();
-  const Duration left = std::chrono::duration_cast<Duration>(deadline - sys_now);
-  const Duration early = std::min<Duration>(left / 10, kMaxEarlyEnd);
-  return Clock::now() + left - early;
-}
-
-WaitControl WaitFor(grpc::ServerContext* context) {
-  WaitControl wait;
-  wait.deadline = HandlerDeadline(*context);
-  wait.cancelled = [context] { return context->IsCancelled(); };
-  return wait;
-}
 
 class SessionServiceImpl final : public switchml_proto::Session::Service {
  public:
@@ -119,8 +96,10 @@ class SyncServiceImpl final : public switchml_proto::Sync::Service {
 
 class ControllerServer::Impl {
  public:
-  Impl(const ServerOptions& options, SessionSink* sink)
-      : options_(options), session_service_(sink), sync_service_(&sync_) {}
+  Impl(const ServerOptions& options, SessionSink* sink, JobSink* jobs)
+      : options_(options), session_service_(sink), sync_service_(&sync_) {
+    if (jobs != nullptr) job_service_ = std::make_unique<JobService>(jobs);
+  }
   ~Impl() { Shutdown(); }
 
   Status Start() {
@@ -130,6 +109,7 @@ class ControllerServer::Impl {
     builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&session_service_);
     builder.RegisterService(&sync_service_);
+    if (job_service_) builder.RegisterService(job_service_->grpc_service());
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
       server_.reset();
@@ -144,6 +124,7 @@ class ControllerServer::Impl {
     if (server_ == nullptr || shut_down_) return;
     shut_down_ = true;
     sync_.Shutdown();  // blocked Barrier/Broadcast handlers return UNAVAILABLE now
+    if (job_service_) job_service_->Shutdown();
     server_->Shutdown(std::chrono::system_clock::now() + options_.shutdown_grace);
     server_->Wait();
   }
@@ -156,6 +137,7 @@ class ControllerServer::Impl {
   SyncCoordinator sync_;
   SessionServiceImpl session_service_;
   SyncServiceImpl sync_service_;
+  std::unique_ptr<JobService> job_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::mutex shutdown_mu_;
@@ -163,12 +145,13 @@ class ControllerServer::Impl {
 };
 
 StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(const ServerOptions& options,
-                                                                    SessionSink* sink) {
+                                                                    SessionSink* sink,
+                                                                    JobSink* jobs) {
   if (sink == nullptr) return InvalidArgumentError("ControllerServer::Start: sink is null");
   if (options.listen_address.empty()) {
     return InvalidArgumentError("ControllerServer::Start: listen_address is empty");
   }
-  auto impl = std::make_unique<Impl>(options, sink);
+  auto impl = std::make_unique<Impl>(options, sink, jobs);
   SWITCHML_RETURN_IF_ERROR(impl->Start());
   return std::unique_ptr<ControllerServer>(new ControllerServer(std::move(impl)));
 }

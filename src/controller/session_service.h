@@ -20,6 +20,9 @@
 //                 extension fields udp_port, num_slots, max_workers. udp_ports entries must be
 //                 in [1, 65535] (INVALID_ARGUMENT otherwise). packet_size is ignored.
 //   RdmaSession → UNIMPLEMENTED (the software switch has no RDMA).
+//   switchml.v1.JobService (switchml_v1.proto, job_service.h) → the JobSink, when Start() is
+//                 given one: several jobs per switch, token-checked registration, job-scoped
+//                 Barrier/Broadcast, job state, counters and slot inspection.
 //   Barrier, Broadcast → SyncCoordinator (sync_coordinator.h documents the exact semantics,
 //                 including what happens to callers that give up). Each blocked handler honours
 //                 its call's deadline and cancellation (cancellation is polled every 10 ms). A
@@ -40,6 +43,7 @@
 #include <memory>
 #include <string>
 
+#include "controller/job_sink.h"
 #include "controller/session_sink.h"
 #include "switchml/status.h"
 
@@ -59,8 +63,11 @@ class ControllerServer {
   // server (i.e. until Shutdown() returns or the server is destroyed). Errors:
   // InvalidArgument (empty address, null sink), Unavailable (cannot listen on the address,
   // e.g. port in use or an unparsable address).
+  // `jobs` (optional, not owned, must outlive the server like `sink`) enables the
+  // switchml.v1.JobService.
   static StatusOr<std::unique_ptr<ControllerServer>> Start(const ServerOptions& options,
-                                                           SessionSink* sink);
+                                                           SessionSink* sink,
+                                                           JobSink* jobs = nullptr);
 
   // Shuts down (see Shutdown()).
   ~ControllerServer();

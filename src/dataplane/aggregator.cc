@@ -17,11 +17,13 @@ std::string_view OutcomeName(Outcome o) {
     case Outcome::kDropDuplicate: return "drop_duplicate";
     case Outcome::kDropSizeMismatch: return "drop_size_mismatch";
     case Outcome::kDropInvalid: return "drop_invalid";
+    case Outcome::kDropLateDuplicate: return "drop_late_duplicate";
   }
   return "unknown";
 }
 
-StatusOr<Aggregator> Aggregator::Create(uint32_t num_slots, uint32_t max_elements) {
+StatusOr<Aggregator> Aggregator::Create(uint32_t num_slots, uint32_t max_elements,
+                                        AggregatorOptions options) {
   if (num_slots < 1 || num_slots > wire::kMaxSlots) {
     return InvalidArgumentError("num_slots must be in [1, " + std::to_string(wire::kMaxSlots) +
                                 "], got " + std::to_string(num_slots));
@@ -42,14 +44,15 @@ StatusOr<Aggregator> Aggregator::Create(uint32_t num_slots, uint32_t max_element
                                   std::to_string(num_slots) +
                                   " max_elements=" + std::to_string(max_elements));
   }
-  return Aggregator(num_slots, max_elements, std::move(slots), std::move(sums));
+  return Aggregator(num_slots, max_elements, options, std::move(slots), std::move(sums));
 }
 
-Aggregator::Aggregator(uint32_t num_slots, uint32_t max_elements,
+Aggregator::Aggregator(uint32_t num_slots, uint32_t max_elements, AggregatorOptions options,
                        std::unique_ptr<SlotState[], FreeDeleter> slots,
                        std::unique_ptr<int32_t[], FreeDeleter> sums)
     : num_slots_(num_slots),
       max_elements_(max_elements),
+      options_(options),
       slots_(std::move(slots)),
       sums_(std::move(sums)) {}
 
@@ -58,9 +61,34 @@ Status Aggregator::Reset(uint32_t num_workers) {
     return InvalidArgumentError("num_workers must be in [1, " + std::to_string(kMaxWorkers) +
                                 "], got " + std::to_string(num_workers));
   }
+  if (options_.late_duplicate_guard) {
+    // Fresh zeroed blocks rather than a memset: calloc hands out untouched pages, so only the
+    // (worker, slot) pairs a session uses are ever committed.
+    std::unique_ptr<Tag[], FreeDeleter> tags(
+        static_cast<Tag*>(std::calloc(size_t{num_workers} * num_slots_ * 2, sizeof(Tag))));
+    std::unique_ptr<uint32_t[], FreeDeleter> high(
+        static_cast<uint32_t*>(std::calloc(num_workers, sizeof(uint32_t))));
+    if (!tags || !high) {
+      return ResourceExhaustedError("cannot allocate late-duplicate guard state for num_workers=" +
+                                    std::to_string(num_workers) +
+                                    " num_slots=" + std::to_string(num_slots_));
+    }
+    tags_ = std::move(tags);
+    job_high_ = std::move(high);
+  }
   std::memset(static_cast<void*>(slots_.get()), 0, size_t{num_slots_} * sizeof(SlotState));
   num_workers_ = num_workers;
   return OkStatus();
+}
+
+uint32_t Aggregator::UnwrapJob(uint32_t rank, uint8_t job_number) {
+  uint32_t& high = job_high_[rank];
+  if (high == 0) high = kJobSeqOrigin + job_number;  // the rank's first packet
+  // The signed distance from the highest sequence's job number, in [-128, 127].
+  const int32_t delta = int8_t(uint8_t(job_number - uint8_t(high)));
+  const uint32_t seq = high + uint32_t(delta);
+  if (int32_t(seq - high) > 0) high = seq;
+  return seq;
 }
 
 AggregationResult Aggregator::Process(const Contribution& c) {
@@ -81,12 +109,27 @@ AggregationResult Aggregator::Process(const Contribution& c) {
   const bool empty = (set_bits[0] | set_bits[1] | set_bits[2] | set_bits[3]) == 0;
   const bool dup = (set_bits[word] & mask) != 0;
 
+  // Optional guard (not in the reference, see the file comment): a "new" contribution that
+  // carries the tag of the worker's last new contribution to this very (slot, set) is a late
+  // duplicate whose bit the worker's next packet (to the other set) has cleared.
+  Tag* tag = nullptr;
+  uint32_t job_seq = 0;
+  if (options_.late_duplicate_guard) {
+    job_seq = UnwrapJob(c.rank, c.job_number);
+    tag = &TagOf(c.rank, c.slot, b);
+    if (!dup && tag->job_seq == job_seq && tag->tsi == c.tsi) {
+      r.outcome = Outcome::kDropLateDuplicate;
+      return r;
+    }
+  }
+
   // Guard (not in the reference): a round keeps the element count of its first contribution;
   // a different count can only be a bug or a stray packet, and must not touch the state.
   if (!empty && s.num_elements[b] != c.num_elements) {
     r.outcome = Outcome::kDropSizeMismatch;
     return r;
   }
+  if (tag != nullptr && !dup) *tag = Tag{job_seq, c.tsi};
 
   // Step 1: bitmap read-modify-write with the cross-set clear (shadow-copy maintenance).
   s.bitmap[b][word] |= mask;

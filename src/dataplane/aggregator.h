@@ -12,26 +12,67 @@
 //   kConsume         a new contribution, the round is not complete: emit nothing
 //   kDropDuplicate   a duplicate while the round is incomplete: emit nothing
 //
-// plus two guards the reference lacks (the packet is rejected before any state changes):
+// plus guards the reference lacks (the packet is rejected before any state changes):
 //
-//   kDropSizeMismatch  the (slot, set) holds a round whose element count differs from the
-//                      packet's (the round remembers the count of its first contribution)
-//   kDropInvalid       a precondition of Process() does not hold (rank >= num_workers, slot
-//                      out of range, set > 1, 0 or too many elements, no session yet)
+//   kDropSizeMismatch   the (slot, set) holds a round whose element count differs from the
+//                       packet's (the round remembers the count of its first contribution)
+//   kDropInvalid        a precondition of Process() does not hold (rank >= num_workers, slot
+//                       out of range, set > 1, 0 or too many elements, no session yet)
+//   kDropLateDuplicate  only with AggregatorOptions::late_duplicate_guard (off by default):
+//                       a late duplicate reordered behind the worker's next packet to the slot
+//                       (spec §3.4.3, D16), which the reference would count as a new
+//                       contribution, corrupting two rounds. See "Late-duplicate guard" below.
 //
 // Beyond the reference: up to 256 workers (bitmap of 4 x 64 bits per slot per set), up to
 // wire::kMaxSlots (16384) slots per set and up to 1024 elements per slot.
+//
+// Late-duplicate guard (spec §3.4.3 "Optional hardening"). For every (worker, slot, set) the
+// aggregator remembers the tag (job, tsi) of the worker's last *new* contribution there. A
+// packet that the reference would treat as new (the worker's bit is clear in its set) but
+// carries exactly that tag is the late copy of a round the worker already contributed to:
+// it is dropped. Its bit was cleared only because the worker's next packet to the slot went
+// to the other set, so the tag stored for this set is still the one of the late packet.
+//
+//   What "job" means. tsi restarts at 0 in every slice (every all-reduce call), so (slot, set,
+//   tsi) recurs in later calls, and the wire's 8-bit job number recurs every 256 calls. A
+//   guard keyed on the raw (job_number, tsi) would drop a legitimate packet when a (slot, set)
+//   is left untouched by a worker for 256 calls and then reused with the same tsi (e.g. a
+//   training loop of 128 all-reduces where only the largest one touches some slot, once). So
+//   the guard keys on an *unwrapped* job sequence instead: per worker the aggregator keeps
+//   the highest job sequence seen (from any slot) and maps each packet's job number to the
+//   sequence value congruent to it modulo 256 that lies in [highest - 128, highest + 127].
+//
+//   Why no legitimate packet is dropped. Two legitimate new contributions of one worker to
+//   the same (slot, set) come from the same client thread (threads own disjoint slots) in
+//   non-decreasing call order. Within one call their tsi differ (packet ids of one slice are
+//   distinct). Across calls, their job sequences differ as long as unwrapping is exact, which
+//   holds when (a) the worker never lets 127 consecutive all-reduce calls pass without sending
+//   a packet (only zero-length calls send nothing; thread 0 carries data in every other call)
+//   and (b) its threads never drift 128 or more calls apart. Stray packets can only push the
+//   highest sequence up, which makes later sequences larger, never equal to a stored one.
+//   The randomized multi-job test in aggregator_test.cc exercises this with the client's slot
+//   and set rules, job numbers wrapping several times, losses and retransmissions.
+//
+//   What it cannot catch: a copy reordered behind two or more of the worker's later packets
+//   to the same slot (the tag has been overwritten; the copy then finds its bit set or is
+//   counted as new, as in the reference), or one more than ~128 calls old. A client that
+//   violates C4 (sends round r+1 before receiving round r, then retransmits r, §5.5.4) gets
+//   its retransmission dropped instead of double-counted; our client never does this.
+//   Wire compatible: nothing changes on the wire. Off by default for bit-exact reference
+//   behaviour. Costs 8 bytes per (worker, slot, set), allocated at Reset().
 //
 // Usage:
 //   SWITCHML_ASSIGN_OR_RETURN(Aggregator agg, Aggregator::Create(/*num_slots=*/8192,
 //                                                                /*max_elements=*/1024));
 //   SWITCHML_RETURN_IF_ERROR(agg.Reset(/*num_workers=*/3));   // a new session
 //   AggregationResult r = agg.Process({.rank = 1, .slot = 5, .set = 0, .exp0 = 3, .exp1 = 0,
-//                                      .payload_be = pkt.payload, .num_elements = 64});
+//                                      .payload_be = pkt.payload, .num_elements = 64,
+//                                      .job_number = 7, .tsi = 5});
 //   if (r.outcome == Outcome::kMulticast) { send r.sums[0..r.num_elements) to everyone; }
 //
 // Memory: 2 * num_slots * max_elements int32 sums (64 MiB at 8192 x 1024), obtained zeroed from
-// the allocator and only touched where used, plus ~80 bytes of metadata per slot.
+// the allocator and only touched where used, plus ~80 bytes of metadata per slot (and 16 bytes
+// per slot and worker with the late-duplicate guard).
 // Thread-compatible: one thread at a time (the switch's I/O thread owns it).
 #pragma once
 
@@ -54,6 +95,7 @@ enum class Outcome : uint8_t {
   kDropDuplicate,
   kDropSizeMismatch,
   kDropInvalid,
+  kDropLateDuplicate,  // only with AggregatorOptions::late_duplicate_guard
 };
 std::string_view OutcomeName(Outcome o);
 
@@ -67,6 +109,16 @@ struct Contribution {
   int8_t exp1 = 0;
   const uint8_t* payload_be = nullptr;
   uint32_t num_elements = 0;
+  // The packet's wire tag. Echo-only in the reference; read only by the late-duplicate guard
+  // (ignored when it is off, so callers that do not fill them keep the reference behaviour).
+  uint8_t job_number = 0;
+  uint32_t tsi = 0;
+};
+
+struct AggregatorOptions {
+  // Drop late duplicates (kDropLateDuplicate) instead of counting them as new contributions.
+  // See "Late-duplicate guard" in the file comment. Off: bit-exact reference behaviour.
+  bool late_duplicate_guard = false;
 };
 
 struct AggregationResult {
@@ -98,7 +150,8 @@ class Aggregator {
   // num_slots in [1, wire::kMaxSlots], max_elements in [1, wire::kMaxElementsPerPacket].
   // Errors: InvalidArgument naming the field, ResourceExhausted if memory is not available.
   // The new aggregator has no session: Process() returns kDropInvalid until Reset().
-  static StatusOr<Aggregator> Create(uint32_t num_slots, uint32_t max_elements);
+  static StatusOr<Aggregator> Create(uint32_t num_slots, uint32_t max_elements,
+                                     AggregatorOptions options = {});
 
   Aggregator(Aggregator&&) noexcept = default;
   Aggregator& operator=(Aggregator&&) noexcept = default;
@@ -106,7 +159,10 @@ class Aggregator {
   // Starts a new session of `num_workers` in [1, 256]: clears every bitmap, counter, exponent
   // and round size (contract C7: state is zero when a session starts). The stored sums are not
   // rewritten: they are unobservable until the first contribution of a round overwrites them.
-  // O(num_slots). Errors: InvalidArgument (num_workers out of range; state left unchanged).
+  // O(num_slots). With the late-duplicate guard, also forgets every stored tag (a fresh
+  // zeroed allocation of 16 bytes per slot and worker).
+  // Errors: InvalidArgument (num_workers out of range), ResourceExhausted (guard memory);
+  // on error the state is left unchanged.
   Status Reset(uint32_t num_workers);
 
   // Applies one packet exactly as spec §3.4 steps 1–5 (see the file comment for outcomes).
@@ -116,6 +172,7 @@ class Aggregator {
   uint32_t num_slots() const { return num_slots_; }
   uint32_t max_elements() const { return max_elements_; }
   uint32_t num_workers() const { return num_workers_; }  // 0 = no session yet
+  const AggregatorOptions& options() const { return options_; }
 
   // The state of (slot, set); slot < num_slots, set <= 1 (otherwise an empty view).
   SlotSetView Inspect(uint32_t slot, uint8_t set) const;
@@ -132,9 +189,26 @@ class Aggregator {
   struct FreeDeleter {
     void operator()(void* p) const { std::free(p); }
   };
+  // Late-duplicate guard: the last new contribution of one worker to one (slot, set).
+  // job_seq == 0: none yet in this session (sequences start at kJobSeqOrigin).
+  struct Tag {
+    uint32_t job_seq;
+    uint32_t tsi;
+  };
+  // First unwrapped job sequence of a worker: far from 0 so that neither unwrapping below it
+  // nor 2^32 wrap-around (after ~4e9 calls) produces the "no tag" value in practice.
+  static constexpr uint32_t kJobSeqOrigin = uint32_t{1} << 24;
 
-  Aggregator(uint32_t num_slots, uint32_t max_elements, std::unique_ptr<SlotState[], FreeDeleter> slots,
+  Aggregator(uint32_t num_slots, uint32_t max_elements, AggregatorOptions options,
+             std::unique_ptr<SlotState[], FreeDeleter> slots,
              std::unique_ptr<int32_t[], FreeDeleter> sums);
+
+  // The job sequence of `job_number` for `rank` (see the file comment); updates the rank's
+  // highest sequence.
+  uint32_t UnwrapJob(uint32_t rank, uint8_t job_number);
+  Tag& TagOf(uint32_t rank, uint32_t slot, uint32_t set) {
+    return tags_[(size_t{rank} * num_slots_ + slot) * 2 + set];
+  }
 
   int32_t* SumsOf(uint32_t slot, uint32_t set) {
     return sums_.get() + (size_t{slot} * 2 + set) * max_elements_;
@@ -146,8 +220,13 @@ class Aggregator {
   uint32_t num_slots_ = 0;
   uint32_t max_elements_ = 0;
   uint32_t num_workers_ = 0;
+  AggregatorOptions options_;
   std::unique_ptr<SlotState[], FreeDeleter> slots_;
   std::unique_ptr<int32_t[], FreeDeleter> sums_;
+  // Guard state, allocated by Reset() when options_.late_duplicate_guard is on:
+  // tags_[(rank * num_slots + slot) * 2 + set] and job_high_[rank] (0 = no packet yet).
+  std::unique_ptr<Tag[], FreeDeleter> tags_;
+  std::unique_ptr<uint32_t[], FreeDeleter> job_high_;
 };
 
 }  // namespace switchml::dataplane

@@ -5,13 +5,19 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <map>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "common/endian.h"
+#include "wire/packet.h"
 
 namespace switchml::dataplane {
 namespace {
@@ -42,14 +48,21 @@ struct Got {
 // Wraps an Aggregator so tests read like the spec's traces.
 class Harness {
  public:
-  Harness(uint32_t num_workers, uint32_t num_slots = 16, uint32_t max_elements = 8)
-      : agg_(Make(num_slots, max_elements)) {
+  Harness(uint32_t num_workers, uint32_t num_slots = 16, uint32_t max_elements = 8,
+          AggregatorOptions options = {})
+      : agg_(Make(num_slots, max_elements, options)) {
     Status s = agg_.Reset(num_workers);
     EXPECT_TRUE(s.ok()) << s;
   }
 
   Got Send(uint32_t rank, uint32_t slot, uint8_t set, const std::vector<int32_t>& v,
            int8_t e0 = 0, int8_t e1 = 0) {
+    return SendTagged(rank, slot, set, v, /*job_number=*/0, /*tsi=*/0, e0, e1);
+  }
+
+  // With the wire tag (job number, tsi) the late-duplicate guard reads.
+  Got SendTagged(uint32_t rank, uint32_t slot, uint8_t set, const std::vector<int32_t>& v,
+                 uint8_t job_number, uint32_t tsi, int8_t e0 = 0, int8_t e1 = 0) {
     const std::vector<uint8_t> be = ToBE(v);
     AggregationResult r = agg_.Process(Contribution{.rank = rank,
                                                     .slot = slot,
@@ -57,7 +70,9 @@ class Harness {
                                                     .exp0 = e0,
                                                     .exp1 = e1,
                                                     .payload_be = be.data(),
-                                                    .num_elements = uint32_t(v.size())});
+                                                    .num_elements = uint32_t(v.size()),
+                                                    .job_number = job_number,
+                                                    .tsi = tsi});
     Got g{r.outcome, {}, r.exp0, r.exp1};
     if (r.sums != nullptr) g.sums.assign(r.sums, r.sums + r.num_elements);
     const bool has_result = r.outcome == Outcome::kMulticast || r.outcome == Outcome::kUnicast;
@@ -77,8 +92,8 @@ class Harness {
   Aggregator& agg() { return agg_; }
 
  private:
-  static Aggregator Make(uint32_t num_slots, uint32_t max_elements) {
-    auto a = Aggregator::Create(num_slots, max_elements);
+  static Aggregator Make(uint32_t num_slots, uint32_t max_elements, AggregatorOptions options) {
+    auto a = Aggregator::Create(num_slots, max_elements, options);
     EXPECT_TRUE(a.ok()) << a.status();
     return std::move(a).value();
   }
@@ -595,9 +610,9 @@ TEST(AggregatorTest, TwoHundredFiftySixWorkersCompleteExactlyOnTheLast) {
 // only after the previous result) while results get lost and timers fire early. Every result a
 // worker accepts must be the exact sum of its round (§3.4.2 invariant).
 
-TEST(AggregatorTest, ManyRoundsAlternatingSetsWithLossesStayExact) {
+void RunManyRoundsWithLosses(AggregatorOptions options) {
   const uint32_t kWorkers = 3, kSlots = 4, kRounds = 200;
-  Harness h(kWorkers, kSlots, 4);
+  Harness h(kWorkers, kSlots, 4, options);
   std::mt19937 rng(12345);
   auto value = [](uint32_t rank, uint32_t slot, uint32_t round, uint32_t e) {
     return int32_t(rank * 7919 + slot * 104729 + round * 31 + e * 3) * (round % 2 ? -1 : 1);
@@ -636,7 +651,9 @@ TEST(AggregatorTest, ManyRoundsAlternatingSetsWithLossesStayExact) {
     for (uint32_t e = 0; e < 4; ++e) v[e] = value(rank, slot, ws.round, e);
     const uint32_t round = ws.round;
     ws.sent = true;
-    Got g = h.Send(rank, slot, uint8_t(round % 2), v);
+    // Tag as our client does: one job, tsi = packet id (round * slots + slot).
+    Got g = h.SendTagged(rank, slot, uint8_t(round % 2), v, /*job_number=*/3,
+                         /*tsi=*/round * kSlots + slot);
     if (g.outcome == Outcome::kMulticast) {
       ++multicasts;
       for (uint32_t r = 0; r < kWorkers; ++r) {
@@ -658,13 +675,492 @@ TEST(AggregatorTest, ManyRoundsAlternatingSetsWithLossesStayExact) {
   EXPECT_EQ(delivered, uint64_t{kWorkers} * kSlots * kRounds);
 }
 
+TEST(AggregatorTest, ManyRoundsAlternatingSetsWithLossesStayExact) { RunManyRoundsWithLosses({}); }
+
+TEST(AggregatorTest, ManyRoundsWithLossesStayExactWithTheLateDuplicateGuard) {
+  // Losses, spurious timeouts and unicast replies without C6 violations: the guard must be
+  // invisible (the ASSERT on outcomes inside rejects kDropLateDuplicate).
+  RunManyRoundsWithLosses({.late_duplicate_guard = true});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Late-duplicate guard (AggregatorOptions::late_duplicate_guard; spec §3.4.3 hardening, D16).
+
+constexpr AggregatorOptions kGuardOn{.late_duplicate_guard = true};
+
+// The §3.4.3 late-duplicate row with our client's tags (2 workers, slot 9, window 8: the
+// packets on slot 9 are tsi 9, 17, 25 of job 1). Returns the results of the three rounds and
+// the late packet's outcome.
+struct LateDuplicateRun {
+  Outcome late;
+  Got round0, round1, round2;
+  Outcome a2;
+};
+LateDuplicateRun RunLateDuplicateScenario(AggregatorOptions options) {
+  Harness h(2, 16, 8, options);
+  const std::vector<int32_t> a0 = {1, 1, 1, 1}, b0 = {2, 2, 2, 2};
+  const std::vector<int32_t> a1 = {3, 3, 3, 3}, b1 = {4, 4, 4, 4};
+  const std::vector<int32_t> a2 = {5, 5, 5, 5}, b2 = {6, 6, 6, 6};
+  LateDuplicateRun run;
+  h.SendTagged(0, 9, 0, a0, 1, 9);
+  run.round0 = h.SendTagged(1, 9, 0, b0, 1, 9);
+  h.SendTagged(0, 9, 1, a1, 1, 17);       // A's next packet to the slot clears its set-0 bit
+  run.late = h.SendTagged(0, 9, 0, a0, 1, 9).outcome;  // A's late copy of round 0
+  run.round1 = h.SendTagged(1, 9, 1, b1, 1, 17);
+  run.a2 = h.SendTagged(0, 9, 0, a2, 1, 25).outcome;
+  run.round2 = h.SendTagged(1, 9, 0, b2, 1, 25);
+  return run;
+}
+
+TEST(AggregatorLateDuplicateGuard, OffTheLateDuplicateCorruptsTwoRounds) {
+  const LateDuplicateRun run = RunLateDuplicateScenario({});  // the default: reference behaviour
+  EXPECT_EQ(run.late, Outcome::kConsume);
+  ASSERT_EQ(run.round1.outcome, Outcome::kMulticast);
+  EXPECT_THAT(run.round1.sums, ElementsAreArray(std::vector<int32_t>{4, 4, 4, 4}));  // A lost
+  EXPECT_EQ(run.a2, Outcome::kDropDuplicate);  // A's real round-2 data is dropped
+  ASSERT_EQ(run.round2.outcome, Outcome::kMulticast);
+  EXPECT_THAT(run.round2.sums, ElementsAreArray(std::vector<int32_t>{10, 10, 10, 10}));  // 1+2+1+6
+}
+
+TEST(AggregatorLateDuplicateGuard, OnTheLateDuplicateIsDroppedAndEveryRoundIsExact) {
+  const LateDuplicateRun run = RunLateDuplicateScenario(kGuardOn);
+  ASSERT_EQ(run.round0.outcome, Outcome::kMulticast);
+  EXPECT_THAT(run.round0.sums, ElementsAreArray(std::vector<int32_t>{3, 3, 3, 3}));
+  EXPECT_EQ(run.late, Outcome::kDropLateDuplicate);
+  ASSERT_EQ(run.round1.outcome, Outcome::kMulticast);
+  EXPECT_THAT(run.round1.sums, ElementsAreArray(std::vector<int32_t>{7, 7, 7, 7}));
+  EXPECT_EQ(run.a2, Outcome::kConsume);
+  ASSERT_EQ(run.round2.outcome, Outcome::kMulticast);
+  EXPECT_THAT(run.round2.sums, ElementsAreArray(std::vector<int32_t>{11, 11, 11, 11}));
+}
+
+TEST(AggregatorLateDuplicateGuard, DroppedLateDuplicateChangesNoState) {
+  Harness h(2, 16, 8, kGuardOn);
+  h.SendTagged(0, 9, 0, kA, 1, 9, 4, 4);
+  ASSERT_EQ(h.SendTagged(1, 9, 0, kB, 1, 9, 2, 2).outcome, Outcome::kMulticast);
+  h.SendTagged(0, 9, 1, kC, 1, 17);
+  const SlotSetView before0 = h.agg().Inspect(9, 0), before1 = h.agg().Inspect(9, 1);
+  EXPECT_EQ(h.SendTagged(0, 9, 0, kA, 1, 9, 100, 100).outcome, Outcome::kDropLateDuplicate);
+  const SlotSetView after0 = h.agg().Inspect(9, 0), after1 = h.agg().Inspect(9, 1);
+  EXPECT_EQ(after0.bitmap, before0.bitmap);
+  EXPECT_EQ(after1.bitmap, before1.bitmap);  // no cross-set clear of A's round-1 bit
+  EXPECT_EQ(after0.counter, before0.counter);
+  EXPECT_EQ(after1.counter, 1u);
+  EXPECT_EQ(after0.exp0, 4);
+  EXPECT_THAT(h.Sums(9, 0), ElementsAreArray(Add(kA, kB)));
+}
+
+TEST(AggregatorLateDuplicateGuard, DuplicatesWithTheirBitSetKeepTheReferenceOutcomes) {
+  Harness h(2, 16, 8, kGuardOn);
+  h.SendTagged(0, 1, 0, kA, 5, 1);
+  EXPECT_EQ(h.SendTagged(0, 1, 0, kA, 5, 1).outcome, Outcome::kDropDuplicate);
+  ASSERT_EQ(h.SendTagged(1, 1, 0, kB, 5, 1).outcome, Outcome::kMulticast);
+  Got g = h.SendTagged(0, 1, 0, kA, 5, 1);  // result lost for A: unicast as in the reference
+  EXPECT_EQ(g.outcome, Outcome::kUnicast);
+  EXPECT_THAT(g.sums, ElementsAreArray(Add(kA, kB)));
+}
+
+TEST(AggregatorLateDuplicateGuard, LateDuplicateFromThePreviousJobIsDropped) {
+  // A's last packet of job 7 on slot 2 (set 0) is duplicated; the copy arrives after A's first
+  // packet of job 8 on the slot (set 1, tsi 2 again: tsi restarts each job).
+  Harness h(2, 16, 8, kGuardOn);
+  h.SendTagged(0, 2, 0, kA, 7, 2);
+  ASSERT_EQ(h.SendTagged(1, 2, 0, kB, 7, 2).outcome, Outcome::kMulticast);
+  EXPECT_EQ(h.SendTagged(0, 2, 1, kC, 8, 2).outcome, Outcome::kConsume);
+  EXPECT_EQ(h.SendTagged(0, 2, 0, kA, 7, 2).outcome, Outcome::kDropLateDuplicate);
+  Got g = h.SendTagged(1, 2, 1, kB, 8, 2);
+  ASSERT_EQ(g.outcome, Outcome::kMulticast);
+  EXPECT_THAT(g.sums, ElementsAreArray(Add(kC, kB)));
+}
+
+TEST(AggregatorLateDuplicateGuard, SameTsiAndSetInLaterJobsIsNewAcrossJobNumberWrap) {
+  // One packet per job on slot 0 (tsi 0 every time), sets alternating, 600 jobs: the job
+  // number wraps twice; the late copy of the last packet is still recognised after the wrap.
+  Harness h(2, 4, 8, kGuardOn);
+  uint8_t set = 0;
+  for (uint32_t job = 250; job < 850; ++job, set ^= 1) {
+    const std::vector<int32_t> a(4, int32_t(job)), b(4, int32_t(2 * job));
+    ASSERT_EQ(h.SendTagged(0, 0, set, a, uint8_t(job), 0).outcome, Outcome::kConsume) << job;
+    Got g = h.SendTagged(1, 0, set, b, uint8_t(job), 0);
+    ASSERT_EQ(g.outcome, Outcome::kMulticast) << job;
+    ASSERT_THAT(g.sums, ElementsAreArray(std::vector<int32_t>(4, int32_t(3 * job)))) << job;
+    if (job == 511) {  // a late copy of job 510's packet (set `set ^ 1`), job number 254
+      EXPECT_EQ(h.SendTagged(0, 0, set ^ 1, a, uint8_t(510), 0).outcome,
+                Outcome::kDropLateDuplicate);
+    }
+    if (job == 512) {  // job number 0 after 255: a late copy of job 511 (number 255)
+      EXPECT_EQ(h.SendTagged(1, 0, set ^ 1, b, uint8_t(511), 0).outcome,
+                Outcome::kDropLateDuplicate);
+    }
+  }
+}
+
+TEST(AggregatorLateDuplicateGuard, ResetForgetsTheStoredTags) {
+  Harness h(1, 4, 8, kGuardOn);
+  ASSERT_EQ(h.SendTagged(0, 3, 0, kA, 1, 3).outcome, Outcome::kMulticast);
+  ASSERT_EQ(h.SendTagged(0, 3, 1, kB, 1, 7).outcome, Outcome::kMulticast);
+  EXPECT_EQ(h.SendTagged(0, 3, 0, kA, 1, 3).outcome, Outcome::kDropLateDuplicate);
+  ASSERT_TRUE(h.agg().Reset(3).ok());  // a new session (more workers: the tags grow too)
+  EXPECT_EQ(h.SendTagged(0, 3, 0, kA, 1, 3).outcome, Outcome::kConsume);
+  EXPECT_EQ(h.SendTagged(2, 3, 0, kA, 1, 3).outcome, Outcome::kConsume);
+  EXPECT_TRUE(h.agg().options().late_duplicate_guard);
+}
+
+TEST(AggregatorLateDuplicateGuard, WorksWithTheLargestConfiguration) {
+  auto a = Aggregator::Create(wire::kMaxSlots, 64, kGuardOn);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(a->Reset(Aggregator::kMaxWorkers).ok());
+  const auto be = ToBE(kA);
+  Contribution c{.rank = 255, .slot = wire::kMaxSlots - 1, .set = 1, .payload_be = be.data(),
+                 .num_elements = 4, .job_number = 9, .tsi = 1234567};
+  EXPECT_EQ(a->Process(c).outcome, Outcome::kConsume);
+  c.set = 0;
+  c.tsi = 7654321;
+  EXPECT_EQ(a->Process(c).outcome, Outcome::kConsume);  // clears rank 255's set-1 bit
+  c.set = 1;
+  c.tsi = 1234567;
+  EXPECT_EQ(a->Process(c).outcome, Outcome::kDropLateDuplicate);
+}
+
+// A model of many all-reduce calls through one switch, following our client
+// (src/client/engine.cc, spec §5.4/§5.5): per rank `threads` threads, thread t owns slots
+// [t·W, t·W+W); a call of n elements gives thread t its §5.4 share; a slice of `blocks`
+// packets has batch = min(W, blocks) and total = blocks (+ batch for float32: the extra
+// batch); packet p goes to slot p mod batch with that slot's persistent "next set" bit,
+// tsi = p, job number = call index & 0xFF; packet p + batch is sent when p's result is
+// accepted; a result is accepted only for the (job number, tsi, slot, set) in flight.
+// The network: per-worker FIFO towards the switch (C6), request and result copies lost at
+// random, timers firing at random (also spuriously), results in flight while workers move on.
+// Optionally `late_copy`: a sent packet is duplicated and the copy delivered right behind the
+// worker's next packet to the same slot (violating C6: the §3.4.3 late duplicate).
+struct SimJob {
+  uint64_t num_elements;
+  bool is_float;
+};
+struct SimConfig {
+  uint32_t ranks = 3;
+  uint32_t threads = 2;
+  uint32_t window = 4;
+  uint32_t elements = 4;  // per packet
+  std::vector<SimJob> jobs;
+  uint32_t request_loss_pct = 5;
+  uint32_t result_loss_pct = 10;
+  uint32_t timeout_pct = 5;    // chance that a step fires a timer instead
+  uint32_t late_copy_pct = 0;  // chance that a new packet gets a late copy
+  uint32_t max_skew = 8;       // calls a thread may run ahead of its rank's slowest thread
+  uint64_t max_steps = 5'000'000;
+  AggregatorOptions options;
+  uint32_t seed = 1;
+};
+struct SimResult {
+  bool finished = false;        // every thread of every rank completed every call
+  uint64_t results_accepted = 0;
+  uint64_t wrong_results = 0;   // accepted results whose sums were not the exact sum
+  std::map<Outcome, uint64_t> outcomes;
+  uint64_t late_copies_sent = 0;
+  uint64_t count(Outcome o) const {
+    auto it = outcomes.find(o);
+    return it == outcomes.end() ? 0 : it->second;
+  }
+  uint32_t max_job_number_wraps = 0;
+};
+
+class MultiJobSim {
+ public:
+  explicit MultiJobSim(SimConfig c) : c_(std::move(c)), rng_(c_.seed) {
+    auto a = Aggregator::Create(c_.threads * c_.window, c_.elements, c_.options);
+    EXPECT_TRUE(a.ok()) << a.status();
+    agg_ = std::make_unique<Aggregator>(std::move(a).value());
+    EXPECT_TRUE(agg_->Reset(c_.ranks).ok());
+    streams_.resize(size_t{c_.ranks} * c_.threads);
+    for (uint32_t r = 0; r < c_.ranks; ++r) {
+      for (uint32_t t = 0; t < c_.threads; ++t) {
+        Stream& s = stream(r, t);
+        s.rank = r;
+        s.thread = t;
+        s.slots.resize(c_.window);
+        s.late.resize(c_.window);
+      }
+    }
+  }
+
+  SimResult Run() {
+    for (uint64_t step = 0; step < c_.max_steps; ++step) {
+      bool all_done = true;
+      for (Stream& s : streams_) {
+        if (!s.active) TryStart(s);
+        all_done = all_done && !s.active && s.job >= c_.jobs.size();
+      }
+      if (all_done) {
+        res_.finished = true;
+        break;
+      }
+      Stream& s = streams_[rng_() % streams_.size()];
+      const uint32_t dice = rng_() % 100;
+      if (dice < c_.timeout_pct) {
+        FireTimer(s);
+      } else if (dice % 2 == 0 && !s.to_switch.empty()) {
+        SwitchStep(s);
+      } else if (!s.inbox.empty()) {
+        Deliver(s);
+      } else if (!s.to_switch.empty()) {
+        SwitchStep(s);
+      }
+    }
+    res_.max_job_number_wraps = uint32_t(c_.jobs.size() / 256);
+    return res_;
+  }
+
+ private:
+  static constexpr uint64_t kIdle = ~uint64_t{0};
+  struct Packet {
+    uint32_t rank, slot;
+    uint8_t set, job_number;
+    uint32_t tsi;
+    std::vector<int32_t> values;
+  };
+  struct Result {
+    uint32_t slot;
+    uint8_t set, job_number;
+    uint32_t tsi;
+    std::vector<int32_t> sums;
+  };
+  struct SlotState {
+    uint8_t next_set = 0;  // persistent across calls (§5.5.4 fixed rule)
+    uint64_t packet = kIdle;
+    uint8_t set = 0;
+  };
+  struct Stream {
+    uint32_t rank = 0, thread = 0;
+    size_t job = 0;  // the current (or next) call
+    bool active = false;
+    uint64_t total = 0, batch = 0, received = 0;
+    std::vector<SlotState> slots;
+    std::vector<std::optional<Packet>> late;  // late copy waiting for the slot's next packet
+    std::deque<Packet> to_switch;
+    std::deque<Result> inbox;
+  };
+
+  Stream& stream(uint32_t rank, uint32_t thread) {
+    return streams_[size_t{rank} * c_.threads + thread];
+  }
+
+  uint64_t SliceElements(size_t job, uint32_t thread) const {
+    const uint64_t n = c_.jobs[job].num_elements;
+    return n / c_.threads + (thread < n % c_.threads ? 1 : 0);
+  }
+
+  int32_t Value(uint32_t rank, uint32_t thread, size_t job, uint64_t p, uint32_t e) const {
+    uint64_t x = (uint64_t{rank} + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t{thread} << 56) ^
+                 (uint64_t(job) << 32) ^ (p << 8) ^ e;
+    x ^= x >> 29;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 32;
+    return int32_t(uint32_t(x));
+  }
+
+  void TryStart(Stream& s) {
+    while (!s.active && s.job < c_.jobs.size()) {
+      for (uint32_t t = 0; t < c_.threads; ++t) {
+        if (s.job > stream(s.rank, t).job + c_.max_skew) return;  // bounded outstanding calls
+      }
+      const uint64_t blocks = (SliceElements(s.job, s.thread) + c_.elements - 1) / c_.elements;
+      s.batch = std::min<uint64_t>(c_.window, blocks);
+      s.total = blocks + (c_.jobs[s.job].is_float ? s.batch : 0);
+      s.received = 0;
+      if (s.total == 0) {  // an empty slice completes at once
+        ++s.job;
+        continue;
+      }
+      s.active = true;
+      for (uint64_t p = 0; p < s.batch; ++p) SendNew(s, p);
+    }
+  }
+
+  Packet Build(const Stream& s, uint64_t p) const {
+    const uint32_t i = uint32_t(p % s.batch);
+    Packet pkt{s.rank, s.thread * c_.window + i, s.slots[i].set, uint8_t(s.job & 0xFF),
+               uint32_t(p), std::vector<int32_t>(c_.elements)};
+    for (uint32_t e = 0; e < c_.elements; ++e) pkt.values[e] = Value(s.rank, s.thread, s.job, p, e);
+    return pkt;
+  }
+
+  void SendNew(Stream& s, uint64_t p) {
+    const uint32_t i = uint32_t(p % s.batch);
+    SlotState& slot = s.slots[i];
+    slot.packet = p;
+    slot.set = slot.next_set;
+    slot.next_set ^= 1;
+    Packet pkt = Build(s, p);
+    s.to_switch.push_back(pkt);
+    if (s.late[i]) {  // the earlier packet's copy, reordered behind this one (C6 violated)
+      s.to_switch.push_back(*std::move(s.late[i]));
+      s.late[i].reset();
+      ++res_.late_copies_sent;
+    }
+    if (c_.late_copy_pct > 0 && rng_() % 100 < c_.late_copy_pct) s.late[i] = std::move(pkt);
+  }
+
+  void FireTimer(Stream& s) {
+    if (!s.active || s.to_switch.size() > 4 * c_.window) return;
+    const uint32_t i = uint32_t(rng_() % s.batch);
+    if (s.slots[i].packet == kIdle) return;
+    s.to_switch.push_back(Build(s, s.slots[i].packet));  // retransmission: same slot and set
+  }
+
+  void SwitchStep(Stream& s) {
+    Packet pkt = std::move(s.to_switch.front());
+    s.to_switch.pop_front();
+    if (rng_() % 100 < c_.request_loss_pct) return;
+    const std::vector<uint8_t> be = ToBE(pkt.values);
+    const AggregationResult r = agg_->Process(Contribution{
+        .rank = pkt.rank, .slot = pkt.slot, .set = pkt.set, .payload_be = be.data(),
+        .num_elements = c_.elements, .job_number = pkt.job_number, .tsi = pkt.tsi});
+    ++res_.outcomes[r.outcome];
+    if (r.outcome != Outcome::kMulticast && r.outcome != Outcome::kUnicast) return;
+    Result out{pkt.slot, pkt.set, pkt.job_number, pkt.tsi,
+               std::vector<int32_t>(r.sums, r.sums + r.num_elements)};
+    if (r.outcome == Outcome::kUnicast) {
+      if (rng_() % 100 >= c_.result_loss_pct) s.inbox.push_back(std::move(out));
+      return;
+    }
+    for (uint32_t rank = 0; rank < c_.ranks; ++rank) {
+      if (rng_() % 100 >= c_.result_loss_pct) stream(rank, s.thread).inbox.push_back(out);
+    }
+  }
+
+  void Deliver(Stream& s) {
+    Result res = std::move(s.inbox.front());
+    s.inbox.pop_front();
+    // The engine's acceptance rules: this call, a slot of this slice, the packet in flight.
+    const uint32_t base = s.thread * c_.window;
+    if (!s.active || res.job_number != uint8_t(s.job & 0xFF) || res.slot < base ||
+        res.slot >= base + s.batch) {
+      return;
+    }
+    SlotState& slot = s.slots[res.slot - base];
+    if (slot.packet == kIdle || res.tsi != slot.packet || res.set != slot.set) return;
+    std::vector<int32_t> want(c_.elements, 0);
+    for (uint32_t r = 0; r < c_.ranks; ++r) {
+      for (uint32_t e = 0; e < c_.elements; ++e) {
+        want[e] = int32_t(uint32_t(want[e]) + uint32_t(Value(r, s.thread, s.job, slot.packet, e)));
+      }
+    }
+    ++res_.results_accepted;
+    if (res.sums != want) ++res_.wrong_results;
+    const uint64_t p = slot.packet;
+    slot.packet = kIdle;
+    if (p + s.batch < s.total) SendNew(s, p + s.batch);
+    if (++s.received == s.total) {
+      s.active = false;
+      ++s.job;
+    }
+  }
+
+  SimConfig c_;
+  std::mt19937 rng_;
+  std::unique_ptr<Aggregator> agg_;
+  std::vector<Stream> streams_;
+  SimResult res_;
+};
+
+// Calls of varying sizes: empty, smaller than one packet per thread, partial and full windows,
+// several windows; int32 and float32 (extra batch).
+std::vector<SimJob> RandomJobs(size_t count, const SimConfig& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const uint64_t per_window = uint64_t{c.window} * c.elements * c.threads;
+  std::vector<SimJob> jobs(count);
+  for (SimJob& j : jobs) {
+    const uint32_t kind = rng() % 10;
+    if (kind == 0) j.num_elements = 0;
+    else if (kind < 4) j.num_elements = 1 + rng() % (c.elements * c.threads);
+    else if (kind < 8) j.num_elements = 1 + rng() % per_window;
+    else j.num_elements = 1 + rng() % (4 * per_window);
+    j.is_float = rng() % 2 == 0;
+  }
+  return jobs;
+}
+
+std::string Describe(const SimResult& r) {
+  std::ostringstream s;
+  s << "finished=" << r.finished << " accepted=" << r.results_accepted
+    << " wrong=" << r.wrong_results << " late_copies=" << r.late_copies_sent;
+  for (const auto& [o, n] : r.outcomes) s << " " << OutcomeName(o) << "=" << n;
+  return s.str();
+}
+
+TEST(AggregatorLateDuplicateGuard, RandomizedManyJobsNeverDropALegitimateContribution) {
+  // 800 calls (job number wraps 3 times), 3 ranks x 2 threads, losses and spurious timers,
+  // no C6 violation: with the guard on every call completes with exact sums and the guard
+  // never fires.
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    SimConfig c;
+    c.jobs = RandomJobs(800, c, seed);
+    c.options = kGuardOn;
+    c.seed = seed;
+    const SimResult r = MultiJobSim(c).Run();
+    SCOPED_TRACE(Describe(r));
+    EXPECT_TRUE(r.finished);
+    EXPECT_EQ(r.wrong_results, 0u);
+    EXPECT_EQ(r.count(Outcome::kDropLateDuplicate), 0u);
+    EXPECT_GT(r.count(Outcome::kUnicast), 100u);  // losses were exercised
+    EXPECT_GT(r.results_accepted, 10000u);
+  }
+}
+
+TEST(AggregatorLateDuplicateGuard, PeriodicCallsThatReuseASlotOnlyEvery128CallsStayLive) {
+  // The pattern that defeats a guard keyed on the raw 8-bit job number: a training loop of 128
+  // calls where only the largest (int32, 6 packets) touches slot 5, once per iteration; its
+  // set alternates, so every 256 calls the same (slot 5, set, job number, tsi 5) recurs with no
+  // other use of that (slot, set) in between. Unwrapped job sequences tell the calls apart.
+  SimConfig c;
+  c.ranks = 2;
+  c.threads = 1;
+  c.window = 8;
+  c.max_skew = 2;
+  for (size_t k = 0; k < 4 * 128 + 1; ++k) {
+    c.jobs.push_back(SimJob{k % 128 == 0 ? 6u * c.elements : 1u, /*is_float=*/false});
+  }
+  c.options = kGuardOn;
+  const SimResult r = MultiJobSim(c).Run();
+  SCOPED_TRACE(Describe(r));
+  EXPECT_TRUE(r.finished);
+  EXPECT_EQ(r.wrong_results, 0u);
+  EXPECT_EQ(r.count(Outcome::kDropLateDuplicate), 0u);
+}
+
+TEST(AggregatorLateDuplicateGuard, RandomizedLateCopiesCorruptWithoutTheGuardAndNotWithIt) {
+  // Same traffic as above plus late copies (C6 violated, §3.4.3): without the guard results
+  // go wrong or the run hangs; with it every call completes with exact sums.
+  SimConfig c;
+  c.jobs = RandomJobs(600, c, 11);
+  c.late_copy_pct = 3;
+  c.max_steps = 2'000'000;
+  c.seed = 11;
+  const SimResult off = MultiJobSim(c).Run();
+  {
+    SCOPED_TRACE("guard off: " + Describe(off));
+    EXPECT_GT(off.late_copies_sent, 0u);
+    EXPECT_TRUE(off.wrong_results > 0 || !off.finished);
+  }
+  c.options = kGuardOn;
+  const SimResult on = MultiJobSim(c).Run();
+  SCOPED_TRACE("guard on: " + Describe(on));
+  EXPECT_TRUE(on.finished);
+  EXPECT_EQ(on.wrong_results, 0u);
+  EXPECT_GT(on.late_copies_sent, 50u);
+  EXPECT_GT(on.count(Outcome::kDropLateDuplicate), 0u);
+}
+
 TEST(AggregatorTest, OutcomeNamesAreDistinct) {
   std::map<std::string_view, int> seen;
   for (Outcome o : {Outcome::kConsume, Outcome::kMulticast, Outcome::kUnicast,
-                    Outcome::kDropDuplicate, Outcome::kDropSizeMismatch, Outcome::kDropInvalid}) {
+                    Outcome::kDropDuplicate, Outcome::kDropSizeMismatch, Outcome::kDropInvalid,
+                    Outcome::kDropLateDuplicate}) {
     ++seen[OutcomeName(o)];
   }
-  EXPECT_EQ(seen.size(), 6u);
+  EXPECT_EQ(seen.size(), 7u);
+  EXPECT_EQ(seen.count("unknown"), 0u);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,8 @@ class SessionTable {
   uint32_t num_registered() const { return num_registered_; }
   // rank < num_workers(); an unregistered rank has registered == false.
   const Worker& worker(uint32_t rank) const { return workers_[rank]; }
+  // All num_workers() entries, by rank (empty with no session).
+  std::span<const Worker> workers() const { return workers_; }
 
   // The hot-path lookup: one or two probes of an open-addressing hash table, no allocation.
   // Returns false for an unknown sender.

@@ -27,6 +27,10 @@ struct SwitchConfig {
   double ingress_drop_probability = 0.0;
   double egress_drop_probability = 0.0;
   uint64_t drop_seed = 1;
+  // Drop late duplicates (aggregator.h, "Late-duplicate guard"; counted as
+  // late_duplicates_dropped) instead of treating them as new contributions. Off by default:
+  // bit-exact reference behaviour. Applies to the reference session and to every job.
+  bool late_duplicate_guard = false;
   // Advertised to workers through the session service (SessionSink::Info). `mac` is
   // informative; `advertised_ipv4` (host order) overrides the channel's local address, which
   // is 0.0.0.0 when the switch listens on every interface. 0 = use the channel's address.

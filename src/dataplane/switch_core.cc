@@ -1,5 +1,6 @@
 #include "dataplane/switch_core.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "quant/quantizer.h"
@@ -19,7 +20,10 @@ void Outbox::Reserve(size_t responses, size_t stride, size_t datagrams) {
 StatusOr<SwitchCore> SwitchCore::Create(const SwitchConfig& config) {
   SWITCHML_RETURN_IF_ERROR(config.Validate());
   SWITCHML_ASSIGN_OR_RETURN(Aggregator aggregator,
-                            Aggregator::Create(config.num_slots, config.max_elements_per_packet));
+                            Aggregator::Create(config.num_slots, config.max_elements_per_packet,
+                                               AggregatorOptions{
+                                                   .late_duplicate_guard =
+                                                       config.late_duplicate_guard}));
   return SwitchCore(config, std::move(aggregator));
 }
 
@@ -27,6 +31,7 @@ SwitchCore::SwitchCore(const SwitchConfig& config, Aggregator aggregator)
     : config_(config),
       aggregator_(std::move(aggregator)),
       session_(std::make_shared<const SessionTable>()),
+      jobs_(EmptyJobTable(config)),
       // Independent streams, so enabling one knob does not change the other's decisions.
       ingress_drop_(config.ingress_drop_probability, config.drop_seed),
       egress_drop_(config.egress_drop_probability, config.drop_seed ^ 0x5DEECE66DA3B9F4Full),
@@ -49,12 +54,24 @@ void SwitchCore::AdoptSession(std::shared_ptr<const SessionTable> table) {
   session_ = std::move(table);
 }
 
+void SwitchCore::AdoptJobs(std::shared_ptr<const JobTable> jobs) { jobs_ = std::move(jobs); }
+
+std::shared_ptr<const JobTable> SwitchCore::EmptyJobTable(const SwitchConfig& config) {
+  return std::make_shared<const JobTable>(
+      config.num_slots, config.max_workers, config.max_elements_per_packet,
+      AggregatorOptions{.late_duplicate_guard = config.late_duplicate_guard});
+}
+
 void SwitchCore::ProcessBurst(std::span<const transport::RxDatagram> in, Outbox& out) {
   out.Clear();
   const SessionTable& table = *session_;
+  const JobTable& jobs = *jobs_;
+  const bool have_jobs = !jobs.jobs().empty();
   const uint32_t num_workers = table.num_workers();
-  // Worst case every datagram completes a round and fans out to every worker.
-  out.Reserve(in.size(), response_stride_, in.size() * size_t{std::max<uint32_t>(num_workers, 1)});
+  const std::span<const SessionTable::Worker> session_workers = table.workers();
+  // Worst case every datagram completes a round and fans out to every worker of its job.
+  const uint32_t fan_out = std::max<uint32_t>({num_workers, jobs.max_job_workers(), 1});
+  out.Reserve(in.size(), response_stride_, in.size() * size_t{fan_out});
   SwitchCounters& c = counters_;
   const uint32_t num_slots = config_.num_slots;
   const uint32_t max_elements = config_.max_elements_per_packet;
@@ -71,12 +88,40 @@ void SwitchCore::ProcessBurst(std::span<const transport::RxDatagram> in, Outbox&
       ++c.decode_errors[size_t(err)];
       continue;
     }
+    const wire::Header& h = pkt.header;
+    JobTable::Sender js;
+    if (have_jobs && jobs.Find(d.from, &js)) {
+      const JobTable::Job& job = *js.job;
+      if (job.state == controller::JobState::kEnded) {
+        ++c.job_ended;
+        continue;
+      }
+      JobRuntime& rt = *job.runtime;
+      Bump(rt.counters.received);
+      Bump(rt.rank_received[js.rank]);
+      if (job.state != controller::JobState::kRunning) {
+        ++c.job_not_running;
+        Bump(rt.counters.not_running);
+        continue;
+      }
+      if (h.slot >= job.spec.num_slots) {
+        ++c.job_slot_out_of_range;
+        Bump(rt.counters.slot_out_of_range);
+        continue;
+      }
+      if (pkt.num_elements > job.spec.elements_per_packet) {
+        ++c.too_large;
+        Bump(rt.counters.too_large);
+        continue;
+      }
+      Aggregate(d, pkt, rt.aggregator, js.rank, js.thread, job.workers, &rt.counters, out);
+      continue;
+    }
     SessionTable::Sender sender;
     if (!table.Find(d.from, &sender)) {
       ++c.unknown_sender;
       continue;
     }
-    const wire::Header& h = pkt.header;
     if (h.slot >= num_slots) {
       ++c.slot_out_of_range;
       continue;
@@ -85,57 +130,93 @@ void SwitchCore::ProcessBurst(std::span<const transport::RxDatagram> in, Outbox&
       ++c.too_large;
       continue;
     }
-    if (ingress_drop_.ShouldDrop()) {
-      ++c.sim_ingress_drops;
-      continue;
-    }
-    const AggregationResult r = aggregator_.Process(Contribution{
-        .rank = sender.rank,
-        .slot = h.slot,
-        .set = h.set,
-        .exp0 = h.exp0,
-        .exp1 = h.exp1,
-        .payload_be = pkt.payload,
-        .num_elements = pkt.num_elements,
-    });
-    switch (r.outcome) {
-      case Outcome::kConsume: ++c.consumed; continue;
-      case Outcome::kDropDuplicate: ++c.duplicates_dropped; continue;
-      case Outcome::kDropSizeMismatch: ++c.size_mismatch; continue;
-      case Outcome::kDropInvalid: ++c.aggregator_invalid; continue;
-      case Outcome::kMulticast: ++c.multicast_rounds; break;
-      case Outcome::kUnicast: ++c.unicast_replies; break;
-    }
-    if (egress_drop_.ShouldDrop()) {
-      ++c.sim_egress_drops;
-      continue;
-    }
-
-    // Encode the response once.
-    uint8_t* resp = out.NextResponse();
-    wire::Header rh = h;  // size code, job number, tsi, slot and set of the triggering packet
-    rh.msg_type = wire::kMsgTypeAllReduce;
-    rh.exp0 = r.exp0;
-    rh.exp1 = r.exp1;
-    wire::EncodePrefix(rh, resp);
-    quant::Int32ToBE(r.sums, r.num_elements, resp + wire::kPrefixBytes);
-    const uint32_t size = uint32_t(wire::PacketBytes(r.num_elements));
-
-    if (r.outcome == Outcome::kUnicast) {
-      out.Push(resp, size, d.from);
-      ++c.datagrams_sent;
-      continue;
-    }
-    for (uint32_t rank = 0; rank < num_workers; ++rank) {
-      const SessionTable::Worker& w = table.worker(rank);
-      // Every rank contributed to a completed round, so all are registered; guard anyway.
-      if (!w.registered) continue;
-      const uint16_t port = sender.thread < w.udp_ports.size() ? w.udp_ports[sender.thread]
-                                                               : d.from.port;
-      out.Push(resp, size, transport::Endpoint{w.ipv4, port});
-      ++c.datagrams_sent;
-    }
+    Aggregate(d, pkt, aggregator_, sender.rank, sender.thread, session_workers,
+              static_cast<AtomicJobCounters*>(nullptr), out);
   }
+}
+
+template <typename JobCountersPtr>
+void SwitchCore::Aggregate(const transport::RxDatagram& d, const wire::PacketView& pkt,
+                           Aggregator& agg, uint32_t rank, uint16_t thread,
+                           std::span<const SessionTable::Worker> workers, JobCountersPtr job,
+                           Outbox& out) {
+  SwitchCounters& c = counters_;
+  if (ingress_drop_.ShouldDrop()) {
+    ++c.sim_ingress_drops;
+    return;
+  }
+  const wire::Header& h = pkt.header;
+  const AggregationResult r = agg.Process(Contribution{
+      .rank = rank,
+      .slot = h.slot,
+      .set = h.set,
+      .exp0 = h.exp0,
+      .exp1 = h.exp1,
+      .payload_be = pkt.payload,
+      .num_elements = pkt.num_elements,
+      .job_number = h.job_number,
+      .tsi = h.tsi,
+  });
+  switch (r.outcome) {
+    case Outcome::kConsume:
+      ++c.consumed;
+      if (job) Bump(job->consumed);
+      return;
+    case Outcome::kDropDuplicate:
+      ++c.duplicates_dropped;
+      if (job) Bump(job->duplicates_dropped);
+      return;
+    case Outcome::kDropLateDuplicate:
+      ++c.late_duplicates_dropped;
+      if (job) Bump(job->late_duplicates_dropped);
+      return;
+    case Outcome::kDropSizeMismatch:
+      ++c.size_mismatch;
+      if (job) Bump(job->size_mismatch);
+      return;
+    case Outcome::kDropInvalid:
+      ++c.aggregator_invalid;
+      return;
+    case Outcome::kMulticast:
+      ++c.multicast_rounds;
+      if (job) Bump(job->multicast_rounds);
+      break;
+    case Outcome::kUnicast:
+      ++c.unicast_replies;
+      if (job) Bump(job->unicast_replies);
+      break;
+  }
+  if (egress_drop_.ShouldDrop()) {
+    ++c.sim_egress_drops;
+    return;
+  }
+
+  // Encode the response once.
+  uint8_t* resp = out.NextResponse();
+  wire::Header rh = h;  // size code, job number, tsi, slot and set of the triggering packet
+  rh.msg_type = wire::kMsgTypeAllReduce;
+  rh.exp0 = r.exp0;
+  rh.exp1 = r.exp1;
+  wire::EncodePrefix(rh, resp);
+  quant::Int32ToBE(r.sums, r.num_elements, resp + wire::kPrefixBytes);
+  const uint32_t size = uint32_t(wire::PacketBytes(r.num_elements));
+
+  if (r.outcome == Outcome::kUnicast) {
+    out.Push(resp, size, d.from);
+    ++c.datagrams_sent;
+    if (job) Bump(job->datagrams_sent);
+    return;
+  }
+  uint64_t sent = 0;
+  for (const SessionTable::Worker& w : workers) {
+    // Every rank contributed to a completed round, so all are registered; guard anyway.
+    if (!w.registered) continue;
+    const uint16_t port = thread < w.udp_ports.size() ? w.udp_ports[thread] : d.from.port;
+    out.Push(resp, size, transport::Endpoint{w.ipv4, port});
+    ++sent;
+  }
+  c.datagrams_sent += sent;
+  if (job) Bump(job->datagrams_sent, sent);
 }
 
 }  // namespace switchml::dataplane

@@ -14,6 +14,8 @@
 //   8. the response: msg type 1; size code, job number and tsi of the triggering packet; the
 //      same (slot, set); the round's max exponents; its sums big-endian. A multicast is encoded
 //      once and sent to every worker; a unicast goes back to the sender's address.
+// A job's packets go to that job's own Aggregator and its results to that job's workers only;
+// the per-job counters (JobRuntime) are bumped alongside the switch-wide ones.
 // Multicast addressing (§3.5): to each worker's IPv4 and its registered UDP port for the
 // sender's thread index; a worker that registered no ports (reference mode), or too few,
 // gets the source port of the triggering packet, as the reference switch does.
@@ -37,6 +39,7 @@
 #include "controller/session_sink.h"
 #include "dataplane/aggregator.h"
 #include "dataplane/drop_simulator.h"
+#include "dataplane/job_table.h"
 #include "dataplane/session_table.h"
 #include "dataplane/switch_config.h"
 #include "dataplane/switch_counters.h"
@@ -97,6 +100,11 @@ class SwitchCore {
   // cleared. `table` must be non-null and its num_workers <= config().max_workers.
   void AdoptSession(std::shared_ptr<const SessionTable> table);
 
+  // Switches to the job table `jobs` (built with JobTable's functions from jobs(), possibly on
+  // another thread). Jobs keep their aggregation state across tables (it lives in their
+  // JobRuntime); a job absent from `jobs` is no longer reachable. Must be non-null.
+  void AdoptJobs(std::shared_ptr<const JobTable> jobs);
+
   // Processes `in` in order and replaces the contents of `out` with the datagrams to send.
   // Never fails: bad datagrams are counted and dropped. Allocates only when `out` must grow.
   //
@@ -111,13 +119,23 @@ class SwitchCore {
   const SessionTable& session() const { return *session_; }
   const std::shared_ptr<const SessionTable>& session_ptr() const { return session_; }
   const Aggregator& aggregator() const { return aggregator_; }
+  const JobTable& jobs() const { return *jobs_; }
+  const std::shared_ptr<const JobTable>& jobs_ptr() const { return jobs_; }
+  // The empty job table this switch starts with (pool = config.num_slots slots).
+  static std::shared_ptr<const JobTable> EmptyJobTable(const SwitchConfig& config);
 
  private:
   SwitchCore(const SwitchConfig& config, Aggregator aggregator);
+  // Steps 5-8 for an accepted packet of a job or of the reference session.
+  template <typename JobCountersPtr>
+  void Aggregate(const transport::RxDatagram& d, const wire::PacketView& pkt, Aggregator& agg,
+                 uint32_t rank, uint16_t thread, std::span<const SessionTable::Worker> workers,
+                 JobCountersPtr job, Outbox& out);
 
   SwitchConfig config_;
   Aggregator aggregator_;
   std::shared_ptr<const SessionTable> session_;
+  std::shared_ptr<const JobTable> jobs_;
   DropSimulator ingress_drop_;
   DropSimulator egress_drop_;
   SwitchCounters counters_;

@@ -1,12 +1,16 @@
 // dataplane/switch_counters.h — what the software switch counts (spec §3.11, extended).
 //
 // Every datagram the switch receives ends in exactly one of these buckets: a decode error, an
-// unknown sender, an out-of-range slot, a too-large packet, a size mismatch, a simulated
-// ingress drop, a consumed contribution, a dropped duplicate, or a response (multicast round or
-// unicast reply). So:
-//   datagrams_received == rx_truncated + sum(decode_*) + unknown_sender + slot_out_of_range
+// unknown sender, a sender of an ended job, a sender of a job still waiting for workers, an
+// out-of-range slot (of the reference session or of the sender's job), a too-large packet, a
+// size mismatch, a simulated ingress drop, a consumed contribution, a dropped duplicate, or a
+// response (multicast round or unicast reply). So:
+//   datagrams_received == rx_truncated + sum(decode_*) + unknown_sender + job_ended
+//                         + job_not_running + slot_out_of_range + job_slot_out_of_range
 //                         + too_large + size_mismatch + aggregator_invalid + sim_ingress_drops
-//                         + consumed + duplicates_dropped + multicast_rounds + unicast_replies
+//                         + consumed + duplicates_dropped + late_duplicates_dropped
+//                         + multicast_rounds + unicast_replies
+// (the per-job part of these is also counted per job, controller::JobCounters).
 //
 //   std::cout << counters.FormatTable();
 //   for (auto& [name, value] : counters.Named()) json[name] = value;
@@ -29,7 +33,12 @@ struct SwitchCounters {
   uint64_t rx_truncated = 0;  // longer than the receive buffer
   // Indexed by wire::DecodeError; [kOk] stays 0.
   std::array<uint64_t, wire::kNumDecodeErrors> decode_errors{};
-  uint64_t unknown_sender = 0;      // source address not in the session's worker table
+  uint64_t unknown_sender = 0;      // source address registered neither in a job nor in the
+                                    // reference session
+  uint64_t job_ended = 0;           // sender was a worker of a job that has ended (deleted or
+                                    // timed out) and whose address nobody reused
+  uint64_t job_not_running = 0;     // sender's job is still waiting for some ranks to register
+  uint64_t job_slot_out_of_range = 0;  // slot >= the sender's job's num_slots
   uint64_t slot_out_of_range = 0;   // slot >= num_slots
   uint64_t too_large = 0;           // more elements than max_elements_per_packet
   uint64_t size_mismatch = 0;       // element count differs from the round's
@@ -40,6 +49,7 @@ struct SwitchCounters {
   uint64_t multicast_rounds = 0;    // completed rounds (responses counted even if egress-dropped)
   uint64_t unicast_replies = 0;     // duplicates of completed rounds answered to the sender
   uint64_t duplicates_dropped = 0;  // duplicates while the round was incomplete
+  uint64_t late_duplicates_dropped = 0;  // late duplicates caught by the guard (off by default)
   uint64_t datagrams_sent = 0;      // response datagrams handed to the transport
 
   // Calls f(name, value_ref) for every counter, in a fixed order. Names are snake_case and
@@ -54,6 +64,9 @@ struct SwitchCounters {
       c.decode_errors[size_t(wire::DecodeError::kUnsupportedSizeCode)]);
     f("decode_length_mismatch", c.decode_errors[size_t(wire::DecodeError::kLengthMismatch)]);
     f("unknown_sender", c.unknown_sender);
+    f("job_ended", c.job_ended);
+    f("job_not_running", c.job_not_running);
+    f("job_slot_out_of_range", c.job_slot_out_of_range);
     f("slot_out_of_range", c.slot_out_of_range);
     f("too_large", c.too_large);
     f("size_mismatch", c.size_mismatch);
@@ -64,9 +77,10 @@ struct SwitchCounters {
     f("multicast_rounds", c.multicast_rounds);
     f("unicast_replies", c.unicast_replies);
     f("duplicates_dropped", c.duplicates_dropped);
+    f("late_duplicates_dropped", c.late_duplicates_dropped);
     f("datagrams_sent", c.datagrams_sent);
   }
-  static constexpr size_t kNumCounters = 18;
+  static constexpr size_t kNumCounters = 22;
 
   uint64_t decode_error(wire::DecodeError e) const { return decode_errors[size_t(e)]; }
 

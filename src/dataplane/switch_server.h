@@ -3,8 +3,10 @@
 // SwitchServer owns a transport::Channel and a SwitchCore and runs the run-to-completion loop
 //   RecvBurst (up to 32 datagrams) → adopt a new session table if one was published
 //   → SwitchCore::ProcessBurst → SendBurst until every response is sent.
-// It implements controller::SessionSink, so the gRPC session service registers workers from
-// its own threads while the loop runs.
+// It implements controller::SessionSink and controller::JobSink, so the gRPC services register
+// workers and create/delete jobs from their own threads while the loop runs. Every
+// kSweepInterval the I/O thread also ends jobs that have been idle longer than their
+// idle_timeout (ExpireIdleJobs), which frees their slots.
 //
 //   SWITCHML_ASSIGN_OR_RETURN(auto server, SwitchServer::Create(config, std::move(channel)));
 //   SWITCHML_RETURN_IF_ERROR(server->Start());
@@ -24,7 +26,10 @@
 //  * counters() may be called from any thread: the I/O thread mirrors the core's counters into
 //    relaxed atomics after every burst (a few dozen stores per burst, no lock); a snapshot is
 //    per-counter exact but not taken at one instant.
-//  * Start/Stop/RegisterWorker/Info/counters are thread-safe. Stop() wakes the channel and
+//  * Jobs are published the same way (an immutable JobTable under the same mutex and
+//    generation). InspectSlots reads aggregation state that only the I/O thread may touch, so
+//    while the loop runs it is served by the I/O thread between bursts (the caller waits).
+//  * Start/Stop/RegisterWorker/Info/counters and every JobSink method are thread-safe. Stop() wakes the channel and
 //    joins; the receive timeout (kRecvTimeout) bounds how long that takes even for a channel
 //    whose Wake() is slow.
 #pragma once
@@ -41,6 +46,8 @@
 #include <vector>
 
 #include "controller/session_sink.h"
+#include "controller/job_sink.h"
+#include "dataplane/job_table.h"
 #include "dataplane/session_table.h"
 #include "dataplane/switch_config.h"
 #include "dataplane/switch_core.h"
@@ -73,13 +80,15 @@ struct ServerCounters {
   std::string FormatTable() const;
 };
 
-class SwitchServer final : public controller::SessionSink {
+class SwitchServer final : public controller::SessionSink, public controller::JobSink {
  public:
   // 32 datagrams per RecvBurst: one recvmmsg/sendmmsg-sized batch amortises the ~6 µs syscall
   // cost (ENVIRONMENT.md) while a burst of 4 KiB buffers (128 KiB) still fits in L2.
   static constexpr size_t kBurstSize = 32;
   // How long RecvBurst waits when idle; bounds Stop() latency and costs nothing under load.
   static constexpr std::chrono::milliseconds kRecvTimeout{20};
+  // How often the I/O thread looks for idle jobs (the granularity of idle_timeout).
+  static constexpr std::chrono::milliseconds kSweepInterval{50};
 
   // Validates `config` and takes ownership of `channel` (which must already be bound).
   // Errors: InvalidArgument (bad config or null channel), ResourceExhausted.
@@ -102,6 +111,27 @@ class SwitchServer final : public controller::SessionSink {
   Status RegisterWorker(const controller::WorkerRegistration& reg) override;
   controller::SwitchInfo Info() const override;
 
+  // controller::JobSink (errors as documented there and in job_table.h). CreateJob generates
+  // a token when the spec has none; RegisterJobWorker's grant carries Info() with num_slots =
+  // the job's.
+  StatusOr<controller::JobInfo> CreateJob(const controller::JobSpec& spec) override;
+  Status DeleteJob(uint32_t job_id, const std::string& token) override;
+  StatusOr<controller::JobWorkerGrant> RegisterJobWorker(
+      const controller::JobRegistration& reg) override;
+  StatusOr<controller::JobInfo> GetJob(uint32_t job_id) const override;
+  controller::JobList ListJobs() const override;
+  StatusOr<std::vector<controller::SlotInfo>> InspectSlots(uint32_t job_id, uint32_t first_slot,
+                                                           uint32_t count) const override;
+  std::vector<std::pair<std::string, uint64_t>> CounterValues() const override;
+  Status CheckJobAccess(uint32_t job_id, const std::string& token) const override;
+
+  // Ends every job idle for longer than its idle_timeout as of `now` and returns their ids.
+  // The I/O thread calls it every kSweepInterval with the current time; tests may call it
+  // with a later `now` to skip waiting.
+  std::vector<uint32_t> ExpireIdleJobs(TimePoint now);
+  // The latest published job table.
+  std::shared_ptr<const JobTable> jobs() const;
+
   ServerCounters counters() const;
   // Where workers send data (the channel's local address, cached at Create).
   transport::Endpoint local_endpoint() const { return local_endpoint_; }
@@ -115,6 +145,12 @@ class SwitchServer final : public controller::SessionSink {
                SwitchCore core);
   void Run();
   void AdoptLatestSession();
+  void ServeInspections();
+  // Reads slots of `job_id` (0 = reference session) from `core` / the latest job table. Only
+  // on the thread that owns core_.
+  StatusOr<std::vector<controller::SlotInfo>> InspectNow(uint32_t job_id, uint32_t first_slot,
+                                                         uint32_t count) const;
+  void PublishJobs(std::shared_ptr<const JobTable> jobs);  // session_mu_ held
   void SendAll(std::span<const transport::TxDatagram> all);
   void PublishCounters();
   void RecordError(const Status& s);
@@ -134,15 +170,22 @@ class SwitchServer final : public controller::SessionSink {
   // Session publication (writer side).
   mutable std::mutex session_mu_;
   std::shared_ptr<const SessionTable> latest_session_;  // guarded by session_mu_
+  std::shared_ptr<const JobTable> latest_jobs_;         // guarded by session_mu_
   std::atomic<uint64_t> session_generation_{0};
 
   // Counter mirror for other threads.
   std::array<std::atomic<uint64_t>, ServerCounters::kNumCounters> published_{};
 
+  // InspectSlots requests waiting for the I/O thread.
+  struct InspectRequest;
+  mutable std::mutex inspect_mu_;
+  mutable std::vector<std::shared_ptr<InspectRequest>> inspect_queue_;  // guarded by inspect_mu_
+  mutable std::atomic<bool> inspect_pending_{false};
+
   mutable std::mutex error_mu_;
   Status last_error_;  // guarded by error_mu_
 
-  std::mutex lifecycle_mu_;  // serialises Start/Stop
+  mutable std::mutex lifecycle_mu_;  // serialises Start/Stop (and InspectSlots vs Start)
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> running_{false};

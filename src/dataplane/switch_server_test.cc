@@ -383,5 +383,99 @@ TEST(SwitchServerTest, ConcurrentRegistrationAndTraffic) {
   EXPECT_EQ(server->session()->epoch(), 1u);
 }
 
+// ---- Jobs through the server (JobSink) ----
+
+controller::JobRegistration JobReg(const controller::JobInfo& job, uint32_t rank, uint32_t ipv4,
+                                   uint16_t port) {
+  controller::JobRegistration r;
+  r.job_id = job.job_id;
+  r.token = job.token;
+  r.worker.rank = rank;
+  r.worker.ipv4 = ipv4;
+  r.worker.udp_ports = {port};
+  return r;
+}
+
+TEST(SwitchServerJobsTest, JobTrafficInspectionAndIdleTeardown) {
+  auto net = std::make_shared<FakeNet>();
+  auto server = MakeServer(net);
+  controller::JobSpec spec;
+  spec.num_workers = 2;
+  spec.num_slots = 16;
+  spec.elements_per_packet = 64;
+  spec.idle_timeout = 10min;  // never reached on its own during the test
+  auto job = server->CreateJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->token.size(), 32u);
+  auto grant = server->RegisterJobWorker(JobReg(*job, 0, kIpA, 4000));
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  EXPECT_EQ(grant->switch_info.udp_port, 48864);
+  EXPECT_EQ(grant->switch_info.num_slots, 16u);
+  ASSERT_TRUE(server->RegisterJobWorker(JobReg(*job, 1, kIpB, 5000)).ok());
+  // Inspection before Start reads the state directly.
+  auto slots = server->InspectSlots(job->job_id, 14, 10);
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  EXPECT_EQ(slots->size(), 2u);
+  ASSERT_TRUE(server->Start().ok());
+
+  Request ra{.slot = 3, .values = Ramp(64, 1, 1)};
+  net->Inject(Encode(ra), {kIpA, 4000});
+  ASSERT_TRUE(Eventually([&] { return server->counters().core.consumed == 1; }));
+  // While running, inspection is served by the I/O thread and sees the half-done round.
+  slots = server->InspectSlots(job->job_id, 3, 1);
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  ASSERT_EQ(slots->size(), 1u);
+  EXPECT_EQ((*slots)[0].sets[0].bitmap[0], 1u);
+  EXPECT_EQ((*slots)[0].sets[0].counter, 1u);
+  EXPECT_EQ(server->InspectSlots(job->job_id, 0, 0).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(server->InspectSlots(77, 0, 1).status().code(), StatusCode::kNotFound);
+  auto info = server->GetJob(job->job_id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->state, controller::JobState::kRunning);
+  EXPECT_EQ(info->counters.consumed, 1u);
+
+  // An hour later without traffic the job is torn down; its workers' datagrams are then
+  // dropped as job_ended, and its slots are free.
+  // (The first sweep after traffic only notes the activity, so sweep twice; the I/O thread's
+  // own sweep may have done the first one.)
+  auto expired = server->ExpireIdleJobs(Clock::now() + 1h);
+  const auto more = server->ExpireIdleJobs(Clock::now() + 2h);
+  expired.insert(expired.end(), more.begin(), more.end());
+  EXPECT_EQ(expired, std::vector<uint32_t>{job->job_id});
+  EXPECT_EQ(server->ListJobs().free_slots, 64u);
+  net->Inject(Encode({.slot = 3, .values = Ramp(64, 2, 2)}), {kIpB, 5000});
+  ASSERT_TRUE(Eventually([&] { return server->counters().core.job_ended == 1; }));
+  EXPECT_EQ(net->sent.size(), 0u);
+  EXPECT_EQ(server->InspectSlots(job->job_id, 0, 1).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(server->CheckJobAccess(job->job_id, job->token).code(),
+            StatusCode::kFailedPrecondition);
+  server->Stop();
+}
+
+TEST(SwitchServerJobsTest, TheIoThreadExpiresIdleJobsByItself) {
+  auto net = std::make_shared<FakeNet>();
+  auto server = MakeServer(net);
+  ASSERT_TRUE(server->Start().ok());
+  controller::JobSpec spec;
+  spec.num_workers = 1;
+  spec.num_slots = 8;
+  spec.elements_per_packet = 64;
+  spec.idle_timeout = 100ms;
+  auto job = server->CreateJob(spec);
+  ASSERT_TRUE(job.ok());
+  spec.idle_timeout = 0ms;
+  auto keep = server->CreateJob(spec);
+  ASSERT_TRUE(keep.ok());
+  ASSERT_TRUE(Eventually([&] {
+    auto j = server->GetJob(job->job_id);
+    return j.ok() && j->state == controller::JobState::kEnded;
+  }));
+  EXPECT_EQ(server->GetJob(keep->job_id)->state, controller::JobState::kWaitingForWorkers);
+  EXPECT_EQ(server->ListJobs().free_slots, 64u - 8u);
+  server->Stop();
+}
+
 }  // namespace
 }  // namespace switchml::dataplane

@@ -21,6 +21,9 @@ Settings come from environment variables, read when a group is created:
   SWITCHML_BIND_IP               local IPv4 for the data sockets (default: any)
   SWITCHML_ADVERTISE_IP          address registered with the switch (default: the one used to
                                  reach the controller)
+  SWITCHML_JOB_ID, SWITCHML_JOB_TOKEN
+                                 join a job made with `switchml jobs create` (default: the
+                                 switch's reference session)
   GLOO_SOCKET_IFNAME             network interface of the inner Gloo group (first entry used)
 
 The three window/packet settings must be equal on every rank.
@@ -63,6 +66,8 @@ def config_from_env(environ=None):
     config.job_timeout = datetime.timedelta(milliseconds=_env_int(env, "SWITCHML_JOB_TIMEOUT_MS", 1))
     config.bind_ip = env.get("SWITCHML_BIND_IP", "").strip()
     config.advertise_ip = env.get("SWITCHML_ADVERTISE_IP", "").strip()
+    config.job_id = _env_int(env, "SWITCHML_JOB_ID", 1)
+    config.job_token = env.get("SWITCHML_JOB_TOKEN", "").strip()
     config.gloo_interface = env.get("GLOO_SOCKET_IFNAME", "").split(",")[0].strip()
     return config
 

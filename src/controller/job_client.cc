@@ -1,0 +1,302 @@
+#include "controller/job_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "controller/grpc_status.h"
+#include "switchml_v1.grpc.pb.h"
+
+namespace switchml::controller {
+namespace {
+
+namespace v1 = ::switchml::v1;
+
+std::string Str(uint64_t v) { return std::to_string(v); }
+
+JobState FromProto(v1::JobState s) {
+  switch (s) {
+    case v1::RUNNING: return JobState::kRunning;
+    case v1::ENDED: return JobState::kEnded;
+    default: return JobState::kWaitingForWorkers;
+  }
+}
+
+JobInfo FromProto(const v1::JobInfo& p) {
+  JobInfo j;
+  j.job_id = p.job_id();
+  j.spec.num_workers = p.spec().num_workers();
+  j.spec.num_slots = p.spec().num_slots();
+  j.spec.elements_per_packet = p.spec().elements_per_packet();
+  j.spec.data_type = static_cast<JobDataType>(p.spec().data_type());
+  j.spec.idle_timeout = std::chrono::milliseconds(p.spec().idle_timeout_ms());
+  j.spec.name = p.spec().name();
+  j.state = FromProto(p.state());
+  j.slot_base = p.slot_base();
+  j.num_registered = p.num_registered();
+  for (const v1::WorkerInfo& w : p.workers()) {
+    JobWorkerInfo wi;
+    wi.rank = w.rank();
+    wi.ipv4 = w.ipv4();
+    for (uint32_t port : w.udp_ports()) wi.udp_ports.push_back(static_cast<uint16_t>(port));
+    wi.received = w.received();
+    j.workers.push_back(std::move(wi));
+  }
+  const v1::JobCounters& c = p.counters();
+  j.counters.received = c.received();
+  j.counters.consumed = c.consumed();
+  j.counters.multicast_rounds = c.multicast_rounds();
+  j.counters.unicast_replies = c.unicast_replies();
+  j.counters.duplicates_dropped = c.duplicates_dropped();
+  j.counters.late_duplicates_dropped = c.late_duplicates_dropped();
+  j.counters.size_mismatch = c.size_mismatch();
+  j.counters.slot_out_of_range = c.slot_out_of_range();
+  j.counters.too_large = c.too_large();
+  j.counters.not_running = c.not_running();
+  j.counters.datagrams_sent = c.datagrams_sent();
+  j.idle_for = std::chrono::milliseconds(p.idle_ms());
+  j.end_reason = p.end_reason();
+  return j;
+}
+
+SlotSetInfo FromProto(const v1::SlotSet& p) {
+  SlotSetInfo s;
+  for (int i = 0; i < p.bitmap_size() && i < 4; ++i) s.bitmap[i] = p.bitmap(i);
+  s.counter = p.counter();
+  s.num_elements = p.num_elements();
+  s.exp0 = static_cast<int8_t>(p.exp0());
+  s.exp1 = static_cast<int8_t>(p.exp1());
+  return s;
+}
+
+}  // namespace
+
+struct JobClient::Impl {
+  std::string address;
+  std::chrono::milliseconds timeout;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::JobService::Stub> stub;
+
+  void Prepare(grpc::ClientContext* context) const {
+    context->set_deadline(std::chrono::system_clock::now() + timeout);
+    context->set_wait_for_ready(true);
+  }
+
+  Status MapError(const char* rpc, const grpc::Status& s) const {
+    if (s.ok()) return OkStatus();
+    const std::string where = "controller " + address;
+    switch (s.error_code()) {
+      case grpc::StatusCode::DEADLINE_EXCEEDED:
+        if (channel->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+          return UnavailableError(where + " unreachable (" + rpc + "): not connected within " +
+                                  Str(timeout.count()) + " ms");
+        }
+        return DeadlineExceededError(where + " (" + rpc + "): did not complete within " +
+                                     Str(timeout.count()) + " ms: " + s.error_message());
+      case grpc::StatusCode::UNAVAILABLE:
+        return UnavailableError(where + " unreachable (" + rpc + "): " + s.error_message());
+      case grpc::StatusCode::UNIMPLEMENTED:
+        return UnimplementedError(where + " does not serve switchml.v1.JobService (" + rpc +
+                                  "): a reference controller, or a switch started without "
+                                  "jobs: " + s.error_message());
+      default:
+        return Status(FromGrpcCode(s.error_code()),
+                      where + " rejected " + rpc + ": " + s.error_message());
+    }
+  }
+};
+
+StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const std::string& controller_address,
+                                                        std::chrono::milliseconds rpc_timeout) {
+  if (controller_address.empty()) {
+    return InvalidArgumentError("JobClient::Connect: controller_address is empty");
+  }
+  if (rpc_timeout <= std::chrono::milliseconds::zero()) {
+    return InvalidArgumentError("JobClient::Connect: rpc_timeout must be > 0 ms, got " +
+                                std::to_string(rpc_timeout.count()));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->address = controller_address;
+  impl->timeout = rpc_timeout;
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  impl->channel =
+      grpc::CreateCustomChannel(controller_address, grpc::InsecureChannelCredentials(), args);
+  if (!impl->channel->WaitForConnected(std::chrono::system_clock::now() + rpc_timeout)) {
+    return UnavailableError("controller " + controller_address +
+                            " unreachable (Connect): not connected within " +
+                            Str(rpc_timeout.count()) + " ms");
+  }
+  impl->stub = v1::JobService::NewStub(impl->channel);
+  return std::unique_ptr<JobClient>(new JobClient(std::move(impl)));
+}
+
+JobClient::JobClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+JobClient::~JobClient() = default;
+const std::string& JobClient::address() const { return impl_->address; }
+
+StatusOr<JobInfo> JobClient::CreateJob(const JobSpec& spec) {
+  v1::CreateJobRequest request;
+  v1::JobSpec* p = request.mutable_spec();
+  p->set_num_workers(spec.num_workers);
+  p->set_num_slots(spec.num_slots);
+  p->set_elements_per_packet(spec.elements_per_packet);
+  p->set_data_type(static_cast<v1::DataType>(spec.data_type));
+  const auto ms = spec.idle_timeout.count();
+  if (ms < 0 || ms > std::numeric_limits<uint32_t>::max()) {
+    return InvalidArgumentError("CreateJob: idle_timeout must be in [0, 2^32) ms, got " +
+                                std::to_string(ms));
+  }
+  p->set_idle_timeout_ms(static_cast<uint32_t>(ms));
+  p->set_token(spec.token);
+  p->set_name(spec.name);
+  v1::CreateJobResponse response;
+  grpc::ClientContext context;
+  impl_->Prepare(&context);
+  SWITCHML_RETURN_IF_ERROR(
+      impl_->MapError("CreateJob", impl_->stub->CreateJob(&context, request, &response)));
+  JobInfo info = FromProto(response.job());
+  info.token = response.token();
+  return info;
+}
+
+Status JobClient::DeleteJob(uint32_t job_id, const std::string& token) {
+  v1::DeleteJobRequest request;
+  request.set_job_id(job_id);
+  request.set_token(token);
+  v1::DeleteJobResponse response;
+  grpc::ClientContext context;
+  impl_->Prepare(&context);
+  return impl_->MapError("DeleteJob", impl_->stub->DeleteJob(&context, request, &response));
+}
+
+StatusOr<JobInfo> JobClient::GetJob(uint32_t job_id, const std::string& token) {
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  request.set_token(token);
+  v1::GetJobResponse response;
+  grpc::ClientContext context;
+  impl_->Prepare(&context);
+  SWITCHML_RETURN_IF_ERROR(
+      impl_->MapError("GetJob", impl_->stub->GetJob(&context, request, &response)));
+  return FromProto(response.job());
+}
+
+StatusOr<JobList> JobClient::ListJobs(
+    std::vector<std::pair<std::string, uint64_t>>* switch_counters) {
+  v1::ListJobsRequest request;
+  v1::ListJobsResponse response;
+  grpc::ClientContext context;
+  impl_->Prepare(&context);
+  SWITCHML_RETURN_IF_ERROR(
+      impl_->MapError("ListJobs", impl_->stub->ListJobs(&context, request, &response)));
+  JobList list;
+  for (const v1::JobInfo& j : response.jobs()) list.jobs.push_back(FromProto(j));
+  list.pool_slots = response.pool_slots();
+  list.free_slots = response.free_slots();
+  list.largest_free_range = response.largest_free_range();
+  if (switch_counters != nullptr) {
+    switch_counters->assign(response.switch_counters().begin(),
+                            response.switch_counters().end());
+    std::sort(switch_counters->begin(), switch_counters->end());
+  }
+  return list;
+}
+
+StatusOr<JobWorkerGrant> JobClient::RegisterWorker(const JobRegistration& reg) {
+  v1::RegisterWorkerRequest request;
+  request.set_job_id(reg.job_id);
+  request.set_token(reg.token);
+  request.set_rank(reg.worker.rank);
+  request.set_num_workers(reg.worker.num_workers);
+  request.set_ipv4(reg.worker.ipv4);
+  request.set_mac(reg.worker.mac);
+  for (uint16_t p : reg.worker.udp_ports) request.add_udp_ports(p);
+  v1::RegisterWorkerResponse response;
+  grpc::ClientContext context;
+  impl_->Prepare(&context);
+  SWITCHML_RETURN_IF_ERROR(impl_->MapError(
+      "RegisterWorker", impl_->stub->RegisterWorker(&context, request, &response)));
+  if (response.switch_udp_port() == 0 ||
+      response.switch_udp_port() > std::numeric_limits<uint16_t>::max()) {
+    return InternalError("controller " + impl_->address +
+                         " (RegisterWorker): reply has switch_udp_port " +
+                         Str(response.switch_udp_port()) + ", not in [1, 65535]");
+  }
+  JobWorkerGrant grant;
+  grant.switch_info.ipv4 = response.switch_ipv4();
+  grant.switch_info.udp_port = static_cast<uint16_t>(response.switch_udp_port());
+  grant.switch_info.mac = response.switch_mac();
+  grant.switch_info.num_slots = response.num_slots();
+  grant.job_id = reg.job_id;
+  grant.num_workers = response.num_workers();
+  grant.elements_per_packet = response.elements_per_packet();
+  grant.state = FromProto(response.state());
+  return grant;
+}
+
+Status JobClient::Barrier(uint32_t job_id, const std::string& token, uint32_t rank) {
+  v1::JobBarrierRequest request;
+  request.set_job_id(job_id);
+  request.set_token(token);
+  request.set_rank(rank);
+  v1::JobBarrierResponse response;
+  grpc::ClientContext context;
+  impl_->Prepare(&context);
+  return impl_->MapError("Barrier", impl_->stub->Barrier(&context, request, &response));
+}
+
+StatusOr<uint64_t> JobClient::Broadcast(uint32_t job_id, const std::string& token, uint32_t rank,
+                                        uint32_t root, uint64_t value) {
+  v1::JobBroadcastRequest request;
+  request.set_job_id(job_id);
+  request.set_token(token);
+  request.set_rank(rank);
+  request.set_root(root);
+  request.set_value(value);
+  v1::JobBroadcastResponse response;
+  grpc::ClientContext context;
+  impl_->Prepare(&context);
+  SWITCHML_RETURN_IF_ERROR(
+      impl_->MapError("Broadcast", impl_->stub->Broadcast(&context, request, &response)));
+  return response.value();
+}
+
+StatusOr<std::vector<SlotInfo>> JobClient::InspectSlots(uint32_t job_id, uint32_t first_slot,
+                                                        uint32_t count) {
+  v1::InspectSlotsRequest request;
+  request.set_job_id(job_id);
+  request.set_first_slot(first_slot);
+  request.set_count(count);
+  v1::InspectSlotsResponse response;
+  grpc::ClientContext context;
+  impl_->Prepare(&context);
+  SWITCHML_RETURN_IF_ERROR(
+      impl_->MapError("InspectSlots", impl_->stub->InspectSlots(&context, request, &response)));
+  std::vector<SlotInfo> out;
+  for (const v1::SlotInfo& s : response.slots()) {
+    SlotInfo info;
+    info.slot = s.slot();
+    info.sets[0] = FromProto(s.set0());
+    info.sets[1] = FromProto(s.set1());
+    out.push_back(info);
+  }
+  return out;
+}
+
+StatusOr<JobWorkerGrant> JobBootstrap(JobClient& client, const JobRegistration& reg) {
+  const std::string where =
+      "job " + Str(reg.job_id) + " rank " + Str(reg.worker.rank) + ": ";
+  StatusOr<JobWorkerGrant> grant = client.RegisterWorker(reg);
+  if (!grant.ok()) return grant.status().WithContext(where + "registration");
+  SWITCHML_RETURN_IF_ERROR(
+      client.Barrier(reg.job_id, reg.token, reg.worker.rank).WithContext(where + "barrier"));
+  grant->state = JobState::kRunning;
+  return grant;
+}
+
+}  // namespace switchml::controller

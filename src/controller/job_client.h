@@ -1,0 +1,73 @@
+// controller/job_client.h — the client side of switchml.v1.JobService (switchml_v1.proto).
+//
+// Used by operators' tools (`switchml jobs ...`) and by workers that join a job:
+//
+//   auto client = JobClient::Connect("10.0.0.254:50099", std::chrono::seconds(5));
+//   if (!client.ok()) return client.status();        // Unavailable within 5 s
+//   StatusOr<JobInfo> job = (*client)->CreateJob({.num_workers = 4, .num_slots = 256});
+//   // give job->job_id and job->token to the 4 workers; each then runs:
+//   JobRegistration reg{.job_id = id, .token = token,
+//                       .worker = {.rank = r, .ipv4 = my_ip, .udp_ports = my_ports}};
+//   StatusOr<JobWorkerGrant> grant = JobBootstrap(**client, reg);   // all registered after
+//
+// Every RPC has a deadline of rpc_timeout and waits for the channel to (re)connect until then.
+// Errors are switchml::Status with the controller's code (job_sink.h lists them) and a message
+// prefixed with the controller address and the RPC; "not connected" becomes Unavailable,
+// an operation that did not complete in time DeadlineExceeded (as in session_client.h).
+//
+// Thread-safety: all methods are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "controller/job_sink.h"
+#include "switchml/status.h"
+
+namespace switchml::controller {
+
+class JobClient {
+ public:
+  // Errors: InvalidArgument (empty address, rpc_timeout <= 0), Unavailable (no connection
+  // within rpc_timeout). Blocks.
+  static StatusOr<std::unique_ptr<JobClient>> Connect(const std::string& controller_address,
+                                                      std::chrono::milliseconds rpc_timeout);
+  ~JobClient();
+  JobClient(const JobClient&) = delete;
+  JobClient& operator=(const JobClient&) = delete;
+
+  // The answer carries the token (JobInfo::token).
+  StatusOr<JobInfo> CreateJob(const JobSpec& spec);
+  Status DeleteJob(uint32_t job_id, const std::string& token);
+  // With a non-empty token the controller also checks it (PermissionDenied, or
+  // FailedPrecondition if the job ended), without any other effect.
+  StatusOr<JobInfo> GetJob(uint32_t job_id, const std::string& token = {});
+  // Also fills *switch_counters (name, value) when non-null.
+  StatusOr<JobList> ListJobs(std::vector<std::pair<std::string, uint64_t>>* switch_counters =
+                                 nullptr);
+  // grant.switch_info.ipv4 == 0 means "where the controller is".
+  StatusOr<JobWorkerGrant> RegisterWorker(const JobRegistration& reg);
+  // Job-scoped rendezvous: returns once every rank of the job has called Barrier.
+  Status Barrier(uint32_t job_id, const std::string& token, uint32_t rank);
+  StatusOr<uint64_t> Broadcast(uint32_t job_id, const std::string& token, uint32_t rank,
+                               uint32_t root, uint64_t value);
+  StatusOr<std::vector<SlotInfo>> InspectSlots(uint32_t job_id, uint32_t first_slot,
+                                               uint32_t count);
+
+  const std::string& address() const;
+
+ private:
+  struct Impl;
+  explicit JobClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A worker's job set-up: RegisterWorker, then the job's Barrier (after which every rank is
+// registered and the job is running). Errors from either step, prefixed with
+// "job J rank R: registration" / "...: barrier". Blocks up to about 2 x rpc_timeout.
+StatusOr<JobWorkerGrant> JobBootstrap(JobClient& client, const JobRegistration& reg);
+
+}  // namespace switchml::controller

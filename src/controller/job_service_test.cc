@@ -1,0 +1,502 @@
+// switchml.v1.JobService end to end in one process: a real SwitchServer (UDP on 127.0.0.1),
+// the ControllerServer with the switch as its JobSink, JobClient, and switchml::Context
+// workers that join jobs by id and token. Covers the negative cases, each ending in a
+// clear error and no effect on other running jobs.
+#include "controller/job_client.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "controller/remote_switches.h"
+#include "controller/session_service.h"
+#include "dataplane/switch_server.h"
+#include "dataplane/test_packets.h"
+#include "switchml/context.h"
+#include "transport/udp_channel.h"
+
+namespace switchml::controller {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+constexpr uint32_t kLocalhost = 0x7F000001;
+constexpr uint32_t kPoolSlots = 64;
+
+class JobServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dataplane::SwitchConfig sc;
+    sc.num_slots = kPoolSlots;
+    sc.max_elements_per_packet = 256;
+    sc.max_workers = 8;
+    transport::UdpChannelOptions uo;
+    uo.local = transport::Endpoint{kLocalhost, 0};
+    auto channel = transport::UdpChannel::Create(uo);
+    ASSERT_TRUE(channel.ok()) << channel.status();
+    auto server = dataplane::SwitchServer::Create(sc, std::move(*channel));
+    ASSERT_TRUE(server.ok()) << server.status();
+    switch_ = std::move(*server);
+    ASSERT_TRUE(switch_->Start().ok());
+    ServerOptions so;
+    so.listen_address = "127.0.0.1:0";
+    auto ctl = ControllerServer::Start(so, switch_.get(), switch_.get());
+    ASSERT_TRUE(ctl.ok()) << ctl.status();
+    controller_ = std::move(*ctl);
+    address_ = "127.0.0.1:" + std::to_string(controller_->port());
+    auto client = JobClient::Connect(address_, 3s);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = std::move(*client);
+  }
+  void TearDown() override {
+    if (controller_) controller_->Shutdown();
+    if (switch_) switch_->Stop();
+  }
+
+  JobInfo Create(uint32_t workers, uint32_t slots, std::chrono::milliseconds idle = 0ms) {
+    JobSpec spec;
+    spec.num_workers = workers;
+    spec.num_slots = slots;
+    spec.elements_per_packet = 64;
+    spec.idle_timeout = idle;
+    spec.data_type = JobDataType::kInt32;
+    auto job = client_->CreateJob(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : JobInfo{};
+  }
+
+  Options WorkerOptions(const JobInfo& job, uint32_t rank) const {
+    Options o;
+    o.rank = rank;
+    o.num_workers = job.spec.num_workers;
+    o.controller_address = address_;
+    o.job_id = job.job_id;
+    o.job_token = job.token;
+    o.window_packets = 8;
+    o.elements_per_packet = 64;
+    o.initial_rto = 10ms;
+    o.min_rto = 5ms;
+    o.max_rto = 100ms;
+    o.job_timeout = 800ms;
+    o.rpc_timeout = 3s;
+    return o;
+  }
+
+  // Creates the job's contexts concurrently (registration ends in the job's barrier).
+  std::vector<std::unique_ptr<Context>> Join(const JobInfo& job) {
+    std::vector<std::future<StatusOr<std::unique_ptr<Context>>>> f;
+    for (uint32_t r = 0; r < job.spec.num_workers; ++r) {
+      f.push_back(std::async(std::launch::async,
+                             [this, &job, r] { return Context::Create(WorkerOptions(job, r)); }));
+    }
+    std::vector<std::unique_ptr<Context>> out;
+    for (auto& x : f) {
+      auto ctx = x.get();
+      EXPECT_TRUE(ctx.ok()) << ctx.status();
+      if (ctx.ok()) out.push_back(std::move(*ctx));
+    }
+    return out;
+  }
+
+  // Every rank all-reduces `n` int32 values (rank r: i * (r + 1) + seed); checks exact sums.
+  void RunAllReduce(std::vector<std::unique_ptr<Context>>& ctxs, size_t n, int32_t seed) {
+    const uint32_t w = uint32_t(ctxs.size());
+    std::vector<std::thread> threads;
+    std::vector<Status> status(w);
+    std::vector<std::vector<int32_t>> out(w, std::vector<int32_t>(n));
+    for (uint32_t r = 0; r < w; ++r) {
+      threads.emplace_back([&, r] {
+        std::vector<int32_t> in(n);
+        for (size_t i = 0; i < n; ++i) in[i] = int32_t(i) * int32_t(r + 1) + seed;
+        status[r] = ctxs[r]->AllReduce(in.data(), out[r].data(), n, DataType::kInt32);
+      });
+    }
+    for (auto& t : threads) t.join();
+    const int32_t factor = int32_t(w * (w + 1) / 2);
+    for (uint32_t r = 0; r < w; ++r) {
+      ASSERT_TRUE(status[r].ok()) << status[r];
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(out[r][i], int32_t(i) * factor + seed * int32_t(w)) << "rank " << r << " i " << i;
+      }
+    }
+  }
+
+  std::unique_ptr<dataplane::SwitchServer> switch_;
+  std::unique_ptr<ControllerServer> controller_;
+  std::unique_ptr<JobClient> client_;
+  std::string address_;
+};
+
+JobRegistration Reg(const JobInfo& job, uint32_t rank, uint16_t port,
+                    std::string token = {}) {
+  JobRegistration r;
+  r.job_id = job.job_id;
+  r.token = token.empty() ? job.token : token;
+  r.worker.rank = rank;
+  r.worker.ipv4 = kLocalhost;
+  r.worker.udp_ports = {port};
+  return r;
+}
+
+TEST_F(JobServiceTest, CreateListGetDeleteAndErrorsAreGrpcCodes) {
+  const JobInfo a = Create(2, 40);
+  EXPECT_EQ(a.job_id, 1u);
+  EXPECT_EQ(a.token.size(), 32u);  // generated
+  EXPECT_EQ(a.state, JobState::kWaitingForWorkers);
+
+  JobSpec spec;
+  spec.num_workers = 2;
+  spec.num_slots = 30;
+  auto too_big = client_->CreateJob(spec);
+  EXPECT_EQ(too_big.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(too_big.status().message(), HasSubstr("largest free range of the pool is 24"));
+  spec.num_workers = 0;
+  auto invalid = client_->CreateJob(spec);
+  EXPECT_EQ(invalid.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(invalid.status().message(), HasSubstr("num_workers must be in [1, 8], got 0"));
+
+  auto list = client_->ListJobs();
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->jobs.size(), 1u);
+  EXPECT_EQ(list->pool_slots, kPoolSlots);
+  EXPECT_EQ(list->free_slots, kPoolSlots - 40);
+  EXPECT_TRUE(list->jobs[0].spec.token.empty());
+
+  EXPECT_EQ(client_->GetJob(42).status().code(), StatusCode::kNotFound);
+  Status s = client_->DeleteJob(a.job_id, "not-the-token");
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_THAT(s.message(), HasSubstr("wrong token for job 1"));
+  ASSERT_TRUE(client_->DeleteJob(a.job_id, a.token).ok());
+  // Slots are free at once; the job is remembered as ended with its reason.
+  list = client_->ListJobs();
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->free_slots, kPoolSlots);
+  auto ended = client_->GetJob(a.job_id);
+  ASSERT_TRUE(ended.ok());
+  EXPECT_EQ(ended->state, JobState::kEnded);
+  EXPECT_THAT(ended->end_reason, HasSubstr("deleted"));
+  EXPECT_EQ(client_->DeleteJob(a.job_id, a.token).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Create(2, kPoolSlots).job_id != 0);
+}
+
+TEST_F(JobServiceTest, RegistrationNegativeCases) {
+  const JobInfo a = Create(2, 8);
+  auto wrong = client_->RegisterWorker(Reg(a, 0, 9000, "wrong-token-456"));
+  EXPECT_EQ(wrong.status().code(), StatusCode::kPermissionDenied);
+  auto out_of_range = client_->RegisterWorker(Reg(a, 2, 9000));
+  EXPECT_EQ(out_of_range.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(out_of_range.status().message(), HasSubstr("rank must be < num_workers (2)"));
+  auto ok = client_->RegisterWorker(Reg(a, 0, 9000));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->switch_info.udp_port, switch_->local_endpoint().port);
+  EXPECT_EQ(ok->switch_info.num_slots, 8u);
+  auto second_rank0 = client_->RegisterWorker(Reg(a, 0, 9001));
+  EXPECT_EQ(second_rank0.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_THAT(second_rank0.status().message(), HasSubstr("rank 0 of job 1 is already registered"));
+  JobRegistration bad_port = Reg(a, 1, 9002);
+  bad_port.worker.udp_ports = {};
+  EXPECT_EQ(client_->RegisterWorker(bad_port).status().code(), StatusCode::kInvalidArgument);
+  auto job = client_->GetJob(a.job_id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->num_registered, 1u);  // nothing but the good registration took effect
+  ASSERT_EQ(job->workers.size(), 1u);
+  EXPECT_EQ(job->workers[0].udp_ports, std::vector<uint16_t>{9000});
+}
+
+TEST_F(JobServiceTest, TwoConcurrentJobsExactResultsAndNoInterference) {
+  const JobInfo a = Create(2, 8);
+  const JobInfo b = Create(3, 8);
+  auto ca = Join(a);
+  auto cb = Join(b);
+  ASSERT_EQ(ca.size(), 2u);
+  ASSERT_EQ(cb.size(), 3u);
+  std::thread ta([&] { RunAllReduce(ca, 5000, 7); });
+  std::thread tb([&] { RunAllReduce(cb, 3000, -11); });
+  ta.join();
+  tb.join();
+
+  // Negative actions while both jobs are live: none disturbs them.
+  EXPECT_EQ(client_->RegisterWorker(Reg(a, 0, 9100)).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(client_->RegisterWorker(Reg(b, 1, 9101, "bad-token-0000")).status().code(),
+            StatusCode::kPermissionDenied);
+  {
+    // An unregistered sender's datagram is dropped and counted.
+    transport::UdpChannelOptions uo;
+    uo.local = transport::Endpoint{kLocalhost, 0};
+    auto rogue = transport::UdpChannel::Create(uo);
+    ASSERT_TRUE(rogue.ok());
+    auto bytes = dataplane::testing::Encode({.slot = 0, .values = std::vector<int32_t>(64, 5)});
+    transport::TxDatagram d{bytes.data(), uint32_t(bytes.size()), switch_->local_endpoint()};
+    ASSERT_TRUE((*rogue)->SendBurst({&d, 1}).ok());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (switch_->counters().core.unknown_sender == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(switch_->counters().core.unknown_sender, 1u);
+  RunAllReduce(ca, 777, 1);
+  RunAllReduce(cb, 1, 2);
+
+  auto ja = client_->GetJob(a.job_id);
+  ASSERT_TRUE(ja.ok());
+  EXPECT_EQ(ja->state, JobState::kRunning);
+  EXPECT_GT(ja->counters.multicast_rounds, 0u);
+  EXPECT_EQ(ja->counters.slot_out_of_range + ja->counters.not_running, 0u);
+  EXPECT_EQ(ja->workers.size(), 2u);
+  EXPECT_GT(ja->workers[1].received, 0u);
+  EXPECT_NE(ja->slot_base, client_->GetJob(b.job_id)->slot_base);
+
+  // Slot inspection: after complete rounds every counter is 0; the job's last round is in
+  // one of the sets of slot 0 with both ranks' bits.
+  auto slots = client_->InspectSlots(a.job_id, 0, 100);
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  ASSERT_EQ(slots->size(), 8u);  // clipped to the job's range
+  const SlotInfo& s0 = (*slots)[0];
+  EXPECT_EQ(s0.sets[0].counter + s0.sets[1].counter, 0u);
+  EXPECT_EQ(s0.sets[0].bitmap[0] | s0.sets[1].bitmap[0], 3u);
+  EXPECT_EQ(client_->InspectSlots(99, 0, 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->InspectSlots(a.job_id, 0, 0).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(JobServiceTest, JobNeedingMoreSlotsThanTheWindowIsRefusedAtCreate) {
+  const JobInfo small = Create(1, 4);
+  Options o = WorkerOptions(small, 0);  // window 8 > 4 slots
+  auto ctx = Context::Create(o);
+  EXPECT_EQ(ctx.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ctx.status().message(), HasSubstr("window_packets=8 needs that many slots but job"));
+  o.job_token = "wrong-token-789";
+  ctx = Context::Create(o);
+  EXPECT_EQ(ctx.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_THAT(ctx.status().message(), HasSubstr("wrong token"));
+}
+
+TEST_F(JobServiceTest, KilledWorkerFailsTheOthersThenTheJobIsTornDownAndANewJobRuns) {
+  const JobInfo other = Create(1, 8);  // a bystander job that must keep working
+  auto bystander = Join(other);
+  ASSERT_EQ(bystander.size(), 1u);
+  const JobInfo a = Create(2, 32, /*idle=*/300ms);
+  auto ctxs = Join(a);
+  ASSERT_EQ(ctxs.size(), 2u);
+  RunAllReduce(ctxs, 1000, 3);
+  ctxs[1].reset();  // rank 1 dies mid-job
+
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int32_t> buf(2000, 1);
+  Status s = ctxs[0]->AllReduce(buf.data(), buf.data(), buf.size(), DataType::kInt32);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+  EXPECT_LT(took, 800ms + 1500ms);  // the job timeout plus scheduling slack
+
+  // The switch tears the idle job down and frees its slots.
+  StatusOr<JobInfo> job = client_->GetJob(a.job_id);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (job.ok() && job->state != JobState::kEnded && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+    job = client_->GetJob(a.job_id);
+  }
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state, JobState::kEnded);
+  EXPECT_THAT(job->end_reason, HasSubstr("idle_timeout 300 ms"));
+  auto list = client_->ListJobs();
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->free_slots, kPoolSlots - 8);
+  // Registering into it now says why it is gone.
+  auto late = client_->RegisterWorker(Reg(a, 1, 9200));
+  EXPECT_EQ(late.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late.status().message(), HasSubstr("torn down by the switch"));
+
+  ctxs.clear();
+  const JobInfo next = Create(2, kPoolSlots - 8);  // needs the freed slots
+  auto cn = Join(next);
+  ASSERT_EQ(cn.size(), 2u);
+  RunAllReduce(cn, 3000, 5);
+  RunAllReduce(bystander, 100, 9);  // the other job was never disturbed
+}
+
+TEST_F(JobServiceTest, BarrierAndBroadcastAreJobScopedAndEndWithTheJob) {
+  const JobInfo a = Create(2, 4);
+  const JobInfo b = Create(2, 4);
+  // One rank of each job in a barrier: neither completes (they are different barriers).
+  auto fa = std::async(std::launch::async, [&] { return client_->Barrier(a.job_id, a.token, 0); });
+  auto fb = std::async(std::launch::async, [&] { return client_->Barrier(b.job_id, b.token, 0); });
+  EXPECT_EQ(fa.wait_for(200ms), std::future_status::timeout);
+  EXPECT_EQ(client_->Barrier(a.job_id, a.token, 5).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->Barrier(a.job_id, "bad-token-xyz", 1).code(), StatusCode::kPermissionDenied);
+  ASSERT_TRUE(client_->Barrier(a.job_id, a.token, 1).ok());
+  EXPECT_TRUE(fa.get().ok());
+  // Deleting job b wakes its blocked rank with ABORTED and the reason.
+  ASSERT_TRUE(client_->DeleteJob(b.job_id, b.token).ok());
+  Status sb = fb.get();
+  EXPECT_EQ(sb.code(), StatusCode::kAborted) << sb;
+  EXPECT_THAT(sb.message(), HasSubstr("ended while this worker waited"));
+
+  auto root = std::async(std::launch::async,
+                         [&] { return client_->Broadcast(a.job_id, a.token, 1, 1, 4242); });
+  auto got = client_->Broadcast(a.job_id, a.token, 0, 1, 0);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, 4242u);
+  EXPECT_EQ(*root.get(), 4242u);
+}
+
+TEST(JobClientTest, UnreachableControllerFailsWithinTheTimeout) {
+  // A port nobody listens on: bind one, note it, close it.
+  int port = 0;
+  {
+    dataplane::SwitchConfig sc;
+    ServerOptions so;
+    so.listen_address = "127.0.0.1:0";
+    struct NullSink : SessionSink {
+      Status RegisterWorker(const WorkerRegistration&) override { return OkStatus(); }
+      SwitchInfo Info() const override { return {}; }
+    } sink;
+    auto ctl = ControllerServer::Start(so, &sink);
+    ASSERT_TRUE(ctl.ok());
+    port = (*ctl)->port();
+  }
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  auto start = std::chrono::steady_clock::now();
+  auto client = JobClient::Connect(addr, 300ms);
+  EXPECT_EQ(client.status().code(), StatusCode::kUnavailable);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+
+  Options o;
+  o.controller_address = addr;
+  o.job_id = 1;
+  o.job_token = "whatever-token";
+  o.rpc_timeout = 300ms;
+  start = std::chrono::steady_clock::now();
+  auto ctx = Context::Create(o);
+  EXPECT_EQ(ctx.status().code(), StatusCode::kUnavailable) << ctx.status();
+  EXPECT_THAT(ctx.status().message(), HasSubstr("unreachable"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+
+  o.job_token.clear();
+  EXPECT_EQ(Context::Create(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A standalone controller driving two switches over gRPC: jobs are placed on the switch with
+// the most free slots, ids route back to it, workers reach the controller and the switches by
+// address, and the reference Session path goes to the first switch.
+TEST(StandaloneControllerTest, DrivesTwoSwitchesOverGrpc) {
+  struct EmbeddedSwitch {
+    std::unique_ptr<dataplane::SwitchServer> sw;
+    std::unique_ptr<ControllerServer> ctl;
+    std::string address;
+  };
+  std::vector<EmbeddedSwitch> switches(2);
+  for (auto& e : switches) {
+    dataplane::SwitchConfig sc;
+    sc.num_slots = 32;
+    sc.max_workers = 8;
+    transport::UdpChannelOptions uo;
+    uo.local = transport::Endpoint{kLocalhost, 0};
+    auto channel = transport::UdpChannel::Create(uo);
+    ASSERT_TRUE(channel.ok());
+    e.sw = std::move(dataplane::SwitchServer::Create(sc, std::move(*channel))).value();
+    ASSERT_TRUE(e.sw->Start().ok());
+    ServerOptions so;
+    so.listen_address = "127.0.0.1:0";
+    e.ctl = std::move(ControllerServer::Start(so, e.sw.get(), e.sw.get())).value();
+    e.address = "127.0.0.1:" + std::to_string(e.ctl->port());
+  }
+  auto remote = RemoteSwitches::Connect({switches[0].address, switches[1].address}, 3s);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  ServerOptions so;
+  so.listen_address = "127.0.0.1:0";
+  auto standalone = ControllerServer::Start(so, remote->get(), remote->get());
+  ASSERT_TRUE(standalone.ok());
+  const std::string address = "127.0.0.1:" + std::to_string((*standalone)->port());
+  auto client = JobClient::Connect(address, 3s);
+  ASSERT_TRUE(client.ok());
+
+  JobSpec spec;
+  spec.num_workers = 2;
+  spec.num_slots = 20;
+  spec.elements_per_packet = 64;
+  auto a = (*client)->CreateJob(spec);  // switch 0 (tie: first)
+  auto b = (*client)->CreateJob(spec);  // switch 1 (32 free vs 12)
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->job_id >> RemoteSwitches::kLocalIdBits, 0u);
+  EXPECT_EQ(b->job_id >> RemoteSwitches::kLocalIdBits, 1u);
+  EXPECT_EQ(switches[1].sw->ListJobs().jobs.size(), 1u);
+  auto c = (*client)->CreateJob(spec);  // neither switch has 20 free slots any more
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
+  auto list = (*client)->ListJobs();
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->jobs.size(), 2u);
+  EXPECT_EQ(list->pool_slots, 64u);
+
+  for (const JobInfo* job : {&*a, &*b}) {
+    std::vector<std::future<StatusOr<std::unique_ptr<Context>>>> f;
+    for (uint32_t r = 0; r < 2; ++r) {
+      f.push_back(std::async(std::launch::async, [&, r] {
+        Options o;
+        o.rank = r;
+        o.num_workers = 2;
+        o.controller_address = address;
+        o.job_id = job->job_id;
+        o.job_token = job->token;
+        o.window_packets = 8;
+        o.elements_per_packet = 64;
+        o.initial_rto = 10ms;
+        o.min_rto = 5ms;
+        o.job_timeout = 2s;
+        o.rpc_timeout = 3s;
+        return Context::Create(o);
+      }));
+    }
+    std::vector<std::unique_ptr<Context>> ctx;
+    for (auto& x : f) {
+      auto got = x.get();
+      ASSERT_TRUE(got.ok()) << got.status();
+      ctx.push_back(std::move(*got));
+    }
+    std::vector<int32_t> in0(1000), in1(1000), out0(1000), out1(1000);
+    for (int i = 0; i < 1000; ++i) {
+      in0[i] = i;
+      in1[i] = 3 * i - 7;
+    }
+    std::thread t([&] { EXPECT_TRUE(ctx[1]->AllReduce(in1.data(), out1.data(), 1000, DataType::kInt32).ok()); });
+    EXPECT_TRUE(ctx[0]->AllReduce(in0.data(), out0.data(), 1000, DataType::kInt32).ok());
+    t.join();
+    for (int i = 0; i < 1000; ++i) {
+      ASSERT_EQ(out0[i], 4 * i - 7);
+      ASSERT_EQ(out1[i], 4 * i - 7);
+    }
+  }
+  // Each job's traffic went to its own switch.
+  EXPECT_GT((*client)->GetJob(b->job_id)->counters.multicast_rounds, 0u);
+  EXPECT_GT(switches[1].sw->counters().core.multicast_rounds, 0u);
+  EXPECT_EQ((*client)->DeleteJob(b->job_id, "wrong-token-000").code(),
+            StatusCode::kPermissionDenied);
+  ASSERT_TRUE((*client)->DeleteJob(b->job_id, b->token).ok());
+  EXPECT_EQ(switches[1].sw->ListJobs().free_slots, 32u);
+  EXPECT_EQ((*client)->GetJob(uint32_t{7} << RemoteSwitches::kLocalIdBits).status().code(),
+            StatusCode::kNotFound);
+
+  // The reference session path through the standalone controller reaches switch 0.
+  auto session = SessionClient::Connect(address, 3s);
+  ASSERT_TRUE(session.ok());
+  WorkerRegistration reg;
+  reg.rank = 0;
+  reg.num_workers = 1;
+  reg.ipv4 = kLocalhost;
+  reg.udp_ports = {9999};
+  auto info = (*session)->UdpSession(reg);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->udp_port, switches[0].sw->local_endpoint().port);
+  EXPECT_EQ(switches[0].sw->session()->num_registered(), 1u);
+  (*standalone)->Shutdown();
+  for (auto& e : switches) {
+    e.ctl->Shutdown();
+    e.sw->Stop();
+  }
+}
+
+}  // namespace
+}  // namespace switchml::controller

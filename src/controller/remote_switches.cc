@@ -1,0 +1,168 @@
+#include "controller/remote_switches.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+
+namespace switchml::controller {
+namespace {
+
+std::string Str(uint64_t v) { return std::to_string(v); }
+
+// The IPv4 (host order) of "a.b.c.d:port", or 0 if the host is not a dotted quad.
+uint32_t HostIpv4(const std::string& address) {
+  const std::string host = address.substr(0, address.rfind(':'));
+  in_addr a{};
+  if (inet_pton(AF_INET, host.c_str(), &a) != 1) return 0;
+  return ntohl(a.s_addr);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<RemoteSwitches>> RemoteSwitches::Connect(
+    const std::vector<std::string>& switch_addresses, std::chrono::milliseconds rpc_timeout) {
+  if (switch_addresses.empty()) {
+    return InvalidArgumentError("a standalone controller needs at least one switch address");
+  }
+  if (switch_addresses.size() > kMaxSwitches) {
+    return InvalidArgumentError("at most " + Str(kMaxSwitches) + " switches, got " +
+                                Str(switch_addresses.size()));
+  }
+  std::unique_ptr<RemoteSwitches> r(new RemoteSwitches());
+  for (size_t i = 0; i < switch_addresses.size(); ++i) {
+    Switch s;
+    s.address = switch_addresses[i];
+    auto jobs = JobClient::Connect(s.address, rpc_timeout);
+    if (!jobs.ok()) return jobs.status().WithContext("switch " + Str(i));
+    auto session = SessionClient::Connect(s.address, rpc_timeout);
+    if (!session.ok()) return session.status().WithContext("switch " + Str(i));
+    s.jobs = std::move(*jobs);
+    s.session = std::move(*session);
+    r->switches_.push_back(std::move(s));
+  }
+  return r;
+}
+
+StatusOr<std::pair<RemoteSwitches::Switch*, uint32_t>> RemoteSwitches::Route(
+    uint32_t job_id) const {
+  const uint32_t index = job_id >> kLocalIdBits;
+  if (index >= switches_.size()) {
+    return NotFoundError("job " + Str(job_id) + " does not exist (it names switch " + Str(index) +
+                         " of " + Str(switches_.size()) + ")");
+  }
+  return std::make_pair(const_cast<Switch*>(&switches_[index]),
+                        job_id & ((uint32_t{1} << kLocalIdBits) - 1));
+}
+
+Status RemoteSwitches::RegisterWorker(const WorkerRegistration& reg) {
+  SWITCHML_ASSIGN_OR_RETURN(SwitchInfo info, switches_[0].session->UdpSession(reg));
+  if (info.ipv4 == 0) info.ipv4 = HostIpv4(switches_[0].address);
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  session_info_ = info;
+  return OkStatus();
+}
+
+SwitchInfo RemoteSwitches::Info() const {
+  // The session service asks right after a successful RegisterWorker: the switch's reply.
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  return session_info_;
+}
+
+StatusOr<JobInfo> RemoteSwitches::CreateJob(const JobSpec& spec) {
+  // Place the job where the largest free range is (ties: the first switch).
+  size_t best = 0;
+  uint32_t best_free = 0;
+  for (size_t i = 0; i < switches_.size(); ++i) {
+    auto list = switches_[i].jobs->ListJobs();
+    if (!list.ok()) continue;  // an unreachable switch gets no new jobs
+    if (list->largest_free_range > best_free) {
+      best_free = list->largest_free_range;
+      best = i;
+    }
+  }
+  StatusOr<JobInfo> job = switches_[best].jobs->CreateJob(spec);
+  if (!job.ok()) return job.status().WithContext("switch " + Str(best));
+  if (job->job_id >> kLocalIdBits) {
+    return InternalError("switch " + Str(best) + " returned job id " + Str(job->job_id) +
+                         " >= 2^24, which this controller cannot route");
+  }
+  job->job_id = GlobalId(best, job->job_id);
+  return job;
+}
+
+Status RemoteSwitches::DeleteJob(uint32_t job_id, const std::string& token) {
+  SWITCHML_ASSIGN_OR_RETURN(auto route, Route(job_id));
+  return route.first->jobs->DeleteJob(route.second, token);
+}
+
+StatusOr<JobWorkerGrant> RemoteSwitches::RegisterJobWorker(const JobRegistration& reg) {
+  SWITCHML_ASSIGN_OR_RETURN(auto route, Route(reg.job_id));
+  JobRegistration local = reg;
+  local.job_id = route.second;
+  SWITCHML_ASSIGN_OR_RETURN(JobWorkerGrant grant, route.first->jobs->RegisterWorker(local));
+  grant.job_id = reg.job_id;
+  // A switch listening on every interface reports 0.0.0.0; workers must not read that as
+  // "where the controller is" (we are not on the switch's host): use the switch's address.
+  if (grant.switch_info.ipv4 == 0) grant.switch_info.ipv4 = HostIpv4(route.first->address);
+  return grant;
+}
+
+StatusOr<JobInfo> RemoteSwitches::GetJob(uint32_t job_id) const {
+  SWITCHML_ASSIGN_OR_RETURN(auto route, Route(job_id));
+  SWITCHML_ASSIGN_OR_RETURN(JobInfo job, route.first->jobs->GetJob(route.second));
+  job.job_id = job_id;
+  return job;
+}
+
+JobList RemoteSwitches::ListJobs() const {
+  JobList all;
+  for (size_t i = 0; i < switches_.size(); ++i) {
+    auto list = switches_[i].jobs->ListJobs();
+    if (!list.ok()) continue;
+    for (JobInfo& j : list->jobs) {
+      j.job_id = GlobalId(i, j.job_id);
+      all.jobs.push_back(std::move(j));
+    }
+    all.pool_slots += list->pool_slots;
+    all.free_slots += list->free_slots;
+    all.largest_free_range = std::max(all.largest_free_range, list->largest_free_range);
+  }
+  return all;
+}
+
+StatusOr<std::vector<SlotInfo>> RemoteSwitches::InspectSlots(uint32_t job_id,
+                                                             uint32_t first_slot,
+                                                             uint32_t count) const {
+  if (job_id == 0) return switches_[0].jobs->InspectSlots(0, first_slot, count);
+  SWITCHML_ASSIGN_OR_RETURN(auto route, Route(job_id));
+  return route.first->jobs->InspectSlots(route.second, first_slot, count);
+}
+
+std::vector<std::pair<std::string, uint64_t>> RemoteSwitches::CounterValues() const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (size_t i = 0; i < switches_.size(); ++i) {
+    std::vector<std::pair<std::string, uint64_t>> counters;
+    if (!switches_[i].jobs->ListJobs(&counters).ok()) continue;
+    for (auto& [name, value] : counters) out.emplace_back("switch" + Str(i) + "." + name, value);
+  }
+  return out;
+}
+
+Status RemoteSwitches::CheckJobAccess(uint32_t job_id, const std::string& token) const {
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    for (const AccessCache& c : access_cache_) {
+      if (c.job_id == job_id && c.token == token && c.until > now) return OkStatus();
+    }
+  }
+  SWITCHML_ASSIGN_OR_RETURN(auto route, Route(job_id));
+  StatusOr<JobInfo> job = route.first->jobs->GetJob(route.second, token);
+  if (!job.ok()) return job.status();
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  std::erase_if(access_cache_, [&](const AccessCache& c) { return c.until <= now; });
+  access_cache_.push_back({job_id, token, now + std::chrono::milliseconds(200)});
+  return OkStatus();
+}
+
+}  // namespace switchml::controller

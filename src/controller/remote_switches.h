@@ -1,0 +1,91 @@
+// controller/remote_switches.h — a standalone controller's view of one or more switches.
+//
+// By default the controller runs inside the switch process (`switchml switch`), with the
+// switch itself as its SessionSink and JobSink. A standalone controller (`switchml
+// controller --switch H:P ...`) instead serves the same gRPC API to workers and drives the
+// switches over gRPC, through each switch's embedded JobService and Session service:
+//
+//   auto sw = RemoteSwitches::Connect({"10.0.0.10:50099", "10.0.0.11:50099"}, 5s);
+//   auto server = ControllerServer::Start(opts, sw->get(), sw->get());
+//
+// Jobs: CreateJob places a job on the switch with the largest free slot range (first on
+// ties); the controller's job id is (switch index << 24) | the switch's own job id, so every
+// later call (RegisterWorker, GetJob, DeleteJob, InspectSlots) is routed to that switch
+// without state here, and RegisterWorker's answer carries that switch's data address. Tokens
+// are checked by the switch. Job-scoped Barrier/Broadcast are served by this controller.
+// UdpSession (the reference single-job session) goes to the first switch.
+//
+// Limitation: a switch's own job ids must stay below 2^24 (16 million jobs per switch run).
+//
+// Thread-safety: all methods are thread-safe (gRPC stubs are).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "controller/job_client.h"
+#include "controller/job_sink.h"
+#include "controller/session_client.h"
+#include "controller/session_sink.h"
+
+namespace switchml::controller {
+
+class RemoteSwitches final : public SessionSink, public JobSink {
+ public:
+  static constexpr uint32_t kMaxSwitches = 255;
+  static constexpr uint32_t kLocalIdBits = 24;
+
+  // Connects to every switch's controller address. Errors: InvalidArgument (no address, more
+  // than kMaxSwitches), Unavailable (a switch not reachable within rpc_timeout; names it).
+  static StatusOr<std::unique_ptr<RemoteSwitches>> Connect(
+      const std::vector<std::string>& switch_addresses, std::chrono::milliseconds rpc_timeout);
+
+  // SessionSink: forwarded to the first switch.
+  Status RegisterWorker(const WorkerRegistration& reg) override;
+  SwitchInfo Info() const override;
+
+  // JobSink (routing as described above).
+  StatusOr<JobInfo> CreateJob(const JobSpec& spec) override;
+  Status DeleteJob(uint32_t job_id, const std::string& token) override;
+  StatusOr<JobWorkerGrant> RegisterJobWorker(const JobRegistration& reg) override;
+  StatusOr<JobInfo> GetJob(uint32_t job_id) const override;
+  JobList ListJobs() const override;
+  StatusOr<std::vector<SlotInfo>> InspectSlots(uint32_t job_id, uint32_t first_slot,
+                                               uint32_t count) const override;
+  // "switch<i>.<name>" for every switch's counters.
+  std::vector<std::pair<std::string, uint64_t>> CounterValues() const override;
+  // Asks the switch (GetJob with the token); a positive answer is cached for 200 ms, since
+  // blocked job barriers poll this every 10 ms.
+  Status CheckJobAccess(uint32_t job_id, const std::string& token) const override;
+
+  size_t num_switches() const { return switches_.size(); }
+
+ private:
+  struct Switch {
+    std::string address;
+    std::unique_ptr<JobClient> jobs;
+    std::unique_ptr<SessionClient> session;
+  };
+  RemoteSwitches() = default;
+  // The switch and its local id for a controller job id; NotFound if it names no switch.
+  StatusOr<std::pair<Switch*, uint32_t>> Route(uint32_t job_id) const;
+  static uint32_t GlobalId(size_t index, uint32_t local) {
+    return (uint32_t(index) << kLocalIdBits) | local;
+  }
+
+  std::vector<Switch> switches_;
+  mutable std::mutex cache_mu_;
+  struct AccessCache {
+    uint32_t job_id = 0;
+    std::string token;
+    std::chrono::steady_clock::time_point until;
+  };
+  mutable std::vector<AccessCache> access_cache_;  // guarded by cache_mu_
+  SwitchInfo session_info_;  // the first switch's last UdpSession reply; guarded by cache_mu_
+};
+
+}  // namespace switchml::controller

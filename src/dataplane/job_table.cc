@@ -1,0 +1,428 @@
+#include "dataplane/job_table.h"
+
+#include <algorithm>
+#include <bit>
+#include <random>
+
+#include "wire/packet.h"
+
+namespace switchml::dataplane {
+
+using controller::JobState;
+
+namespace {
+
+std::string Str(uint64_t v) { return std::to_string(v); }
+
+std::string JobName(uint32_t id) { return "job " + Str(id); }
+
+// Equal-time comparison: the time taken does not depend on where the strings differ.
+bool SameToken(const std::string& a, const std::string& b) {
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? a[i] : 0;
+    const unsigned char y = i < b.size() ? b[i] : 0;
+    diff |= unsigned(x ^ y);
+  }
+  return diff == 0;
+}
+
+Status ValidateToken(const std::string& token) {
+  if (token.size() < 8 || token.size() > 128) {
+    return InvalidArgumentError("token must have 8..128 characters, got " + Str(token.size()));
+  }
+  for (size_t i = 0; i < token.size(); ++i) {
+    const unsigned char c = token[i];
+    if (c < 0x21 || c > 0x7E) {
+      return InvalidArgumentError("token must be printable ASCII without spaces; character " +
+                                  Str(i) + " is not");
+    }
+  }
+  return OkStatus();
+}
+
+Status ValidatePorts(const std::vector<uint16_t>& ports) {
+  if (ports.empty()) {
+    return InvalidArgumentError(
+        "udp_ports must list the UDP source port of each worker thread (at least one) to "
+        "register with a job");
+  }
+  if (ports.size() > SessionTable::kMaxPortsPerWorker) {
+    return InvalidArgumentError("udp_ports must list at most " +
+                                Str(SessionTable::kMaxPortsPerWorker) + " ports, got " +
+                                Str(ports.size()));
+  }
+  for (size_t i = 0; i < ports.size(); ++i) {
+    if (ports[i] == 0) return InvalidArgumentError("udp_ports[" + Str(i) + "] must not be 0");
+    for (size_t j = 0; j < i; ++j) {
+      if (ports[j] == ports[i]) {
+        return InvalidArgumentError("udp_ports[" + Str(i) + "] = " + Str(ports[i]) +
+                                    " repeats udp_ports[" + Str(j) + "]");
+      }
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+controller::JobCounters AtomicJobCounters::Snapshot() const {
+  controller::JobCounters c;
+  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  c.received = ld(received);
+  c.consumed = ld(consumed);
+  c.multicast_rounds = ld(multicast_rounds);
+  c.unicast_replies = ld(unicast_replies);
+  c.duplicates_dropped = ld(duplicates_dropped);
+  c.late_duplicates_dropped = ld(late_duplicates_dropped);
+  c.size_mismatch = ld(size_mismatch);
+  c.slot_out_of_range = ld(slot_out_of_range);
+  c.too_large = ld(too_large);
+  c.not_running = ld(not_running);
+  c.datagrams_sent = ld(datagrams_sent);
+  return c;
+}
+
+std::string RandomToken() {
+  std::random_device rd;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string t;
+  for (int i = 0; i < 4; ++i) {
+    uint32_t v = rd();
+    for (int k = 0; k < 8; ++k) {
+      t += kHex[v & 15];
+      v >>= 4;
+    }
+  }
+  return t;
+}
+
+bool JobTable::Allocate(uint32_t n, uint32_t* base) const {
+  std::vector<std::pair<uint32_t, uint32_t>> used;  // (base, size) of live jobs
+  for (const Job& j : jobs_) {
+    if (j.state != JobState::kEnded) used.emplace_back(j.slot_base, j.spec.num_slots);
+  }
+  std::sort(used.begin(), used.end());
+  uint32_t cursor = 0;
+  for (const auto& [b, size] : used) {
+    if (b - cursor >= n) {
+      *base = cursor;
+      return true;
+    }
+    cursor = b + size;
+  }
+  if (pool_slots_ - cursor >= n) {
+    *base = cursor;
+    return true;
+  }
+  return false;
+}
+
+uint32_t JobTable::free_slots() const {
+  uint32_t used = 0;
+  for (const Job& j : jobs_) {
+    if (j.state != JobState::kEnded) used += j.spec.num_slots;
+  }
+  return pool_slots_ - used;
+}
+
+uint32_t JobTable::largest_free_range() const {
+  std::vector<std::pair<uint32_t, uint32_t>> used;
+  for (const Job& j : jobs_) {
+    if (j.state != JobState::kEnded) used.emplace_back(j.slot_base, j.spec.num_slots);
+  }
+  std::sort(used.begin(), used.end());
+  uint32_t cursor = 0, best = 0;
+  for (const auto& [b, size] : used) {
+    best = std::max(best, b - cursor);
+    cursor = b + size;
+  }
+  return std::max(best, pool_slots_ - cursor);
+}
+
+StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& current,
+                                                           controller::JobSpec spec,
+                                                           const std::string& token,
+                                                           TimePoint now, uint32_t* job_id) {
+  if (spec.num_workers < 1 || spec.num_workers > current.max_workers_) {
+    return InvalidArgumentError("num_workers must be in [1, " + Str(current.max_workers_) +
+                                "], got " + Str(spec.num_workers));
+  }
+  if (spec.num_slots < 1 || spec.num_slots > current.pool_slots_) {
+    return InvalidArgumentError("num_slots must be in [1, " + Str(current.pool_slots_) +
+                                "] (the switch's slot pool), got " + Str(spec.num_slots));
+  }
+  if (!wire::SizeCodeForElements(spec.elements_per_packet).has_value() ||
+      spec.elements_per_packet > current.max_elements_) {
+    return InvalidArgumentError(
+        "elements_per_packet must be one of 64, 256, 512, 1024 and at most the switch's " +
+        Str(current.max_elements_) + ", got " + Str(spec.elements_per_packet));
+  }
+  if (spec.idle_timeout.count() < 0) {
+    return InvalidArgumentError("idle_timeout must be >= 0 ms (0 = never), got " +
+                                Str(uint64_t(spec.idle_timeout.count())));
+  }
+  if (uint8_t(spec.data_type) > uint8_t(controller::JobDataType::kFloat32)) {
+    return InvalidArgumentError("data_type must be unspecified, int32 or float32, got " +
+                                Str(uint8_t(spec.data_type)));
+  }
+  if (spec.name.size() > kMaxNameLength) {
+    return InvalidArgumentError("name must have at most " + Str(kMaxNameLength) +
+                                " characters, got " + Str(spec.name.size()));
+  }
+  if (spec.token.empty()) spec.token = token;
+  SWITCHML_RETURN_IF_ERROR(ValidateToken(spec.token));
+  uint32_t base = 0;
+  if (!current.Allocate(spec.num_slots, &base)) {
+    return ResourceExhaustedError(
+        "job needs " + Str(spec.num_slots) + " slots but the largest free range of the pool is " +
+        Str(current.largest_free_range()) + " slots (" + Str(current.free_slots()) + " of " +
+        Str(current.pool_slots_) + " free); delete a job or ask for fewer slots");
+  }
+  SWITCHML_ASSIGN_OR_RETURN(Aggregator agg,
+                            Aggregator::Create(spec.num_slots, spec.elements_per_packet,
+                                               current.aggregator_options_));
+  SWITCHML_RETURN_IF_ERROR(agg.Reset(spec.num_workers));
+
+  auto next = std::make_shared<JobTable>(current);
+  Job job;
+  job.job_id = next->next_job_id_++;
+  job.slot_base = base;
+  job.workers.assign(spec.num_workers, SessionTable::Worker{});
+  job.runtime = std::make_shared<JobRuntime>(spec.num_workers, std::move(agg));
+  job.runtime->activity.last_active = now;
+  job.spec = std::move(spec);
+  *job_id = job.job_id;
+  next->jobs_.push_back(std::move(job));
+  next->Rebuild();
+  return std::shared_ptr<const JobTable>(std::move(next));
+}
+
+const JobTable::Job* JobTable::FindJob(uint32_t job_id) const {
+  for (const Job& j : jobs_) {
+    if (j.job_id == job_id) return &j;
+  }
+  return nullptr;
+}
+
+Status JobTable::CheckAccess(uint32_t job_id, const std::string& token) const {
+  const Job* job = FindJob(job_id);
+  if (job == nullptr) {
+    return NotFoundError(JobName(job_id) + " does not exist on this switch" +
+                         (job_id == 0 ? " (job ids start at 1)" : ""));
+  }
+  if (!SameToken(job->spec.token, token)) {
+    return PermissionDeniedError("wrong token for " + JobName(job_id));
+  }
+  if (job->state == JobState::kEnded) {
+    return FailedPreconditionError(JobName(job_id) + " has ended: " + job->end_reason);
+  }
+  return OkStatus();
+}
+
+StatusOr<std::shared_ptr<const JobTable>> JobTable::Register(
+    const JobTable& current, const controller::JobRegistration& reg,
+    controller::JobWorkerGrant* grant) {
+  SWITCHML_RETURN_IF_ERROR(current.CheckAccess(reg.job_id, reg.token));
+  const Job& job = *current.FindJob(reg.job_id);
+  const controller::WorkerRegistration& w = reg.worker;
+  const uint32_t n = job.spec.num_workers;
+  if (w.num_workers != 0 && w.num_workers != n) {
+    return InvalidArgumentError("num_workers " + Str(w.num_workers) + " differs from " +
+                                JobName(reg.job_id) + "'s num_workers " + Str(n));
+  }
+  if (w.rank >= n) {
+    return InvalidArgumentError("rank must be < num_workers (" + Str(n) + ") of " +
+                                JobName(reg.job_id) + ", got " + Str(w.rank));
+  }
+  SWITCHML_RETURN_IF_ERROR(ValidatePorts(w.udp_ports));
+  const SessionTable::Worker& old = job.workers[w.rank];
+  const bool identical = old.registered && old.ipv4 == w.ipv4 && old.udp_ports == w.udp_ports;
+  if (old.registered && !identical) {
+    return AlreadyExistsError("rank " + Str(w.rank) + " of " + JobName(reg.job_id) +
+                              " is already registered from " + FormatIpv4(old.ipv4) + ":" +
+                              Str(old.udp_ports.empty() ? 0 : old.udp_ports[0]) +
+                              "; a rank registers once per job");
+  }
+  if (!identical) {
+    // Every address belongs to at most one live worker of one job.
+    for (const Job& other : current.jobs_) {
+      if (other.state == JobState::kEnded) continue;
+      for (uint32_t r = 0; r < other.workers.size(); ++r) {
+        const SessionTable::Worker& o = other.workers[r];
+        if (!o.registered || o.ipv4 != w.ipv4) continue;
+        for (uint16_t p : w.udp_ports) {
+          if (std::find(o.udp_ports.begin(), o.udp_ports.end(), p) != o.udp_ports.end()) {
+            return AlreadyExistsError("udp port " + FormatIpv4(w.ipv4) + ":" + Str(p) +
+                                      " is already registered by rank " + Str(r) + " of " +
+                                      JobName(other.job_id));
+          }
+        }
+      }
+    }
+  }
+  auto next = std::make_shared<JobTable>(current);
+  Job& j = const_cast<Job&>(*next->FindJob(reg.job_id));
+  if (!identical) {
+    SessionTable::Worker& nw = j.workers[w.rank];
+    nw.registered = true;
+    nw.ipv4 = w.ipv4;
+    nw.mac = w.mac;
+    nw.udp_ports = w.udp_ports;
+    ++j.num_registered;
+    if (j.num_registered == n) j.state = JobState::kRunning;
+    next->Rebuild();
+  }
+  grant->job_id = j.job_id;
+  grant->num_workers = n;
+  grant->elements_per_packet = j.spec.elements_per_packet;
+  grant->state = j.state;
+  grant->switch_info.num_slots = j.spec.num_slots;
+  return std::shared_ptr<const JobTable>(std::move(next));
+}
+
+StatusOr<std::shared_ptr<const JobTable>> JobTable::End(const JobTable& current, uint32_t job_id,
+                                                        const std::string& reason) {
+  const Job* job = current.FindJob(job_id);
+  if (job == nullptr) return NotFoundError(JobName(job_id) + " does not exist on this switch");
+  if (job->state == JobState::kEnded) {
+    return FailedPreconditionError(JobName(job_id) + " has already ended: " + job->end_reason);
+  }
+  auto next = std::make_shared<JobTable>(current);
+  Job& j = const_cast<Job&>(*next->FindJob(job_id));
+  j.state = JobState::kEnded;
+  j.end_reason = reason;
+  j.final_counters = j.runtime->counters.Snapshot();
+  j.runtime.reset();  // the aggregator goes once no snapshot refers to it
+  // Forget the oldest ended jobs beyond the limit (ids grow with age).
+  size_t ended = 0;
+  for (const Job& x : next->jobs_) ended += x.state == JobState::kEnded;
+  while (ended > kMaxEndedJobs) {
+    auto oldest = next->jobs_.end();
+    for (auto it = next->jobs_.begin(); it != next->jobs_.end(); ++it) {
+      if (it->state == JobState::kEnded &&
+          (oldest == next->jobs_.end() || it->job_id < oldest->job_id)) {
+        oldest = it;
+      }
+    }
+    next->jobs_.erase(oldest);
+    --ended;
+  }
+  next->Rebuild();
+  return std::shared_ptr<const JobTable>(std::move(next));
+}
+
+std::shared_ptr<const JobTable> JobTable::ExpireIdle(const JobTable& current, TimePoint now,
+                                                     std::vector<uint32_t>* expired) {
+  std::shared_ptr<const JobTable> table;
+  const JobTable* cur = &current;
+  for (const Job& j : current.jobs_) {
+    if (j.state == JobState::kEnded) continue;
+    JobRuntime::Activity& a = j.runtime->activity;
+    const uint64_t rx = j.runtime->counters.received.load(std::memory_order_relaxed);
+    if (rx != a.seen) {
+      a.seen = rx;
+      a.last_active = now;
+      continue;
+    }
+    const auto timeout = j.spec.idle_timeout;
+    if (timeout.count() == 0 || now - a.last_active <= timeout) continue;
+    const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(now - a.last_active);
+    std::string reason = "torn down by the switch: no datagram from any of its workers for " +
+                         Str(uint64_t(idle.count())) + " ms (idle_timeout " +
+                         Str(uint64_t(timeout.count())) + " ms)";
+    if (j.num_registered < j.spec.num_workers) {
+      reason += "; only " + Str(j.num_registered) + " of " + Str(j.spec.num_workers) +
+                " ranks had registered";
+    }
+    StatusOr<std::shared_ptr<const JobTable>> next = End(*cur, j.job_id, reason);
+    if (!next.ok()) continue;  // cannot happen: the job is live
+    table = std::move(*next);
+    cur = table.get();
+    expired->push_back(j.job_id);
+  }
+  return table;
+}
+
+controller::JobInfo JobTable::Describe(const Job& job, TimePoint now) const {
+  controller::JobInfo info;
+  info.job_id = job.job_id;
+  info.spec = job.spec;
+  info.spec.token.clear();
+  info.state = job.state;
+  info.slot_base = job.slot_base;
+  info.num_registered = job.num_registered;
+  info.end_reason = job.end_reason;
+  for (uint32_t r = 0; r < job.workers.size(); ++r) {
+    const SessionTable::Worker& w = job.workers[r];
+    if (!w.registered) continue;
+    controller::JobWorkerInfo wi;
+    wi.rank = r;
+    wi.ipv4 = w.ipv4;
+    wi.udp_ports = w.udp_ports;
+    if (job.runtime) wi.received = job.runtime->rank_received[r].load(std::memory_order_relaxed);
+    info.workers.push_back(std::move(wi));
+  }
+  if (job.runtime) {
+    info.counters = job.runtime->counters.Snapshot();
+    const JobRuntime::Activity& a = job.runtime->activity;
+    if (info.counters.received == a.seen && now > a.last_active) {
+      info.idle_for = std::chrono::duration_cast<std::chrono::milliseconds>(now - a.last_active);
+    }
+  } else {
+    info.counters = job.final_counters;
+  }
+  return info;
+}
+
+controller::JobList JobTable::List(TimePoint now) const {
+  controller::JobList list;
+  for (const Job& j : jobs_) list.jobs.push_back(Describe(j, now));
+  list.pool_slots = pool_slots_;
+  list.free_slots = free_slots();
+  list.largest_free_range = largest_free_range();
+  return list;
+}
+
+void JobTable::Rebuild() {
+  // Live jobs first (by id), then ended ones (newest first): a live registration always wins
+  // an address over an ended job's tombstone.
+  std::stable_sort(jobs_.begin(), jobs_.end(), [](const Job& a, const Job& b) {
+    const bool ea = a.state == JobState::kEnded, eb = b.state == JobState::kEnded;
+    if (ea != eb) return !ea;
+    return ea ? a.job_id > b.job_id : a.job_id < b.job_id;
+  });
+  size_t entries = 0;
+  max_job_workers_ = 0;
+  for (const Job& j : jobs_) {
+    for (const SessionTable::Worker& w : j.workers) {
+      if (w.registered) entries += w.udp_ports.size();
+    }
+    if (j.state != JobState::kEnded) max_job_workers_ = std::max(max_job_workers_, j.spec.num_workers);
+  }
+  if (entries == 0) {
+    index_.clear();
+    index_shift_ = 64;
+    return;
+  }
+  const size_t capacity = std::bit_ceil(std::max<size_t>(16, 2 * entries));
+  index_.assign(capacity, Entry{});
+  index_shift_ = uint32_t(64 - std::countr_zero(capacity));
+  for (uint32_t ji = 0; ji < jobs_.size(); ++ji) {
+    const Job& j = jobs_[ji];
+    for (uint32_t r = 0; r < j.workers.size(); ++r) {
+      const SessionTable::Worker& w = j.workers[r];
+      if (!w.registered) continue;
+      for (size_t t = 0; t < w.udp_ports.size(); ++t) {
+        const uint64_t key = Key(w.ipv4, w.udp_ports[t]);
+        size_t i = size_t((key * 0x9E3779B97F4A7C15ull) >> index_shift_);
+        while (index_[i].key != 0 && index_[i].key != key) i = (i + 1) & (capacity - 1);
+        if (index_[i].key == key) continue;  // taken by a live job (or a newer tombstone)
+        index_[i] = Entry{key, ji, r, uint16_t(t)};
+      }
+    }
+  }
+}
+
+}  // namespace switchml::dataplane

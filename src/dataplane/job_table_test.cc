@@ -1,0 +1,412 @@
+// JobTable (pure) and SwitchCore with several jobs: creation limits, slot ranges, token and
+// rank checks, per-packet isolation between jobs, drops by reason, idle expiry.
+#include "dataplane/job_table.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+#include "dataplane/switch_core.h"
+#include "dataplane/test_packets.h"
+
+namespace switchml::dataplane {
+namespace {
+
+using ::testing::HasSubstr;
+using controller::JobRegistration;
+using controller::JobSpec;
+using controller::JobState;
+using controller::JobWorkerGrant;
+using testing::Encode;
+using testing::ExpectedResponse;
+using testing::Ip;
+using testing::OwnedRx;
+using testing::Ramp;
+using testing::Request;
+using testing::Sum;
+using transport::Endpoint;
+using namespace std::chrono_literals;
+
+using TablePtr = std::shared_ptr<const JobTable>;
+const std::string kToken = "secret-token-1";
+const TimePoint kT0 = TimePoint{} + 1h;
+
+JobSpec Spec(uint32_t workers, uint32_t slots, std::chrono::milliseconds idle = 0ms) {
+  JobSpec s;
+  s.num_workers = workers;
+  s.num_slots = slots;
+  s.elements_per_packet = 64;
+  s.idle_timeout = idle;
+  return s;
+}
+
+JobRegistration Reg(uint32_t job, uint32_t rank, uint32_t ipv4, std::vector<uint16_t> ports,
+                    std::string token = kToken) {
+  JobRegistration r;
+  r.job_id = job;
+  r.token = std::move(token);
+  r.worker.rank = rank;
+  r.worker.ipv4 = ipv4;
+  r.worker.udp_ports = std::move(ports);
+  return r;
+}
+
+// Applies operations to a current table, asserting success where asked.
+struct Tables {
+  TablePtr t = std::make_shared<const JobTable>(/*pool_slots=*/100, /*max_workers=*/8,
+                                                /*max_elements=*/256);
+  uint32_t Create(JobSpec spec, TimePoint now = kT0) {
+    uint32_t id = 0;
+    auto next = JobTable::Create(*t, spec, kToken, now, &id);
+    EXPECT_TRUE(next.ok()) << next.status();
+    if (next.ok()) t = *next;
+    return id;
+  }
+  Status TryCreate(JobSpec spec) {
+    uint32_t id = 0;
+    auto next = JobTable::Create(*t, spec, kToken, kT0, &id);
+    if (next.ok()) t = *next;
+    return next.status();
+  }
+  Status Register(const JobRegistration& reg, JobWorkerGrant* grant = nullptr) {
+    JobWorkerGrant g;
+    auto next = JobTable::Register(*t, reg, grant ? grant : &g);
+    if (next.ok()) t = *next;
+    return next.status();
+  }
+  Status End(uint32_t id) {
+    auto next = JobTable::End(*t, id, "deleted by the test");
+    if (next.ok()) t = *next;
+    return next.status();
+  }
+};
+
+TEST(JobTableTest, CreateValidatesEveryFieldAndNamesIt) {
+  Tables x;
+  struct Case {
+    JobSpec spec;
+    const char* field;
+  };
+  JobSpec bad_elements = Spec(2, 10);
+  bad_elements.elements_per_packet = 100;
+  JobSpec too_big_elements = Spec(2, 10);
+  too_big_elements.elements_per_packet = 1024;  // switch max is 256
+  JobSpec short_token = Spec(2, 10);
+  short_token.token = "short";
+  JobSpec space_token = Spec(2, 10);
+  space_token.token = "has a space";
+  JobSpec long_name = Spec(2, 10);
+  long_name.name = std::string(65, 'n');
+  JobSpec negative = Spec(2, 10, -1ms);
+  const std::vector<Case> cases = {
+      {Spec(0, 10), "num_workers"},        {Spec(9, 10), "num_workers"},
+      {Spec(2, 0), "num_slots"},           {Spec(2, 101), "num_slots"},
+      {bad_elements, "elements_per_packet"}, {too_big_elements, "elements_per_packet"},
+      {short_token, "token"},              {space_token, "token"},
+      {long_name, "name"},                 {negative, "idle_timeout"},
+  };
+  for (const Case& c : cases) {
+    Status s = x.TryCreate(c.spec);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.field;
+    EXPECT_THAT(s.message(), HasSubstr(c.field));
+  }
+  EXPECT_TRUE(x.t->jobs().empty());
+}
+
+TEST(JobTableTest, SlotRangesAreDisjointAndFreedAtOnce) {
+  Tables x;
+  const uint32_t a = x.Create(Spec(2, 40));
+  const uint32_t b = x.Create(Spec(2, 40));
+  EXPECT_NE(a, b);
+  EXPECT_EQ(x.t->FindJob(a)->slot_base, 0u);
+  EXPECT_EQ(x.t->FindJob(b)->slot_base, 40u);
+  EXPECT_EQ(x.t->free_slots(), 20u);
+  // A job that needs more slots than are free is refused, and nothing changes.
+  Status s = x.TryCreate(Spec(2, 30));
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("needs 30 slots"));
+  EXPECT_THAT(s.message(), HasSubstr("largest free range of the pool is 20"));
+  EXPECT_EQ(x.t->jobs().size(), 2u);
+  // Ending a job frees its range for the next job at once.
+  ASSERT_TRUE(x.End(a).ok());
+  EXPECT_EQ(x.t->free_slots(), 60u);
+  const uint32_t c = x.Create(Spec(2, 30));
+  EXPECT_EQ(x.t->FindJob(c)->slot_base, 0u);
+  EXPECT_EQ(x.t->largest_free_range(), 20u);  // [80, 100); [30, 40) is 10
+  // The ended job is remembered with its reason, once.
+  EXPECT_EQ(x.t->FindJob(a)->state, JobState::kEnded);
+  EXPECT_EQ(x.End(a).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(x.End(999).code(), StatusCode::kNotFound);
+}
+
+TEST(JobTableTest, RegistrationChecksTokenRankAndAddresses) {
+  Tables x;
+  const uint32_t a = x.Create(Spec(2, 10));
+  const uint32_t b = x.Create(Spec(2, 10));
+  const uint32_t ip = Ip(10, 0, 0, 1);
+
+  Status s = x.Register(Reg(a, 0, ip, {5000}, "wrong-token-123"));
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_THAT(s.message(), HasSubstr("wrong token for job"));
+  EXPECT_EQ(x.Register(Reg(77, 0, ip, {5000})).code(), StatusCode::kNotFound);
+  s = x.Register(Reg(a, 2, ip, {5000}));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("rank must be < num_workers (2)"));
+  s = x.Register(Reg(a, 0, ip, {}));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("udp_ports"));
+  JobRegistration wrong_n = Reg(a, 0, ip, {5000});
+  wrong_n.worker.num_workers = 3;
+  EXPECT_EQ(x.Register(wrong_n).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(x.t->FindJob(a)->num_registered, 0u);
+
+  JobWorkerGrant grant;
+  ASSERT_TRUE(x.Register(Reg(a, 0, ip, {5000, 5001}), &grant).ok());
+  EXPECT_EQ(grant.state, JobState::kWaitingForWorkers);
+  EXPECT_EQ(grant.switch_info.num_slots, 10u);
+  EXPECT_EQ(grant.elements_per_packet, 64u);
+  // A retried identical registration is fine and changes nothing.
+  ASSERT_TRUE(x.Register(Reg(a, 0, ip, {5000, 5001})).ok());
+  EXPECT_EQ(x.t->FindJob(a)->num_registered, 1u);
+  // A second rank 0 (from elsewhere) is refused.
+  s = x.Register(Reg(a, 0, Ip(10, 0, 0, 2), {5000}));
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_THAT(s.message(), HasSubstr("rank 0 of job 1 is already registered from 10.0.0.1"));
+  // An address of job a's rank 0 cannot join job b.
+  s = x.Register(Reg(b, 0, ip, {5001}));
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_THAT(s.message(), HasSubstr("10.0.0.1:5001 is already registered by rank 0 of job 1"));
+
+  ASSERT_TRUE(x.Register(Reg(a, 1, ip, {6000}), &grant).ok());
+  EXPECT_EQ(grant.state, JobState::kRunning);
+  EXPECT_EQ(x.t->FindJob(a)->state, JobState::kRunning);
+  EXPECT_EQ(x.t->FindJob(b)->state, JobState::kWaitingForWorkers);
+
+  JobTable::Sender snd;
+  ASSERT_TRUE(x.t->Find({ip, 5001}, &snd));
+  EXPECT_EQ(snd.job->job_id, a);
+  EXPECT_EQ(snd.rank, 0u);
+  EXPECT_EQ(snd.thread, 1u);
+  ASSERT_TRUE(x.t->Find({ip, 6000}, &snd));
+  EXPECT_EQ(snd.rank, 1u);
+  EXPECT_FALSE(x.t->Find({ip, 6001}, &snd));
+
+  // Ended: registration is refused with the reason; its addresses are free again.
+  ASSERT_TRUE(x.End(a).ok());
+  s = x.Register(Reg(a, 1, ip, {6000}));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("deleted by the test"));
+  ASSERT_TRUE(x.t->Find({ip, 6000}, &snd));  // tombstone
+  EXPECT_EQ(snd.job->state, JobState::kEnded);
+  ASSERT_TRUE(x.Register(Reg(b, 0, ip, {6000})).ok());
+  ASSERT_TRUE(x.t->Find({ip, 6000}, &snd));
+  EXPECT_EQ(snd.job->job_id, b);
+}
+
+TEST(JobTableTest, RegistrationKeepsTheRuntimeOfEveryJob) {
+  Tables x;
+  const uint32_t a = x.Create(Spec(2, 10));
+  const JobRuntime* rt = x.t->FindJob(a)->runtime.get();
+  ASSERT_TRUE(x.Register(Reg(a, 0, 1, {1})).ok());
+  const uint32_t b = x.Create(Spec(1, 10));
+  ASSERT_TRUE(x.Register(Reg(b, 0, 2, {1})).ok());
+  EXPECT_EQ(x.t->FindJob(a)->runtime.get(), rt);  // never reset by others' registrations
+}
+
+TEST(JobTableTest, IdleJobsExpireAndActiveOnesDoNot) {
+  Tables x;
+  const uint32_t idle = x.Create(Spec(1, 10, 100ms));
+  const uint32_t busy = x.Create(Spec(1, 10, 100ms));
+  const uint32_t forever = x.Create(Spec(1, 10, 0ms));
+  std::vector<uint32_t> expired;
+  EXPECT_EQ(JobTable::ExpireIdle(*x.t, kT0 + 100ms, &expired), nullptr);  // not longer than
+  Bump(x.t->FindJob(busy)->runtime->counters.received);
+  EXPECT_EQ(JobTable::ExpireIdle(*x.t, kT0 + 90ms, &expired), nullptr);  // sees the activity
+  TablePtr next = JobTable::ExpireIdle(*x.t, kT0 + 150ms, &expired);
+  ASSERT_NE(next, nullptr);
+  EXPECT_EQ(expired, std::vector<uint32_t>{idle});
+  const JobTable::Job* j = next->FindJob(idle);
+  EXPECT_EQ(j->state, JobState::kEnded);
+  EXPECT_EQ(j->runtime, nullptr);
+  EXPECT_THAT(j->end_reason, HasSubstr("no datagram from any of its workers for 150 ms"));
+  EXPECT_THAT(j->end_reason, HasSubstr("only 0 of 1 ranks had registered"));
+  EXPECT_EQ(next->CheckAccess(idle, kToken).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(next->CheckAccess(busy, kToken).ok());
+  expired.clear();
+  TablePtr later = JobTable::ExpireIdle(*next, kT0 + 10s, &expired);
+  ASSERT_NE(later, nullptr);
+  EXPECT_EQ(expired, std::vector<uint32_t>{busy});
+  EXPECT_TRUE(later->CheckAccess(forever, kToken).ok());
+  EXPECT_EQ(later->free_slots(), 90u);
+}
+
+TEST(JobTableTest, OnlyTheNewestEndedJobsAreRemembered) {
+  Tables x;
+  uint32_t first = 0;
+  for (size_t i = 0; i < JobTable::kMaxEndedJobs + 3; ++i) {
+    const uint32_t id = x.Create(Spec(1, 1));
+    if (i == 0) first = id;
+    ASSERT_TRUE(x.End(id).ok());
+  }
+  EXPECT_EQ(x.t->jobs().size(), JobTable::kMaxEndedJobs);
+  EXPECT_EQ(x.t->FindJob(first), nullptr);
+  EXPECT_EQ(x.t->CheckAccess(first, kToken).code(), StatusCode::kNotFound);
+  const controller::JobList list = x.t->List(kT0);
+  EXPECT_EQ(list.free_slots, 100u);
+  EXPECT_EQ(list.jobs.size(), JobTable::kMaxEndedJobs);
+  EXPECT_TRUE(list.jobs[0].spec.token.empty());  // never reported
+}
+
+// ---- SwitchCore with jobs ----
+
+struct Sent {
+  std::vector<uint8_t> bytes;
+  Endpoint to;
+};
+
+class JobCoreHarness {
+ public:
+  JobCoreHarness() {
+    SwitchConfig c;
+    c.num_slots = 64;
+    c.max_elements_per_packet = 256;
+    c.max_workers = 8;
+    core_.emplace(std::move(SwitchCore::Create(c)).value());
+    tables_.t = core_->jobs_ptr();
+  }
+  Tables& tables() { return tables_; }
+  void Publish() { core_->AdoptJobs(tables_.t); }
+  std::vector<Sent> Burst(std::vector<OwnedRx> in) {
+    std::vector<transport::RxDatagram> rx;
+    for (auto& d : in) rx.push_back(d.rx());
+    core_->ProcessBurst(rx, out_);
+    std::vector<Sent> sent;
+    for (const auto& tx : out_.datagrams()) {
+      sent.push_back(Sent{std::vector<uint8_t>(tx.data, tx.data + tx.size), tx.to});
+    }
+    return sent;
+  }
+  const SwitchCounters& counters() const { return core_->counters(); }
+  SwitchCore& core() { return *core_; }
+
+ private:
+  std::optional<SwitchCore> core_;
+  Tables tables_;
+  Outbox out_;
+};
+
+const uint32_t kA0 = Ip(10, 0, 0, 1), kA1 = Ip(10, 0, 0, 2);
+const uint32_t kB0 = Ip(10, 0, 1, 1), kB1 = Ip(10, 0, 1, 2), kB2 = Ip(10, 0, 1, 3);
+
+TEST(SwitchCoreJobsTest, TwoJobsOnTheSameSlotsAggregateSeparatelyAndExactly) {
+  JobCoreHarness h;
+  const uint32_t a = h.tables().Create(Spec(2, 8));
+  const uint32_t b = h.tables().Create(Spec(3, 8));
+  ASSERT_TRUE(h.tables().Register(Reg(a, 0, kA0, {7000})).ok());
+  ASSERT_TRUE(h.tables().Register(Reg(a, 1, kA1, {7000})).ok());
+  ASSERT_TRUE(h.tables().Register(Reg(b, 0, kB0, {7100})).ok());
+  ASSERT_TRUE(h.tables().Register(Reg(b, 1, kB1, {7100})).ok());
+  ASSERT_TRUE(h.tables().Register(Reg(b, 2, kB2, {7100})).ok());
+  h.Publish();
+
+  // Both jobs use job-relative slot 3, set 0, interleaved in one burst.
+  const auto va0 = Ramp(64, 1, 1), va1 = Ramp(64, 1000, -3);
+  const auto vb0 = Ramp(64, -5, 7), vb1 = Ramp(64, 9, 9), vb2 = Ramp(64, 123456, -1);
+  Request ra0{.slot = 3, .values = va0, .exp0 = 1}, ra1{.slot = 3, .values = va1, .exp0 = 4};
+  Request rb0{.slot = 3, .values = vb0}, rb1{.slot = 3, .values = vb1, .tsi = 9},
+      rb2{.slot = 3, .values = vb2, .exp0 = -2};
+  auto sent = h.Burst({{Encode(ra0), {kA0, 7000}},
+                       {Encode(rb0), {kB0, 7100}},
+                       {Encode(rb1), {kB1, 7100}},
+                       {Encode(ra1), {kA1, 7000}},
+                       {Encode(rb2), {kB2, 7100}}});
+  ASSERT_EQ(sent.size(), 5u);  // 2 copies for job a, then 3 for job b
+  const auto expect_a = ExpectedResponse(ra1, Sum({va0, va1}), 4, 0);
+  const auto expect_b = ExpectedResponse(rb2, Sum({vb0, vb1, vb2}), 0, 0);
+  EXPECT_EQ(sent[0].bytes, expect_a);
+  EXPECT_EQ(sent[1].bytes, expect_a);
+  EXPECT_EQ(sent[0].to, (Endpoint{kA0, 7000}));
+  EXPECT_EQ(sent[1].to, (Endpoint{kA1, 7000}));
+  for (int i = 2; i < 5; ++i) EXPECT_EQ(sent[i].bytes, expect_b);
+  EXPECT_EQ(sent[2].to, (Endpoint{kB0, 7100}));
+  EXPECT_EQ(sent[4].to, (Endpoint{kB2, 7100}));
+
+  const auto ca = h.tables().t->FindJob(a)->runtime->counters.Snapshot();
+  const auto cb = h.tables().t->FindJob(b)->runtime->counters.Snapshot();
+  EXPECT_EQ(ca.received, 2u);
+  EXPECT_EQ(ca.multicast_rounds, 1u);
+  EXPECT_EQ(ca.datagrams_sent, 2u);
+  EXPECT_EQ(cb.received, 3u);
+  EXPECT_EQ(cb.consumed, 2u);
+  EXPECT_EQ(cb.datagrams_sent, 3u);
+  EXPECT_EQ(h.counters().multicast_rounds, 2u);
+  // The reference session's aggregator was never touched.
+  EXPECT_EQ(h.core().aggregator().Inspect(3, 0).num_elements, 0u);
+}
+
+TEST(SwitchCoreJobsTest, DropsAreCountedByReasonAndDisturbNoOtherJob) {
+  JobCoreHarness h;
+  const uint32_t a = h.tables().Create(Spec(2, 8));
+  const uint32_t waiting = h.tables().Create(Spec(2, 8));
+  const uint32_t gone = h.tables().Create(Spec(1, 8));
+  ASSERT_TRUE(h.tables().Register(Reg(a, 0, kA0, {7000})).ok());
+  ASSERT_TRUE(h.tables().Register(Reg(a, 1, kA1, {7000})).ok());
+  ASSERT_TRUE(h.tables().Register(Reg(waiting, 0, kB0, {7100})).ok());
+  ASSERT_TRUE(h.tables().Register(Reg(gone, 0, kB1, {7100})).ok());
+  ASSERT_TRUE(h.tables().End(gone).ok());
+  h.Publish();
+
+  // Rank 0 of job a starts a round in slot 1.
+  const auto v0 = Ramp(64, 10, 1), v1 = Ramp(64, 20, 2);
+  EXPECT_TRUE(h.Burst({{Encode({.slot = 1, .values = v0}), {kA0, 7000}}}).empty());
+  auto sent = h.Burst({
+      {Encode({.slot = 1, .values = Ramp(64, 666, 0)}), {kA0, 7001}},   // unregistered port
+      {Encode({.slot = 1, .values = Ramp(64, 666, 0)}), {kB2, 7100}},   // unregistered host
+      {Encode({.slot = 8, .values = Ramp(64, 666, 0)}), {kA1, 7000}},   // slot outside job a
+      {Encode({.slot = 1, .values = Ramp(256, 666, 0)}), {kA1, 7000}},  // > 64 elements
+      {Encode({.slot = 1, .values = Ramp(64, 666, 0)}), {kB0, 7100}},   // job not running
+      {Encode({.slot = 1, .values = Ramp(64, 666, 0)}), {kB1, 7100}},   // job ended
+  });
+  EXPECT_TRUE(sent.empty());
+  const SwitchCounters& c = h.counters();
+  EXPECT_EQ(c.unknown_sender, 2u);
+  EXPECT_EQ(c.job_slot_out_of_range, 1u);
+  EXPECT_EQ(c.too_large, 1u);
+  EXPECT_EQ(c.job_not_running, 1u);
+  EXPECT_EQ(c.job_ended, 1u);
+  const auto ca = h.tables().t->FindJob(a)->runtime->counters.Snapshot();
+  EXPECT_EQ(ca.slot_out_of_range, 1u);
+  EXPECT_EQ(ca.too_large, 1u);
+  EXPECT_EQ(h.tables().t->FindJob(waiting)->runtime->counters.Snapshot().not_running, 1u);
+  // Job a's round is intact: rank 1's real packet completes it with the exact sum.
+  sent = h.Burst({{Encode({.slot = 1, .values = v1}), {kA1, 7000}}});
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].bytes, ExpectedResponse({.slot = 1}, Sum({v0, v1}), 0, 0));
+}
+
+TEST(SwitchCoreJobsTest, JobsAndTheReferenceSessionCoexist) {
+  JobCoreHarness h;
+  controller::WorkerRegistration ref;
+  ref.rank = 0;
+  ref.num_workers = 1;
+  ref.ipv4 = Ip(10, 9, 9, 9);
+  ASSERT_TRUE(h.core().RegisterWorker(ref).ok());
+  const uint32_t a = h.tables().Create(Spec(1, 4));
+  ASSERT_TRUE(h.tables().Register(Reg(a, 0, kA0, {7000})).ok());
+  h.Publish();
+  const auto v = Ramp(64, 3, 3), w = Ramp(64, 4, 4);
+  auto sent = h.Burst({{Encode({.slot = 2, .values = v}), {ref.ipv4, 1234}},
+                       {Encode({.slot = 2, .values = w}), {kA0, 7000}},
+                       {Encode({.slot = 40, .values = w}), {ref.ipv4, 1234}}});
+  ASSERT_EQ(sent.size(), 3u);
+  EXPECT_EQ(sent[0].bytes, ExpectedResponse({.slot = 2}, v, 0, 0));
+  EXPECT_EQ(sent[0].to, (Endpoint{ref.ipv4, 1234}));
+  EXPECT_EQ(sent[1].bytes, ExpectedResponse({.slot = 2}, w, 0, 0));
+  EXPECT_EQ(sent[1].to, (Endpoint{kA0, 7000}));
+  EXPECT_EQ(sent[2].to, (Endpoint{ref.ipv4, 1234}));  // slot 40 < 64: the session's range
+}
+
+}  // namespace
+}  // namespace switchml::dataplane

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Several jobs on one switch through the JobService (issue 3): two concurrent jobs, int32 and
+# float32, exact / within bound; a wrong token, a duplicate rank and a job that needs more slots
+# than are free end in clear errors without disturbing the running jobs; deleting a job frees
+# its slots at once.
+source "$(dirname "$0")/lib.sh"
+start_switch --slots 600
+CTL=127.0.0.1:$CTL_PORT
+jobs() { "$SWITCHML" jobs "$@"; }
+
+eval "$(jobs create --controller $CTL --workers 2 --slots 256 --type int32 --name A)"
+A_ID=$SWITCHML_JOB_ID; A_TOKEN=$SWITCHML_JOB_TOKEN
+eval "$(jobs create --controller $CTL --workers 3 --slots 256 --type float32 --name B)"
+B_ID=$SWITCHML_JOB_ID; B_TOKEN=$SWITCHML_JOB_TOKEN
+[ "$A_ID" != "$B_ID" ] || fail "two jobs got the same id"
+
+# Only 88 slots left: a third job that needs 256 is refused, naming the shortage.
+if jobs create --controller $CTL --workers 2 --slots 256 > "$WORK/c.log" 2>&1; then fail "over-commit accepted"; fi
+grep -q "RESOURCE_EXHAUSTED" "$WORK/c.log" || { cat "$WORK/c.log"; fail "no RESOURCE_EXHAUSTED"; }
+pass "job needing more slots than free: $(head -1 "$WORK/c.log")"
+
+run_rank() {  # job id token rank workers type counts log
+  "$SWITCHML" allreduce --controller $CTL --job-id $1 --job-token $2 --rank $3 --workers $4 --type $5 \
+      --counts $6 --json "$WORK/$7.json" > "$WORK/$7.log" 2>&1
+}
+run_rank $A_ID $A_TOKEN 0 2 int32 1,65,300000 a0 & PA0=$!; PIDS+=($!)
+run_rank $A_ID $A_TOKEN 1 2 int32 1,65,300000 a1 & PA1=$!; PIDS+=($!)
+for r in 0 1 2; do run_rank $B_ID $B_TOKEN $r 3 float32 7,1000,200000 b$r & eval PB$r=$!; PIDS+=($!); done
+
+# While they run: a wrong token and a duplicate rank are refused and disturb nothing.
+if "$SWITCHML" allreduce --controller $CTL --job-id $A_ID --job-token wrong --rank 0 --workers 2 \
+    --rpc-timeout-ms 3000 > "$WORK/t.log" 2>&1; then fail "wrong token accepted"; fi
+grep -q "PERMISSION_DENIED" "$WORK/t.log" || { cat "$WORK/t.log"; fail "wrong token: no PERMISSION_DENIED"; }
+pass "wrong token: $(grep -m1 PERMISSION "$WORK/t.log")"
+for p in $PA0 $PA1 $PB0 $PB1 $PB2; do wait $p || { tail -n 5 "$WORK"/*.log; fail "a worker of the concurrent jobs failed"; }; done
+for f in a0 a1 b0 b1 b2; do
+  [ "$(json_get "$WORK/$f.json" "j['ok']")" = True ] || fail "$f: not ok"
+done
+pass "two concurrent jobs (2 x int32, 3 x float32) on one switch: every element right"
+
+# A second rank 0 for job A (its rank 0 is registered) is refused by the switch.
+if "$SWITCHML" allreduce --controller $CTL --job-id $A_ID --job-token $A_TOKEN --rank 0 --workers 2 \
+    --rpc-timeout-ms 3000 > "$WORK/r.log" 2>&1; then fail "duplicate rank 0 accepted"; fi
+grep -q "ALREADY_EXISTS" "$WORK/r.log" || { cat "$WORK/r.log"; fail "duplicate rank: no ALREADY_EXISTS"; }
+pass "duplicate rank: $(head -1 "$WORK/r.log")"
+
+jobs list --controller $CTL > "$WORK/list.log"
+grep -q "A" "$WORK/list.log" && grep -q "B" "$WORK/list.log" || { cat "$WORK/list.log"; fail "jobs list lacks the jobs"; }
+jobs delete --controller $CTL $A_ID --token $A_TOKEN > /dev/null || fail "delete failed"
+eval "$(jobs create --controller $CTL --workers 2 --slots 256 --name C)" || fail "slots of the deleted job were not freed"
+pass "deleting a job frees its slots at once (job $SWITCHML_JOB_ID created in its place)"
+stop_switch

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Two concurrent jobs of 4 workers each on one switch in the emulated cluster (issue 3): job A
+# (int32) on worker hosts w0..w3, job B (float32) on w4..w7, created through the JobService with
+# their own slot ranges and tokens. Every rank verifies every element (int32 exact, float32
+# within the quantization bound) and must exit 0.
+# Usage: two_jobs_test.sh CLUSTER_SH NAME_FILE SWITCHML SIZE
+CLUSTER_SH=${1:?cluster.sh}
+NAME_FILE=${2:?name file}
+SWITCHML=${3:?switchml binary}
+SIZE=${4:?tensor size}
+source "$(dirname "$0")/lib.sh"
+load_cluster
+[[ -x "$SWITCHML" ]] || fail "switchml binary not found at $SWITCHML"
+((CLUSTER_WORKERS >= 8)) || fail "needs 8 worker hosts, the cluster has $CLUSTER_WORKERS"
+EXIT_HOOKS+=(kill_cluster_processes)
+"$CLUSTER_SH" loss --name "$NAME" --to-switch 0 --from-switch 0 >/dev/null
+
+ready="$WORK/ready"
+"${CX[@]}" sw -- "$SWITCHML" switch --bind "$CLUSTER_SWITCH_IP" --port 0 --controller-port 0 --ready-file "$ready" \
+    > "$WORK/switch.log" 2>&1 &
+sw_pid=$!
+PIDS+=("$sw_pid")
+wait_file "$ready" 30 || { cat "$WORK/switch.log"; fail "switch did not start"; }
+CTL="$CLUSTER_SWITCH_IP:$(json_get "$ready" "j['controller_port']")"
+
+declare -A ID TOKEN
+for job in A B; do
+  out=$(cx w0 "$SWITCHML" jobs create --controller "$CTL" --workers 4 --slots 256 --name "$job") \
+      || fail "jobs create $job: $out"
+  eval "$out"
+  ID[$job]=$SWITCHML_JOB_ID
+  TOKEN[$job]=$SWITCHML_JOB_TOKEN
+done
+[[ ${ID[A]} != "${ID[B]}" ]] || fail "both jobs got id ${ID[A]}"
+
+t0=$SECONDS
+pids=()
+for ((i = 0; i < 8; i++)); do
+  if ((i < 4)); then job=A type=int32 rank=$i; else job=B type=float32 rank=$((i - 4)); fi
+  "${CX[@]}" "w$i" -- "$SWITCHML" allreduce --rank "$rank" --workers 4 --controller "$CTL" \
+      --job-id "${ID[$job]}" --job-token "${TOKEN[$job]}" --type "$type" --size "$SIZE" \
+      --job-timeout-ms 60000 --rpc-timeout-ms 30000 --json "$WORK/w$i.json" > "$WORK/w$i.log" 2>&1 &
+  pids+=($!)
+  PIDS+=($!)
+done
+failed=""
+for ((i = 0; i < 8; i++)); do wait "${pids[i]}" || failed+=" w$i"; done
+if [[ -n "$failed" ]]; then
+  for h in $failed; do echo "--- $h"; tail -5 "$WORK/$h.log"; done
+  fail "hosts$failed failed"
+fi
+for ((i = 0; i < 8; i++)); do
+  [[ $(json_get "$WORK/w$i.json" "j['ok']") == True ]] || fail "w$i: report not ok"
+done
+cx w0 "$SWITCHML" jobs list --controller "$CTL" > "$WORK/jobs.log" || fail "jobs list failed"
+kill -TERM "$sw_pid" 2>/dev/null || true
+wait "$sw_pid" || fail "the switch exited with an error on SIGTERM"
+pass "two concurrent jobs of 4 workers on one switch (A int32 exact, B float32 within bound), $SIZE each, in $((SECONDS - t0))s"

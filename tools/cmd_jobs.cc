@@ -1,0 +1,266 @@
+// `switchml jobs ...`: drive a controller's switchml.v1.JobService (several jobs per switch).
+//
+//   switchml jobs create --controller H:P --workers 4 --slots 256 [--idle-timeout-s 60]
+//       prints SWITCHML_JOB_ID=<id> and SWITCHML_JOB_TOKEN=<token> (shell syntax, so a launch
+//       script can `eval "$(switchml jobs create ...)"`), or JSON with --json
+//   switchml jobs list   --controller H:P [--json]      jobs, free slots, switch drop counters
+//   switchml jobs show   ID --controller H:P [--json]   one job: workers, counters, state
+//   switchml jobs delete ID --token T --controller H:P  frees the job's slots at once
+//   switchml jobs slots  ID [--first S] [--count N]     bitmaps/counters per slot and set (like
+//                                                        the reference CLI's show_bitmap);
+//                                                        ID 0 = the reference session
+// Errors print the controller's message and exit 1.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "controller/job_client.h"
+#include "tools/commands.h"
+
+namespace switchml::tools {
+namespace {
+
+struct JobsArgs {
+  std::string controller = "127.0.0.1:50099";
+  uint32_t rpc_timeout_ms = 5000;
+  bool json = false;
+  // create
+  uint32_t workers = 0;
+  uint32_t slots = 0;
+  uint32_t elements_per_packet = 256;
+  std::string type = "unspecified";
+  double idle_timeout_s = 0;
+  std::string token;
+  std::string name;
+  // show / delete / slots
+  uint32_t job_id = 0;
+  uint32_t first = 0;
+  uint32_t count = 8;
+};
+
+std::string Ipv4(uint32_t ip) {
+  return std::to_string(ip >> 24) + "." + std::to_string((ip >> 16) & 255) + "." +
+         std::to_string((ip >> 8) & 255) + "." + std::to_string(ip & 255);
+}
+
+nlohmann::json ToJson(const controller::JobInfo& j) {
+  nlohmann::json workers = nlohmann::json::array();
+  for (const auto& w : j.workers) {
+    workers.push_back({{"rank", w.rank}, {"ipv4", Ipv4(w.ipv4)}, {"udp_ports", w.udp_ports},
+                       {"received", w.received}});
+  }
+  const auto& c = j.counters;
+  return {{"job_id", j.job_id},
+          {"name", j.spec.name},
+          {"state", controller::JobStateName(j.state)},
+          {"num_workers", j.spec.num_workers},
+          {"num_registered", j.num_registered},
+          {"num_slots", j.spec.num_slots},
+          {"slot_base", j.slot_base},
+          {"elements_per_packet", j.spec.elements_per_packet},
+          {"data_type", controller::JobDataTypeName(j.spec.data_type)},
+          {"idle_timeout_ms", j.spec.idle_timeout.count()},
+          {"idle_ms", j.idle_for.count()},
+          {"end_reason", j.end_reason},
+          {"workers", workers},
+          {"counters",
+           {{"received", c.received},
+            {"consumed", c.consumed},
+            {"multicast_rounds", c.multicast_rounds},
+            {"unicast_replies", c.unicast_replies},
+            {"duplicates_dropped", c.duplicates_dropped},
+            {"late_duplicates_dropped", c.late_duplicates_dropped},
+            {"size_mismatch", c.size_mismatch},
+            {"slot_out_of_range", c.slot_out_of_range},
+            {"too_large", c.too_large},
+            {"not_running", c.not_running},
+            {"datagrams_sent", c.datagrams_sent}}}};
+}
+
+void PrintJobLine(const controller::JobInfo& j) {
+  std::printf("%6u  %-20s %4u/%-4u %6u  [%u, %u)  %5u  %10llu  %s\n", j.job_id,
+              controller::JobStateName(j.state), j.num_registered, j.spec.num_workers,
+              j.spec.num_slots, j.slot_base, j.slot_base + j.spec.num_slots,
+              j.spec.elements_per_packet, (unsigned long long)j.counters.received,
+              j.state == controller::JobState::kEnded ? j.end_reason.c_str()
+                                                       : j.spec.name.c_str());
+}
+
+int Fail(const std::string& what, const Status& s) {
+  std::cerr << "switchml jobs " << what << ": error: " << s.ToString() << "\n";
+  return 1;
+}
+
+int Run(const std::string& cmd, const JobsArgs& a) {
+  auto client = controller::JobClient::Connect(a.controller,
+                                               std::chrono::milliseconds(a.rpc_timeout_ms));
+  if (!client.ok()) return Fail(cmd, client.status());
+  controller::JobClient& c = **client;
+
+  if (cmd == "create") {
+    controller::JobSpec spec;
+    spec.num_workers = a.workers;
+    spec.num_slots = a.slots;
+    spec.elements_per_packet = a.elements_per_packet;
+    if (a.type == "int32") {
+      spec.data_type = controller::JobDataType::kInt32;
+    } else if (a.type == "float32") {
+      spec.data_type = controller::JobDataType::kFloat32;
+    } else if (a.type != "unspecified") {
+      return Fail(cmd, InvalidArgumentError("--type must be int32, float32 or unspecified, got '" +
+                                            a.type + "'"));
+    }
+    if (!(a.idle_timeout_s >= 0) || a.idle_timeout_s > 4e6) {
+      return Fail(cmd, InvalidArgumentError("--idle-timeout-s must be in [0, 4e6], got " +
+                                            std::to_string(a.idle_timeout_s)));
+    }
+    spec.idle_timeout = std::chrono::milliseconds(int64_t(a.idle_timeout_s * 1000));
+    spec.token = a.token;
+    spec.name = a.name;
+    auto job = c.CreateJob(spec);
+    if (!job.ok()) return Fail(cmd, job.status());
+    if (a.json) {
+      nlohmann::json j = ToJson(*job);
+      j["token"] = job->token;
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::printf("SWITCHML_JOB_ID=%u\nSWITCHML_JOB_TOKEN=%s\n", job->job_id, job->token.c_str());
+    }
+    return 0;
+  }
+  if (cmd == "list") {
+    std::vector<std::pair<std::string, uint64_t>> counters;
+    auto list = c.ListJobs(&counters);
+    if (!list.ok()) return Fail(cmd, list.status());
+    if (a.json) {
+      nlohmann::json jobs = nlohmann::json::array();
+      for (const auto& j : list->jobs) jobs.push_back(ToJson(j));
+      nlohmann::json sw;
+      for (const auto& [k, v] : counters) sw[k] = v;
+      std::cout << nlohmann::json{{"pool_slots", list->pool_slots},
+                                  {"free_slots", list->free_slots},
+                                  {"largest_free_range", list->largest_free_range},
+                                  {"jobs", jobs},
+                                  {"switch_counters", sw}}
+                       .dump(2)
+                << "\n";
+      return 0;
+    }
+    std::printf("slot pool: %u slots, %u free (largest free range %u)\n", list->pool_slots,
+                list->free_slots, list->largest_free_range);
+    std::printf("%6s  %-20s %9s %6s  %-10s %5s  %10s  %s\n", "job", "state", "workers", "slots",
+                "range", "elems", "received", "name / end reason");
+    for (const auto& j : list->jobs) PrintJobLine(j);
+    std::printf("switch drops by reason:\n");
+    for (const auto& [name, v] : counters) {
+      // A standalone controller prefixes each switch's counters with "switch<i>.".
+      const std::string k = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
+      if (k == "unknown_sender" || k == "job_ended" || k == "job_not_running" ||
+          k == "job_slot_out_of_range" || k == "slot_out_of_range" || k == "too_large" ||
+          k == "size_mismatch" || k.rfind("decode_", 0) == 0) {
+        std::printf("  %-36s %llu\n", name.c_str(), (unsigned long long)v);
+      }
+    }
+    return 0;
+  }
+  if (cmd == "show") {
+    auto job = c.GetJob(a.job_id);
+    if (!job.ok()) return Fail(cmd, job.status());
+    std::cout << ToJson(*job).dump(2) << "\n";
+    return 0;
+  }
+  if (cmd == "delete") {
+    Status s = c.DeleteJob(a.job_id, a.token);
+    if (!s.ok()) return Fail(cmd, s);
+    std::printf("job %u deleted; its slots are free\n", a.job_id);
+    return 0;
+  }
+  if (cmd == "slots") {
+    auto slots = c.InspectSlots(a.job_id, a.first, a.count);
+    if (!slots.ok()) return Fail(cmd, slots.status());
+    if (a.json) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& s : *slots) {
+        nlohmann::json sets = nlohmann::json::array();
+        for (const auto& set : s.sets) {
+          sets.push_back({{"bitmap", std::vector<uint64_t>(set.bitmap, set.bitmap + 4)},
+                          {"counter", set.counter},
+                          {"num_elements", set.num_elements},
+                          {"exp0", set.exp0},
+                          {"exp1", set.exp1}});
+        }
+        out.push_back({{"slot", s.slot}, {"sets", sets}});
+      }
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
+    std::printf("%6s  %-18s %-18s %8s %8s %6s\n", "slot", "bitmap set0", "bitmap set1", "missing0",
+                "missing1", "elems");
+    for (const auto& s : *slots) {
+      std::printf("%6u  %016llx   %016llx   %8u %8u %6u\n", s.slot,
+                  (unsigned long long)s.sets[0].bitmap[0], (unsigned long long)s.sets[1].bitmap[0],
+                  s.sets[0].counter, s.sets[1].counter,
+                  std::max(s.sets[0].num_elements, s.sets[1].num_elements));
+    }
+    return 0;
+  }
+  return Fail(cmd, InvalidArgumentError("unknown jobs command"));
+}
+
+}  // namespace
+
+Runner AddJobsCommand(CLI::App& app) {
+  auto a = std::make_shared<JobsArgs>();
+  app.require_subcommand(1);
+  auto common = [a](CLI::App* sub) {
+    sub->add_option("--controller", a->controller, "Controller address host:port")
+        ->capture_default_str();
+    sub->add_option("--rpc-timeout-ms", a->rpc_timeout_ms, "Deadline of each controller call")
+        ->capture_default_str();
+  };
+  auto* create = app.add_subcommand("create", "Create a job; prints its id and token");
+  common(create);
+  create->add_option("--workers", a->workers, "Number of workers (ranks) in the job")->required();
+  create->add_option("--slots", a->slots,
+                     "Switch slots the job needs (>= every worker's window, e.g. 256)")
+      ->required();
+  create->add_option("--elements-per-packet", a->elements_per_packet,
+                     "Largest packet of the job, in elements (64, 256, 512, 1024)")
+      ->capture_default_str();
+  create->add_option("--type", a->type, "int32 or float32 (informative)")->capture_default_str();
+  create->add_option("--idle-timeout-s", a->idle_timeout_s,
+                     "Tear the job down after this long without datagrams (0 = never)")
+      ->capture_default_str();
+  create->add_option("--token", a->token, "Token to use (default: a random one)");
+  create->add_option("--name", a->name, "Informative name");
+  create->add_flag("--json", a->json, "Print the job as JSON");
+  auto* list = app.add_subcommand("list", "List jobs, free slots and switch drop counters");
+  common(list);
+  list->add_flag("--json", a->json, "Print JSON");
+  auto* show = app.add_subcommand("show", "Show one job (workers, counters, state)");
+  common(show);
+  show->add_option("job_id", a->job_id, "Job id")->required();
+  auto* del = app.add_subcommand("delete", "Delete a job; frees its slots at once");
+  common(del);
+  del->add_option("job_id", a->job_id, "Job id")->required();
+  del->add_option("--token", a->token, "The job's token")->required();
+  auto* slots = app.add_subcommand("slots", "Show per-slot bitmaps and counters of a job");
+  common(slots);
+  slots->add_option("job_id", a->job_id, "Job id (0 = the reference UdpSession session)")
+      ->required();
+  slots->add_option("--first", a->first, "First slot (job-relative)")->capture_default_str();
+  slots->add_option("--count", a->count, "Number of slots (1..1024)")->capture_default_str();
+  slots->add_flag("--json", a->json, "Print JSON");
+  return [a, create, list, show, del, slots] {
+    if (create->parsed()) return Run("create", *a);
+    if (list->parsed()) return Run("list", *a);
+    if (show->parsed()) return Run("show", *a);
+    if (del->parsed()) return Run("delete", *a);
+    if (slots->parsed()) return Run("slots", *a);
+    return 2;
+  };
+}
+
+}  // namespace switchml::tools
