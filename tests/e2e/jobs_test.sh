@@ -19,9 +19,11 @@ if jobs create --controller $CTL --workers 2 --slots 256 > "$WORK/c.log" 2>&1; t
 grep -q "RESOURCE_EXHAUSTED" "$WORK/c.log" || { cat "$WORK/c.log"; fail "no RESOURCE_EXHAUSTED"; }
 pass "job needing more slots than free: $(head -1 "$WORK/c.log")"
 
+# Always started in the background (&): exec makes the background job the switchml process itself,
+# so that its $! can be killed.
 run_rank() {  # job id token rank workers type counts log
-  "$SWITCHML" allreduce --controller $CTL --job-id $1 --job-token $2 --rank $3 --workers $4 --type $5 \
-      --counts $6 --json "$WORK/$7.json" > "$WORK/$7.log" 2>&1
+  exec "$SWITCHML" allreduce --controller $CTL --job-id $1 --job-token $2 --rank $3 --workers $4 --type $5 \
+      --counts $6 --job-timeout-ms 3000 --json "$WORK/$7.json" > "$WORK/$7.log" 2>&1
 }
 run_rank $A_ID $A_TOKEN 0 2 int32 1,65,300000 a0 & PA0=$!; PIDS+=($!)
 run_rank $A_ID $A_TOKEN 1 2 int32 1,65,300000 a1 & PA1=$!; PIDS+=($!)
@@ -47,6 +49,34 @@ pass "duplicate rank: $(head -1 "$WORK/r.log")"
 jobs list --controller $CTL > "$WORK/list.log"
 grep -q "A" "$WORK/list.log" && grep -q "B" "$WORK/list.log" || { cat "$WORK/list.log"; fail "jobs list lacks the jobs"; }
 jobs delete --controller $CTL $A_ID --token $A_TOKEN > /dev/null || fail "delete failed"
-eval "$(jobs create --controller $CTL --workers 2 --slots 256 --name C)" || fail "slots of the deleted job were not freed"
+out=$(jobs create --controller $CTL --workers 2 --slots 256 --name C) || fail "slots of the deleted job were not freed: $out"
+eval "$out"
 pass "deleting a job frees its slots at once (job $SWITCHML_JOB_ID created in its place)"
+
+# A worker process killed (SIGKILL) mid-job: the other worker of that job gets an error within
+# its job timeout, the switch tears the idle job down and frees its slots, and a new job runs.
+jobs delete --controller $CTL $B_ID --token $B_TOKEN > /dev/null || fail "delete B failed"
+out=$(jobs create --controller $CTL --workers 2 --slots 256 --idle-timeout-s 1 --name D) || fail "create D: $out"
+eval "$out"
+D_ID=$SWITCHML_JOB_ID; D_TOKEN=$SWITCHML_JOB_TOKEN
+run_rank $D_ID $D_TOKEN 0 2 int32 30000000 d0 & PD0=$!; PIDS+=($!)
+run_rank $D_ID $D_TOKEN 1 2 int32 30000000 d1 & PD1=$!; PIDS+=($!)
+for _ in $(seq 1 100); do grep -q '"state": "running"' <(jobs show --controller $CTL $D_ID) && break; sleep 0.1; done
+kill -9 $PD1
+start=$SECONDS
+rc=0; wait $PD0 || rc=$?
+[ $rc -eq 1 ] || { cat "$WORK/d0.log"; fail "survivor of a killed worker: exit code $rc"; }
+(( SECONDS - start <= 15 )) || fail "survivor took $((SECONDS - start)) s to fail"
+grep -q "DEADLINE_EXCEEDED" "$WORK/d0.log" || { cat "$WORK/d0.log"; fail "survivor: no DEADLINE_EXCEEDED"; }
+pass "worker killed mid-job: survivor failed in $((SECONDS - start)) s: $(grep -m1 -o 'DEADLINE_EXCEEDED.*' "$WORK/d0.log" | cut -c1-120)"
+for _ in $(seq 1 50); do grep -q '"state": "ended"' <(jobs show --controller $CTL $D_ID) && break; sleep 0.1; done
+jobs show --controller $CTL $D_ID | grep -q '"state": "ended"' || fail "the killed job was not torn down"
+pass "killed job torn down: $(jobs show --controller $CTL $D_ID | grep -m1 end_reason | cut -c1-110)"
+out=$(jobs create --controller $CTL --workers 2 --slots 256 --name E) || fail "create E: $out"
+eval "$out"
+E_ID=$SWITCHML_JOB_ID; E_TOKEN=$SWITCHML_JOB_TOKEN
+run_rank $E_ID $E_TOKEN 0 2 float32 100000 e0 & PE0=$!; PIDS+=($!)
+run_rank $E_ID $E_TOKEN 1 2 float32 100000 e1 & PE1=$!; PIDS+=($!)
+wait $PE0 && wait $PE1 || fail "a new job on the freed slots failed"
+pass "a new job runs on the freed slots"
 stop_switch
