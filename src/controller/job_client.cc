@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "controller/grpc_client.h"
 #include "controller/grpc_status.h"
 #include "switchml_v1.grpc.pb.h"
 
@@ -73,64 +74,21 @@ SlotSetInfo FromProto(const v1::SlotSet& p) {
 
 }  // namespace
 
-struct JobClient::Impl {
-  std::string address;
-  std::chrono::milliseconds timeout;
-  std::shared_ptr<grpc::Channel> channel;
+struct JobClient::Impl : ControllerConnection {
   std::unique_ptr<v1::JobService::Stub> stub;
 
-  void Prepare(grpc::ClientContext* context) const {
-    context->set_deadline(std::chrono::system_clock::now() + timeout);
-    context->set_wait_for_ready(true);
-  }
-
   Status MapError(const char* rpc, const grpc::Status& s) const {
-    if (s.ok()) return OkStatus();
-    const std::string where = "controller " + address;
-    switch (s.error_code()) {
-      case grpc::StatusCode::DEADLINE_EXCEEDED:
-        if (channel->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
-          return UnavailableError(where + " unreachable (" + rpc + "): not connected within " +
-                                  Str(timeout.count()) + " ms");
-        }
-        return DeadlineExceededError(where + " (" + rpc + "): did not complete within " +
-                                     Str(timeout.count()) + " ms: " + s.error_message());
-      case grpc::StatusCode::UNAVAILABLE:
-        return UnavailableError(where + " unreachable (" + rpc + "): " + s.error_message());
-      case grpc::StatusCode::UNIMPLEMENTED:
-        return UnimplementedError(where + " does not serve switchml.v1.JobService (" + rpc +
-                                  "): a reference controller, or a switch started without "
-                                  "jobs: " + s.error_message());
-      default:
-        return Status(FromGrpcCode(s.error_code()),
-                      where + " rejected " + rpc + ": " + s.error_message());
-    }
+    return ControllerConnection::MapError(
+        rpc, s, "does not serve switchml.v1.JobService: a reference controller, or a switch started without jobs");
   }
 };
 
 StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const std::string& controller_address,
                                                         std::chrono::milliseconds rpc_timeout) {
-  if (controller_address.empty()) {
-    return InvalidArgumentError("JobClient::Connect: controller_address is empty");
-  }
-  if (rpc_timeout <= std::chrono::milliseconds::zero()) {
-    return InvalidArgumentError("JobClient::Connect: rpc_timeout must be > 0 ms, got " +
-                                std::to_string(rpc_timeout.count()));
-  }
+  SWITCHML_ASSIGN_OR_RETURN(ControllerConnection connection,
+                            ControllerConnection::Open(controller_address, rpc_timeout, "JobClient::Connect"));
   auto impl = std::make_unique<Impl>();
-  impl->address = controller_address;
-  impl->timeout = rpc_timeout;
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  impl->channel =
-      grpc::CreateCustomChannel(controller_address, grpc::InsecureChannelCredentials(), args);
-  if (!impl->channel->WaitForConnected(std::chrono::system_clock::now() + rpc_timeout)) {
-    return UnavailableError("controller " + controller_address +
-                            " unreachable (Connect): not connected within " +
-                            Str(rpc_timeout.count()) + " ms");
-  }
+  static_cast<ControllerConnection&>(*impl) = std::move(connection);
   impl->stub = v1::JobService::NewStub(impl->channel);
   return std::unique_ptr<JobClient>(new JobClient(std::move(impl)));
 }

@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "controller/grpc_status.h"
+#include "controller/grpc_client.h"
 #include "switchml.grpc.pb.h"
 
 namespace switchml::controller {
@@ -17,68 +17,17 @@ std::string Str(uint64_t v) { return std::to_string(v); }
 
 }  // namespace
 
-struct SessionClient::Impl {
-  std::string address;
-  std::chrono::milliseconds timeout;
-  std::shared_ptr<grpc::Channel> channel;
+struct SessionClient::Impl : ControllerConnection {
   std::unique_ptr<switchml_proto::Session::Stub> session;
   std::unique_ptr<switchml_proto::Sync::Stub> sync;
-
-  std::string TimeoutText() const { return Str(timeout.count()) + " ms"; }
-
-  // Every RPC: deadline = now + timeout; wait_for_ready so that a controller that is
-  // (re)starting is retried until the deadline instead of failing on the first refusal.
-  void Prepare(grpc::ClientContext* context) const {
-    context->set_deadline(std::chrono::system_clock::now() + timeout);
-    context->set_wait_for_ready(true);
-  }
-
-  Status MapError(const char* rpc, const grpc::Status& s) const {
-    if (s.ok()) return OkStatus();
-    const std::string where = "controller " + address;
-    switch (s.error_code()) {
-      case grpc::StatusCode::DEADLINE_EXCEEDED:
-        // With wait_for_ready the call waits for a connection until the deadline, so the
-        // channel state tells "never got there" from "got there but no answer in time".
-        if (channel->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
-          return UnavailableError(where + " unreachable (" + rpc + "): not connected within " +
-                                  TimeoutText());
-        }
-        return DeadlineExceededError(where + " (" + rpc + "): did not complete within " +
-                                     TimeoutText() + ": " + s.error_message());
-      case grpc::StatusCode::UNAVAILABLE:
-        return UnavailableError(where + " unreachable (" + rpc + "): " + s.error_message());
-      default:
-        return Status(FromGrpcCode(s.error_code()),
-                      where + " rejected " + rpc + ": " + s.error_message());
-    }
-  }
 };
 
 StatusOr<std::unique_ptr<SessionClient>> SessionClient::Connect(
     const std::string& controller_address, std::chrono::milliseconds rpc_timeout) {
-  if (controller_address.empty()) {
-    return InvalidArgumentError("SessionClient::Connect: controller_address is empty");
-  }
-  if (rpc_timeout <= std::chrono::milliseconds::zero()) {
-    return InvalidArgumentError("SessionClient::Connect: rpc_timeout must be > 0 ms, got " +
-                                std::to_string(rpc_timeout.count()));
-  }
+  SWITCHML_ASSIGN_OR_RETURN(ControllerConnection connection,
+                            ControllerConnection::Open(controller_address, rpc_timeout, "SessionClient::Connect"));
   auto impl = std::make_unique<Impl>();
-  impl->address = controller_address;
-  impl->timeout = rpc_timeout;
-  grpc::ChannelArguments args;
-  // gRPC's default first reconnect backoff is 1 s (up to 120 s); a controller that starts a
-  // moment after its workers should be found within a fraction of rpc_timeout.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  impl->channel =
-      grpc::CreateCustomChannel(controller_address, grpc::InsecureChannelCredentials(), args);
-  if (!impl->channel->WaitForConnected(std::chrono::system_clock::now() + rpc_timeout)) {
-    return UnavailableError("controller " + controller_address +
-                            " unreachable (Connect): not connected within " + impl->TimeoutText());
-  }
+  static_cast<ControllerConnection&>(*impl) = std::move(connection);
   impl->session = switchml_proto::Session::NewStub(impl->channel);
   impl->sync = switchml_proto::Sync::NewStub(impl->channel);
   return std::unique_ptr<SessionClient>(new SessionClient(std::move(impl)));

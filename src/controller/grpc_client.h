@@ -1,0 +1,42 @@
+// controller/grpc_client.h — the client end of a gRPC connection to a controller, shared by
+// SessionClient and JobClient (internal to the controller).
+//
+// It owns the channel, the per-RPC deadline policy and the mapping of failed RPCs to Status
+// values that name the controller and the RPC, so both clients report errors the same way.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "switchml/status.h"
+
+namespace switchml::controller {
+
+struct ControllerConnection {
+  std::string address;
+  std::chrono::milliseconds timeout{0};
+  std::shared_ptr<grpc::Channel> channel;
+
+  // Validates the arguments and waits up to `timeout` for the connection. `who` names the
+  // caller in argument errors ("SessionClient::Connect"). Errors: InvalidArgument,
+  // Unavailable ("controller H:P unreachable (Connect): not connected within N ms").
+  static StatusOr<ControllerConnection> Open(const std::string& address, std::chrono::milliseconds timeout,
+                                             const char* who);
+
+  // Every RPC: deadline = now + timeout; wait_for_ready, so that a controller that is
+  // (re)starting is retried until the deadline instead of failing on the first refusal.
+  void Prepare(grpc::ClientContext* context) const;
+
+  // OK for an OK status; otherwise a Status naming the controller and `rpc`: Unavailable when
+  // it was never reached, DeadlineExceeded when it was reached but did not answer in time,
+  // Unimplemented (with `unimplemented_hint` appended) when it does not serve the RPC, and the
+  // controller's own code and message for everything else.
+  Status MapError(const char* rpc, const grpc::Status& s, const char* unimplemented_hint = nullptr) const;
+
+  std::string TimeoutText() const { return std::to_string(timeout.count()) + " ms"; }
+};
+
+}  // namespace switchml::controller
