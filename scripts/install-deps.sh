@@ -14,6 +14,8 @@ PKGS=(
   # Baselines and integrations: Gloo, Open MPI, PyTorch (CPU), clang + libFuzzer runtime.
   libgloo-dev libopenmpi-dev openmpi-bin libmpich-dev mpich
   python3-torch libtorch-dev python3-pybind11
+  # Training example data (FashionMNIST IDX files) and the benchmark plot.
+  dataset-fashion-mnist python3-matplotlib
   clang libclang-rt-14-dev
 )
 missing=()

@@ -32,6 +32,7 @@ struct AllReduceArgs {
   std::string advertise_ip;
   uint32_t job_id = 0;
   std::string job_token;
+  bool no_udp_offload = false;
 };
 
 // FNV-1a over the output bytes: lets tests compare results of two runs (e.g. with and
@@ -72,6 +73,7 @@ int Run(const AllReduceArgs& a) {
   if (a.min_rto_ms >= 0) opt.min_rto = us(a.min_rto_ms);
   if (a.max_rto_ms >= 0) opt.max_rto = us(a.max_rto_ms);
   opt.bind_ip = a.bind_ip;
+  opt.udp_offload = !a.no_udp_offload;
   opt.job_id = a.job_id;
   opt.job_token = a.job_token;
   opt.advertise_ip = a.advertise_ip;
@@ -165,6 +167,8 @@ Runner AddAllReduceCommand(CLI::App& app) {
   app.add_option("--job-id", a->job_id, "Join this job (from `switchml jobs create`); 0 = the reference session");
   app.add_option("--job-token", a->job_token, "The job's token (from `switchml jobs create`)");
   app.add_option("--bind-ip", a->bind_ip, "Local IPv4 for the data sockets (default: any)");
+  app.add_flag("--no-udp-offload", a->no_udp_offload,
+               "Send and receive one datagram per message (no UDP GSO/GRO), for comparison");
   app.add_option("--advertise-ip", a->advertise_ip, "IPv4 to register with the switch (default: route to controller)");
   return [a] { return Run(*a); };
 }

@@ -31,6 +31,7 @@ struct DemoArgs {
   std::vector<std::string> worker_args;
   std::string json;
   bool keep_logs = false;
+  bool no_udp_offload = false;
 };
 
 int Run(const DemoArgs& a) {
@@ -67,6 +68,7 @@ int Run(const DemoArgs& a) {
                                       "--ingress-drop", std::to_string(a.ingress_drop),
                                       "--egress-drop", std::to_string(a.egress_drop),
                                       "--drop-seed", std::to_string(a.drop_seed)};
+  if (a.no_udp_offload) sw_argv.push_back("--no-udp-offload");
   auto sw = Spawn("switch", sw_argv, dir + "/switch.log");
   if (!sw.ok()) { std::cerr << "switchml demo: error: " << sw.status().message() << "\n"; return 1; }
   const auto t_start = std::chrono::steady_clock::now();
@@ -101,6 +103,7 @@ int Run(const DemoArgs& a) {
     const auto job_args = a.job.ToArgs(counts);
     argv.insert(argv.end(), job_args.begin(), job_args.end());
     argv.insert(argv.end(), a.worker_args.begin(), a.worker_args.end());
+    if (a.no_udp_offload) argv.push_back("--no-udp-offload");
     auto c = Spawn("rank " + std::to_string(r), argv, dir + "/rank-" + std::to_string(r) + ".log");
     if (!c.ok()) {
       std::cerr << "switchml demo: error: " << c.status().message() << "\n";
@@ -238,6 +241,8 @@ Runner AddDemoCommand(CLI::App& app) {
   app.add_option("--worker-arg", a->worker_args,
                  "Extra flag passed to every `switchml allreduce` worker (repeatable), e.g. --worker-arg=--min-rto-ms=10");
   app.add_flag("--keep-logs", a->keep_logs, "Keep the switch and worker logs (kept anyway on failure)");
+  app.add_flag("--no-udp-offload", a->no_udp_offload,
+               "Switch and workers send and receive one datagram per message (no UDP GSO/GRO)");
   return [a] { return Run(*a); };
 }
 

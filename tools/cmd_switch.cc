@@ -34,6 +34,7 @@ struct SwitchArgs {
   double stats_interval_s = 0;
   std::string counters_json;
   bool late_duplicate_guard = false;
+  bool no_udp_offload = false;
 };
 
 int Run(const SwitchArgs& a) {
@@ -69,6 +70,7 @@ int Run(const SwitchArgs& a) {
 
   transport::UdpChannelOptions uo;
   uo.local = *bind;
+  uo.gso = uo.gro = !a.no_udp_offload;
   auto channel = transport::UdpChannel::Create(uo);
   if (!channel.ok()) return fail(channel.status().ToString());
   const uint16_t udp_port = (*channel)->local_endpoint().port;
@@ -158,6 +160,8 @@ Runner AddSwitchCommand(CLI::App& app) {
   app.add_option("--counters-json", a->counters_json, "Write the final counters as JSON to FILE at exit");
   app.add_flag("--late-duplicate-guard", a->late_duplicate_guard,
                "Drop late duplicates reordered behind a worker's next packet (not in the reference)");
+  app.add_flag("--no-udp-offload", a->no_udp_offload,
+               "Send and receive one datagram per message (no UDP GSO/GRO), for comparison");
   return [a] { return Run(*a); };
 }
 

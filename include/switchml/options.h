@@ -58,6 +58,10 @@ struct Options {
   std::chrono::microseconds initial_rto{std::chrono::milliseconds(80)};
   std::chrono::microseconds min_rto{std::chrono::milliseconds(40)};
   std::chrono::microseconds max_rto{std::chrono::milliseconds(2000)};
+  // UDP segmentation offload: GSO on send (a window's packets leave in a few syscalls) and GRO
+  // on receive (Linux; each falls back by itself where the kernel lacks it). The packets on
+  // the wire are the same either way; off = one datagram per message, for comparison.
+  bool udp_offload = true;
   // A job fails with DEADLINE_EXCEEDED when no result arrives for this long.
   std::chrono::milliseconds job_timeout{std::chrono::seconds(10)};
   // Deadline of each controller call (session setup, barrier).

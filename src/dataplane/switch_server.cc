@@ -182,7 +182,9 @@ void SwitchServer::Run() {
     if (inspect_pending_.load(std::memory_order_acquire)) ServeInspections();
     if (*got == 0) continue;
     core_.ProcessBurst(std::span<const transport::RxDatagram>(rx_.data(), *got), outbox_);
-    SendAll(outbox_.datagrams());
+    // Each destination's responses side by side: a GSO channel sends them as one message.
+    transport::GroupByDestination(outbox_.datagrams(), &grouped_);
+    SendAll(grouped_);
     ++io_counters_.bursts;
     PublishCounters();
   }

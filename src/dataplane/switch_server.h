@@ -1,8 +1,9 @@
 // dataplane/switch_server.h — the software switch's I/O edge: one thread, one Channel.
 //
 // SwitchServer owns a transport::Channel and a SwitchCore and runs the run-to-completion loop
-//   RecvBurst (up to 32 datagrams) → adopt a new session table if one was published
-//   → SwitchCore::ProcessBurst → SendBurst until every response is sent.
+//   RecvBurst (up to kBurstSize datagrams) → adopt a new session table if one was published
+//   → SwitchCore::ProcessBurst → group the responses by destination (for UDP GSO)
+//   → SendBurst until every response is sent.
 // It implements controller::SessionSink and controller::JobSink, so the gRPC services register
 // workers and create/delete jobs from their own threads while the loop runs. Every
 // kSweepInterval the I/O thread also ends jobs that have been idle longer than their
@@ -162,6 +163,7 @@ class SwitchServer final : public controller::SessionSink, public controller::Jo
   // I/O thread only.
   SwitchCore core_;
   Outbox outbox_;
+  std::vector<transport::TxDatagram> grouped_;  // outbox_ grouped by destination
   std::unique_ptr<uint8_t[]> rx_bytes_;
   std::array<transport::RxDatagram, kBurstSize> rx_{};
   ServerCounters io_counters_;  // core part refreshed from core_ when published

@@ -1,5 +1,7 @@
 #include "transport/channel.h"
 
+#include <algorithm>
+#include <iterator>
 #include <string_view>
 
 namespace switchml::transport {
@@ -97,6 +99,41 @@ StatusOr<Endpoint> ParseEndpoint(const std::string& text, uint16_t default_port)
     ep.port = static_cast<uint16_t>(v);
   }
   return ep;
+}
+
+void GroupByDestination(std::span<const TxDatagram> batch, std::vector<TxDatagram>* out) {
+  out->resize(batch.size());
+  // Destination → group, in an open-addressing table on the stack (no allocation); groups are
+  // numbered in order of first appearance. Destinations past kMaxGroups share one last group.
+  constexpr uint32_t kMaxGroups = 256;
+  constexpr uint32_t kTableSize = 512;  // power of two, at most half full
+  constexpr uint16_t kEmpty = 0xFFFF;
+  uint64_t keys[kTableSize];
+  uint16_t groups[kTableSize];
+  std::fill(std::begin(groups), std::end(groups), kEmpty);
+  uint32_t counts[kMaxGroups + 1] = {};
+  uint32_t num_groups = 0;
+  auto group_of = [&](Endpoint to) -> uint32_t {
+    const uint64_t key = (uint64_t{to.ipv4} << 16) | to.port;
+    uint32_t h = static_cast<uint32_t>((key * 0x9E3779B97F4A7C15ull) >> 55);  // 9 bits
+    for (;; h = (h + 1) & (kTableSize - 1)) {
+      if (groups[h] == kEmpty) {
+        if (num_groups == kMaxGroups) return kMaxGroups;
+        keys[h] = key;
+        groups[h] = static_cast<uint16_t>(num_groups);
+        return num_groups++;
+      }
+      if (keys[h] == key) return groups[h];
+    }
+  };
+  for (const TxDatagram& d : batch) ++counts[group_of(d.to)];
+  uint32_t start[kMaxGroups + 1];
+  uint32_t sum = 0;
+  for (uint32_t g = 0; g <= kMaxGroups; ++g) {
+    start[g] = sum;
+    sum += counts[g];
+  }
+  for (const TxDatagram& d : batch) (*out)[start[group_of(d.to)]++] = d;
 }
 
 }  // namespace switchml::transport

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "switchml/status.h"
 
@@ -81,5 +82,14 @@ class Channel {
   // "udp 127.0.0.1:40001" — for logs and error messages.
   virtual std::string Describe() const = 0;
 };
+
+// Reorders `batch` into `out` so that datagrams to the same destination are adjacent (the order
+// of first appearance of each destination, and the order among one destination's datagrams,
+// are kept), which lets a GSO channel (udp_channel.h) send each destination's datagrams as one
+// message. For a switch multicasting results to n workers this turns n·k single sends into n
+// runs of k.
+// `out` is resized to batch.size(); allocation only when it grows. Destinations beyond the
+// first 256 distinct ones keep their relative order after them.
+void GroupByDestination(std::span<const TxDatagram> batch, std::vector<TxDatagram>* out);
 
 }  // namespace switchml::transport

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace switchml::transport {
 namespace {
 
@@ -87,6 +89,46 @@ TEST(ParseEndpointTest, RejectsMalformedInputNamingTheProblem) {
       EXPECT_THAT(ep.status().message(), HasSubstr(std::string("'") + c.text + "'")) << c.text;
     }
   }
+}
+
+TEST(GroupByDestinationTest, MakesEachDestinationContiguousKeepingOrder) {
+  const Endpoint a{1, 10}, b{2, 10}, c{1, 11};
+  uint8_t bytes[12];
+  std::vector<TxDatagram> in;
+  const Endpoint order[] = {a, b, c, a, b, c, b, a, a, c, b, a};
+  for (size_t i = 0; i < 12; ++i) in.push_back({&bytes[i], 1, order[i]});
+  std::vector<TxDatagram> out;
+  GroupByDestination(in, &out);
+  ASSERT_EQ(out.size(), in.size());
+  // First appearance order a, b, c; within a destination the original order.
+  const size_t expect[] = {0, 3, 7, 8, 11, 1, 4, 6, 10, 2, 5, 9};
+  for (size_t i = 0; i < 12; ++i) EXPECT_EQ(out[i].data, &bytes[expect[i]]) << i;
+  GroupByDestination({}, &out);
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(GroupByDestinationTest, MoreThan256DestinationsLoseNothing) {
+  // 300 destinations, 3 datagrams each, round robin: every datagram appears once, the first 256
+  // destinations are contiguous, and per-destination order holds throughout.
+  std::vector<uint32_t> ids;
+  std::vector<TxDatagram> in;
+  for (uint32_t r = 0; r < 3; ++r) {
+    for (uint32_t d = 0; d < 300; ++d) ids.push_back(d * 3 + r);
+  }
+  for (const uint32_t& id : ids) in.push_back({reinterpret_cast<const uint8_t*>(&id), 4, {id / 3 + 1, 7}});
+  std::vector<TxDatagram> out;
+  GroupByDestination(in, &out);
+  ASSERT_EQ(out.size(), in.size());
+  std::vector<int> seen(900, 0);
+  std::vector<int> last_round(300, -1);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const uint32_t id = *reinterpret_cast<const uint32_t*>(out[i].data);
+    ++seen[id];
+    EXPECT_GT(static_cast<int>(id % 3), last_round[id / 3]);
+    last_round[id / 3] = static_cast<int>(id % 3);
+    if (i < 256 * 3) EXPECT_EQ(id / 3, i / 3) << i;
+  }
+  for (int n : seen) EXPECT_EQ(n, 1);
 }
 
 }  // namespace

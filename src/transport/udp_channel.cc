@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <climits>
 #include <utility>
 
@@ -22,6 +24,14 @@ namespace {
 constexpr uint32_t kMaxUdpPayload = 65507;
 // sendmmsg/recvmmsg refuse more than UIO_MAXIOV messages per call.
 constexpr uint32_t kMaxBurstLimit = 1024;
+// Datagrams per GSO message: the kernel's UDP_MAX_SEGMENTS was 64 before Linux 6.x raised it.
+constexpr uint32_t kMaxGsoSegments = 64;
+// One GRO staging buffer holds the largest message a UDP socket can return (a coalesced run is
+// at most 64 KiB, like any IPv4 datagram).
+constexpr uint32_t kGroBufferBytes = 65536;
+// GRO staging buffers per channel, i.e. messages per recvmmsg with GRO on (2 MiB of address
+// space; pages are touched only when a message lands in them).
+constexpr uint32_t kMaxGroSlots = 32;
 
 std::string ErrnoText(int err) {
   const char* text = strerrordesc_np(err);
@@ -134,8 +144,14 @@ StatusOr<std::unique_ptr<UdpChannel>> UdpChannel::Create(const UdpChannelOptions
   ch->local_ = FromSockaddr(bound);
   ch->send_buffer_bytes_ = GetIntOption(ch->fd_, SO_SNDBUF);
   ch->recv_buffer_bytes_ = GetIntOption(ch->fd_, SO_RCVBUF);
+  ch->EnableOffloads(options);
   return ch;
 }
+
+// Room for one UDP_SEGMENT (uint16_t) or UDP_GRO (int) control message.
+struct UdpChannel::Control {
+  alignas(cmsghdr) uint8_t bytes[CMSG_SPACE(sizeof(int))];
+};
 
 UdpChannel::UdpChannel(int fd, int wake_fd, const UdpChannelOptions& options)
     : fd_(fd),
@@ -145,21 +161,46 @@ UdpChannel::UdpChannel(int fd, int wake_fd, const UdpChannelOptions& options)
       tx_msgs_(new mmsghdr[options.max_burst]()),
       tx_iov_(new iovec[options.max_burst]()),
       tx_addr_(new sockaddr_in[options.max_burst]()),
+      tx_control_(new Control[options.max_burst]()),
+      tx_segs_(new uint32_t[options.max_burst]()),
       rx_msgs_(new mmsghdr[options.max_burst]()),
       rx_iov_(new iovec[options.max_burst]()),
-      rx_addr_(new sockaddr_in[options.max_burst]()) {
-  // The per-slot pointers never change; only lengths, addresses and flags are set per call.
+      rx_addr_(new sockaddr_in[options.max_burst]()),
+      rx_control_(new Control[options.max_burst]()) {
+  // The per-message name pointers never change; iovecs, lengths, control data and flags are
+  // set per call.
   for (uint32_t i = 0; i < max_burst_; ++i) {
     msghdr& tx = tx_msgs_[i].msg_hdr;
     tx.msg_name = &tx_addr_[i];
     tx.msg_namelen = sizeof(sockaddr_in);
-    tx.msg_iov = &tx_iov_[i];
-    tx.msg_iovlen = 1;
     tx_addr_[i].sin_family = AF_INET;
     msghdr& rx = rx_msgs_[i].msg_hdr;
     rx.msg_name = &rx_addr_[i];
     rx.msg_iov = &rx_iov_[i];
     rx.msg_iovlen = 1;
+  }
+}
+
+void UdpChannel::EnableOffloads(const UdpChannelOptions& options) {
+  if (options.gso) {
+    // Probing the option tells whether this kernel has UDP GSO at all (ENOPROTOOPT if not).
+    int value = 0;
+    socklen_t len = sizeof(value);
+    gso_enabled_ = getsockopt(fd_, SOL_UDP, UDP_SEGMENT, &value, &len) == 0;
+    gso_max_datagram_ = kMaxUdpPayload;
+  }
+  if (options.gro) {
+    const int on = 1;
+    gro_enabled_ = setsockopt(fd_, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0;
+  }
+  if (gro_enabled_) {
+    gro_slots_ = std::min(max_burst_, kMaxGroSlots);
+    staging_ = std::make_unique_for_overwrite<uint8_t[]>(size_t{gro_slots_} * kGroBufferBytes);
+    staged_segment_ = std::make_unique<uint32_t[]>(gro_slots_);
+    for (uint32_t i = 0; i < gro_slots_; ++i) {
+      rx_iov_[i].iov_base = staging_.get() + size_t{i} * kGroBufferBytes;
+      rx_iov_[i].iov_len = kGroBufferBytes;
+    }
   }
 }
 
@@ -229,29 +270,23 @@ StatusOr<size_t> UdpChannel::SendBurst(std::span<const TxDatagram> batch) {
     }
   }
 
-  size_t done = 0;          // datagrams accepted (sent or dropped) so far
-  int failures_at_done = 0;  // transient errors hitting datagram `done` in a row
+  size_t done = 0;           // datagrams accepted (sent or dropped) so far
+  int failures_at_done = 0;  // transient errors hitting the message at `done` in a row
   while (done < batch.size()) {
-    // One chunk of at most max_burst_ datagrams per sendmmsg.
-    // GSO hook: runs of consecutive datagrams with the same destination and size could be
-    // coalesced here into one iovec array + a UDP_SEGMENT cmsg (msg_control per mmsghdr),
-    // cutting the per-datagram kernel cost ~8× (ENVIRONMENT.md). The return value would then
-    // count segments, not messages.
-    const uint32_t n = static_cast<uint32_t>(std::min<size_t>(max_burst_, batch.size() - done));
-    for (uint32_t i = 0; i < n; ++i) {
-      const TxDatagram& d = batch[done + i];
-      tx_iov_[i].iov_base = const_cast<uint8_t*>(d.data);
-      tx_iov_[i].iov_len = d.size;
-      tx_addr_[i].sin_port = htons(d.to.port);
-      tx_addr_[i].sin_addr.s_addr = htonl(d.to.ipv4);
-    }
-    uint32_t offset = 0;
-    while (offset < n) {
-      const int r = sendmmsg(fd_, tx_msgs_.get() + offset, n - offset, 0);
+    // One chunk of at most max_burst_ datagrams per sendmmsg, as GSO runs where possible.
+    const uint32_t num_msgs = BuildMessages(batch.subspan(done));
+    uint32_t offset = 0;  // messages of this chunk accepted so far
+    bool rebuild = false;
+    while (offset < num_msgs && !rebuild) {
+      const int r = sendmmsg(fd_, tx_msgs_.get() + offset, num_msgs - offset, 0);
+      ++stats_.send_syscalls;
       if (r > 0) {
+        for (uint32_t m = offset; m < offset + static_cast<uint32_t>(r); ++m) {
+          done += tx_segs_[m];
+          stats_.sent += tx_segs_[m];
+          stats_.gso_messages += tx_segs_[m] > 1 ? 1 : 0;
+        }
         offset += static_cast<uint32_t>(r);
-        done += static_cast<size_t>(r);
-        stats_.sent += static_cast<uint64_t>(r);
         failures_at_done = 0;
         // A short count means the next message failed; the next call reports why.
         continue;
@@ -262,25 +297,36 @@ StatusOr<size_t> UdpChannel::SendBurst(std::span<const TxDatagram> batch) {
         ++stats_.send_eagain;
         return done;
       }
+      const uint32_t segs = tx_segs_[offset];
+      const TxDatagram& d = batch[done];
+      if (segs > 1 && (err == EIO || err == EINVAL || err == EMSGSIZE || err == EOPNOTSUPP ||
+                       err == ENOPROTOOPT)) {
+        // The kernel or the device refused segmentation offload for this size (no checksum
+        // offload: EIO; a segment that needs IP fragmentation on the path: EINVAL/EMSGSIZE).
+        // From now on datagrams this large go singly; the rest of the chunk is rebuilt.
+        gso_max_datagram_ = d.size - 1;
+        ++stats_.gso_fallbacks;
+        rebuild = true;
+        continue;
+      }
       if (MayBeAsyncError(err) && failures_at_done == 0) {
-        // Possibly a pending asynchronous error (an earlier ICMP message) that this datagram
-        // merely reported; reading it cleared it, so retry the same datagram once.
+        // Possibly a pending asynchronous error (an earlier ICMP message) that this message
+        // merely reported; reading it cleared it, so retry the same message once.
         ++stats_.errors_ignored;
         ++failures_at_done;
         DrainErrorQueue();
         continue;
       }
       if (IsLossLikeError(err)) {
-        // Refused twice: this datagram's own fate (no route, filtered). Drop it, like the
-        // network would, and go on.
+        // Refused twice: this message's own fate (no route, filtered). Drop its datagrams,
+        // like the network would, and go on.
         ++stats_.errors_ignored;
-        ++stats_.send_dropped;
+        stats_.send_dropped += segs;
         failures_at_done = 0;
         ++offset;
-        ++done;
+        done += segs;
         continue;
       }
-      const TxDatagram& d = batch[done];
       const std::string what = "sendmmsg on " + Describe() + " to " + d.to.ToString() + " (" +
                                std::to_string(d.size) + " bytes)";
       if (err == EMSGSIZE || err == EACCES) {  // too big for the path; broadcast not enabled
@@ -292,14 +338,104 @@ StatusOr<size_t> UdpChannel::SendBurst(std::span<const TxDatagram> batch) {
   return done;
 }
 
+uint32_t UdpChannel::BuildMessages(std::span<const TxDatagram> rest) {
+  const uint32_t limit = static_cast<uint32_t>(std::min<size_t>(max_burst_, rest.size()));
+  uint32_t d = 0;  // datagram index in rest
+  uint32_t m = 0;  // message index
+  while (d < limit) {
+    const TxDatagram& first = rest[d];
+    uint32_t segs = 1;
+    if (gso_enabled_ && first.size > 0 && first.size <= gso_max_datagram_) {
+      // Extend the run: same destination, same size; a shorter datagram may end it.
+      uint32_t bytes = first.size;
+      while (d + segs < limit && segs < kMaxGsoSegments) {
+        const TxDatagram& next = rest[d + segs];
+        if (!(next.to == first.to) || next.size == 0 || next.size > first.size ||
+            bytes + next.size > kMaxUdpPayload) {
+          break;
+        }
+        bytes += next.size;
+        ++segs;
+        if (next.size < first.size) break;
+      }
+    }
+    for (uint32_t i = 0; i < segs; ++i) {
+      tx_iov_[d + i].iov_base = const_cast<uint8_t*>(rest[d + i].data);
+      tx_iov_[d + i].iov_len = rest[d + i].size;
+    }
+    msghdr& h = tx_msgs_[m].msg_hdr;
+    h.msg_iov = &tx_iov_[d];
+    h.msg_iovlen = segs;
+    tx_addr_[m].sin_port = htons(first.to.port);
+    tx_addr_[m].sin_addr.s_addr = htonl(first.to.ipv4);
+    if (segs > 1) {
+      h.msg_control = tx_control_[m].bytes;
+      h.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+      cmsghdr* c = CMSG_FIRSTHDR(&h);
+      c->cmsg_level = SOL_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      const uint16_t segment = static_cast<uint16_t>(first.size);
+      memcpy(CMSG_DATA(c), &segment, sizeof(segment));
+    } else {
+      h.msg_control = nullptr;
+      h.msg_controllen = 0;
+    }
+    tx_segs_[m] = segs;
+    d += segs;
+    ++m;
+  }
+  return m;
+}
+
+size_t UdpChannel::DrainStaged(std::span<RxDatagram> batch) {
+  size_t n = 0;
+  while (n < batch.size() && staged_next_ < staged_count_) {
+    const uint32_t m = staged_next_;
+    const uint32_t len = rx_msgs_[m].msg_len;
+    const uint32_t segment = staged_segment_[m] != 0 ? staged_segment_[m] : std::max(len, 1u);
+    const uint32_t piece = std::min(segment, len - staged_offset_);  // 0 for an empty datagram
+    RxDatagram& d = batch[n++];
+    const uint8_t* src = staging_.get() + size_t{m} * kGroBufferBytes + staged_offset_;
+    d.size = std::min(piece, d.capacity);
+    if (d.size > 0) memcpy(d.data, src, d.size);
+    d.truncated = piece > d.capacity || (rx_msgs_[m].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+    d.from = FromSockaddr(rx_addr_[m]);
+    stats_.truncated += d.truncated ? 1 : 0;
+    ++stats_.received;
+    staged_offset_ += piece;
+    if (staged_offset_ >= len) {
+      ++staged_next_;
+      staged_offset_ = 0;
+    }
+  }
+  return n;
+}
+
 StatusOr<size_t> UdpChannel::RecvOnce(std::span<RxDatagram> batch) {
-  // GRO hook: with UDP_GRO enabled, one message may carry several coalesced datagrams
-  // (a UDP_GRO cmsg gives the segment size); they would be received into a channel-owned
-  // staging buffer and split into batch entries here.
-  const uint32_t n = static_cast<uint32_t>(std::min<size_t>(max_burst_, batch.size()));
+  last_recv_full_ = false;
+  size_t got = 0;
+  uint32_t n = 0;  // messages to ask for
+  if (gro_enabled_) {
+    // What the last recvmmsg left in the staging buffers goes first, without a syscall.
+    got = DrainStaged(batch);
+    if (got == batch.size()) {
+      last_recv_full_ = true;
+      return got;
+    }
+    n = gro_slots_;
+    for (uint32_t i = 0; i < n; ++i) {
+      rx_msgs_[i].msg_hdr.msg_control = rx_control_[i].bytes;
+      rx_msgs_[i].msg_hdr.msg_controllen = sizeof(Control::bytes);
+    }
+  } else {
+    n = static_cast<uint32_t>(std::min<size_t>(max_burst_, batch.size()));
+    for (uint32_t i = 0; i < n; ++i) {
+      rx_iov_[i].iov_base = batch[i].data;
+      rx_iov_[i].iov_len = batch[i].capacity;
+    }
+  }
   for (uint32_t i = 0; i < n; ++i) {
-    rx_iov_[i].iov_base = batch[i].data;
-    rx_iov_[i].iov_len = batch[i].capacity;
     rx_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
     rx_msgs_[i].msg_hdr.msg_flags = 0;
     rx_msgs_[i].msg_len = 0;
@@ -308,7 +444,31 @@ StatusOr<size_t> UdpChannel::RecvOnce(std::span<RxDatagram> batch) {
   // suffice; the bound keeps a pathological error stream from spinning here.
   for (int attempt = 0; attempt < 8; ++attempt) {
     const int r = recvmmsg(fd_, rx_msgs_.get(), n, MSG_DONTWAIT, nullptr);
+    ++stats_.recv_syscalls;
     if (r >= 0) {
+      last_recv_full_ = static_cast<uint32_t>(r) == n;
+      if (gro_enabled_) {
+        for (int i = 0; i < r; ++i) {
+          // UDP_GRO: the message is a run of datagrams of this size (the last may be shorter).
+          uint32_t segment = 0;
+          msghdr& h = rx_msgs_[i].msg_hdr;
+          for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
+            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+              int value = 0;
+              memcpy(&value, CMSG_DATA(c), sizeof(value));
+              segment = value > 0 ? static_cast<uint32_t>(value) : 0;
+            }
+          }
+          if (segment >= rx_msgs_[i].msg_len) segment = 0;  // a single datagram
+          staged_segment_[i] = segment;
+          stats_.gro_messages += segment != 0 ? 1 : 0;
+        }
+        staged_count_ = static_cast<uint32_t>(r);
+        staged_next_ = 0;
+        staged_offset_ = 0;
+        got += DrainStaged(batch.subspan(got));
+        return got;
+      }
       for (int i = 0; i < r; ++i) {
         RxDatagram& d = batch[static_cast<size_t>(i)];
         d.size = rx_msgs_[i].msg_len;
@@ -320,16 +480,17 @@ StatusOr<size_t> UdpChannel::RecvOnce(std::span<RxDatagram> batch) {
       return static_cast<size_t>(r);
     }
     const int err = errno;
-    if (err == EAGAIN || err == EWOULDBLOCK) return size_t{0};
+    if (err == EAGAIN || err == EWOULDBLOCK) return got;
     if (err == EINTR) continue;
     if (MayBeAsyncError(err)) {
       ++stats_.errors_ignored;
       DrainErrorQueue();
       continue;
     }
+    if (got > 0) return got;  // deliver what we have; the error will come back next call
     return ErrnoError("recvmmsg on " + Describe(), err);
   }
-  return size_t{0};
+  return got;
 }
 
 StatusOr<UdpChannel::WaitResult> UdpChannel::Wait(
@@ -389,7 +550,7 @@ StatusOr<size_t> UdpChannel::RecvBurst(std::span<RxDatagram> batch,
   }
   // The batch is larger than one syscall moves and the last call came back full: take what
   // else is already queued, without waiting.
-  while (got < batch.size() && got % max_burst_ == 0 && got > 0) {
+  while (got < batch.size() && last_recv_full_) {
     SWITCHML_ASSIGN_OR_RETURN(size_t more, RecvOnce(batch.subspan(got)));
     if (more == 0) break;
     got += more;

@@ -2,8 +2,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -366,18 +369,22 @@ TEST(UdpChannelTest, UnroutableDatagramsAreDroppedNotFatal) {
       skipped = true;
       return;
     }
-    UdpChannelOptions opt;  // 0.0.0.0:0
-    auto ch = UdpChannel::Create(opt);
-    ASSERT_TRUE(ch.ok()) << ch.status();
-    uint8_t payload[8] = {};
-    TxDatagram tx[3];
-    for (auto& d : tx) d = TxDatagram{payload, sizeof(payload), {0x0A010203, 9}};
-    auto sent = (*ch)->SendBurst(tx);
-    ASSERT_TRUE(sent.ok()) << sent.status();
-    EXPECT_EQ(*sent, 3u);
-    EXPECT_EQ((*ch)->stats().send_dropped, 3u);
-    EXPECT_EQ((*ch)->stats().errors_ignored, 6u);  // each datagram tried twice
-    EXPECT_EQ((*ch)->stats().sent, 0u);
+    for (bool gso : {false, true}) {
+      UdpChannelOptions opt;  // 0.0.0.0:0
+      opt.gso = gso;
+      auto ch = UdpChannel::Create(opt);
+      ASSERT_TRUE(ch.ok()) << ch.status();
+      uint8_t payload[8] = {};
+      TxDatagram tx[3];
+      for (auto& d : tx) d = TxDatagram{payload, sizeof(payload), {0x0A010203, 9}};
+      auto sent = (*ch)->SendBurst(tx);
+      ASSERT_TRUE(sent.ok()) << sent.status();
+      EXPECT_EQ(*sent, 3u);
+      EXPECT_EQ((*ch)->stats().send_dropped, 3u);
+      // Each message is tried twice: three single datagrams, or one GSO message of three.
+      EXPECT_EQ((*ch)->stats().errors_ignored, (*ch)->gso_enabled() ? 2u : 6u) << "gso " << gso;
+      EXPECT_EQ((*ch)->stats().sent, 0u);
+    }
     auto route = LocalIpv4For({0x0A010203, 9});
     ASSERT_FALSE(route.ok());
     EXPECT_EQ(route.status().code(), StatusCode::kUnavailable);
@@ -437,6 +444,154 @@ TEST(UdpChannelTest, FloodNeverBlocksTheSender) {
   }
   EXPECT_LT(received, 16u * 64u);  // a few KiB of receive buffer cannot hold 4 MiB
   EXPECT_LE(received, accepted);
+}
+
+// ---- UDP GSO / GRO ----
+
+// Datagrams of mixed sizes and destinations, one SendBurst: each receiver gets exactly its own,
+// in order, byte for byte, whether sender and receiver use the offloads or not. Runs include a
+// shorter last datagram, empty datagrams and runs longer than one GSO message.
+TEST(UdpChannelTest, OffloadsDeliverEveryDatagramIntactInAnyCombination) {
+  for (int mode = 0; mode < 4; ++mode) {
+    const bool gso = (mode & 1) != 0, gro = (mode & 2) != 0;
+    SCOPED_TRACE("gso " + std::to_string(gso) + " gro " + std::to_string(gro));
+    UdpChannelOptions so, ro;
+    so.gso = gso;
+    so.max_burst = 256;
+    ro.gro = gro;
+    auto a = MakeChannel(so);
+    auto r1 = MakeChannel(ro);
+    auto r2 = MakeChannel(ro);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(r1, nullptr);
+    ASSERT_NE(r2, nullptr);
+    if (gso) EXPECT_TRUE(a->gso_enabled());  // Linux >= 4.18
+    if (gro) EXPECT_TRUE(r1->gro_enabled());  // Linux >= 5.0
+    // 150 datagrams of 1034 bytes to r1 (more than one 64-segment message), then 7 to r2 of
+    // which the last is shorter, then 3 empty ones to r1, then 5 alternating.
+    struct Plan { Endpoint to; uint32_t size; int tag; };
+    std::vector<Plan> plan;
+    for (int i = 0; i < 150; ++i) plan.push_back({r1->local_endpoint(), 1034, 1});
+    for (int i = 0; i < 7; ++i) plan.push_back({r2->local_endpoint(), i < 6 ? 4106u : 100u, 2});
+    for (int i = 0; i < 3; ++i) plan.push_back({r1->local_endpoint(), 0, 1});
+    for (int i = 0; i < 5; ++i) {
+      plan.push_back({(i % 2 ? r2 : r1)->local_endpoint(), 64, i % 2 ? 2 : 1});
+    }
+    std::vector<std::vector<uint8_t>> bufs;
+    std::vector<TxDatagram> tx;
+    std::vector<uint32_t> seq(plan.size());
+    uint32_t per_tag[3] = {};
+    for (size_t k = 0; k < plan.size(); ++k) {
+      seq[k] = per_tag[plan[k].tag]++;
+      bufs.emplace_back(plan[k].size);
+      for (uint32_t j = 0; j < plan[k].size; ++j) bufs[k][j] = Pattern(plan[k].tag, seq[k], j);
+    }
+    for (size_t k = 0; k < plan.size(); ++k) tx.push_back({bufs[k].data(), plan[k].size, plan[k].to});
+    auto sent = a->SendBurst(tx);
+    ASSERT_TRUE(sent.ok()) << sent.status();
+    ASSERT_EQ(*sent, tx.size());
+    EXPECT_EQ(a->stats().sent, tx.size());
+    if (gso) {
+      EXPECT_GT(a->stats().gso_messages, 0u);
+      EXPECT_EQ(a->stats().send_syscalls, 1u);  // all messages in one sendmmsg
+    } else {
+      EXPECT_EQ(a->stats().gso_messages, 0u);
+    }
+    // Receive with a small batch so that GRO runs are handed out over several calls.
+    for (auto* rcv : {r1.get(), r2.get()}) {
+      const int tag = rcv == r1.get() ? 1 : 2;
+      std::vector<size_t> expect;
+      for (size_t k = 0; k < plan.size(); ++k) {
+        if (plan[k].tag == tag) expect.push_back(k);
+      }
+      std::vector<std::vector<uint8_t>> rb(5, std::vector<uint8_t>(5000));
+      std::vector<RxDatagram> rx(5);
+      size_t got = 0;
+      const auto deadline = std::chrono::steady_clock::now() + 2s;
+      while (got < expect.size() && std::chrono::steady_clock::now() < deadline) {
+        for (size_t q = 0; q < rx.size(); ++q) rx[q] = Buffer(rb[q].data(), 5000);
+        auto n = rcv->RecvBurst(rx, 100ms);
+        ASSERT_TRUE(n.ok()) << n.status();
+        for (size_t q = 0; q < *n; ++q, ++got) {
+          ASSERT_LT(got, expect.size());
+          const Plan& p = plan[expect[got]];
+          ASSERT_EQ(rx[q].size, p.size) << "datagram " << got;
+          EXPECT_FALSE(rx[q].truncated);
+          EXPECT_EQ(rx[q].from, a->local_endpoint());
+          for (uint32_t j = 0; j < p.size; ++j) {
+            ASSERT_EQ(rx[q].data[j], Pattern(tag, seq[expect[got]], j)) << "datagram " << got;
+          }
+        }
+      }
+      EXPECT_EQ(got, expect.size());
+      EXPECT_EQ(rcv->stats().received, expect.size());
+      // Over loopback a GSO run reaches a GRO socket whole; without GRO the kernel splits it.
+      if (gso && gro) {
+        EXPECT_GT(rcv->stats().gro_messages, 0u);
+      } else {
+        EXPECT_EQ(rcv->stats().gro_messages, 0u);
+      }
+    }
+  }
+}
+
+// A GRO run larger than the caller's buffers: each datagram is cut to the capacity and flagged,
+// and the next one still starts at its own boundary.
+TEST(UdpChannelTest, GroRunIntoSmallBuffersTruncatesEachDatagramSeparately) {
+  auto a = MakeChannel();
+  auto b = MakeChannel();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  SendAll(*a, b->local_endpoint(), 4, 10, 1000);
+  std::vector<std::vector<uint8_t>> bufs(10, std::vector<uint8_t>(600));
+  std::vector<RxDatagram> rx(10);
+  for (size_t k = 0; k < rx.size(); ++k) rx[k] = Buffer(bufs[k].data(), 600);
+  auto n = b->RecvBurst(rx, 1s);
+  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_EQ(*n, 10u);
+  for (uint32_t k = 0; k < 10; ++k) {
+    EXPECT_EQ(rx[k].size, 600u);
+    EXPECT_TRUE(rx[k].truncated);
+    EXPECT_EQ(rx[k].data[0], Pattern(4, k, 0));
+    EXPECT_EQ(rx[k].data[599], Pattern(4, k, 599));
+  }
+  EXPECT_EQ(b->stats().truncated, 10u);
+}
+
+// A path MTU below the datagram size makes the kernel refuse GSO (a segment would need IP
+// fragmentation): the channel falls back to single datagrams for that size and loses nothing.
+TEST(UdpChannelTest, GsoFallsBackWhenTheKernelRefusesASegmentSize) {
+  bool skipped = false;
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) != 0) {
+      skipped = true;
+      return;
+    }
+    // Bring up this namespace's own loopback with a 1500-byte MTU.
+    const int s = socket(AF_INET, SOCK_DGRAM, 0);
+    ASSERT_GE(s, 0);
+    ifreq ifr{};
+    strncpy(ifr.ifr_name, "lo", IFNAMSIZ);
+    ifr.ifr_mtu = 1500;
+    ASSERT_EQ(ioctl(s, SIOCSIFMTU, &ifr), 0);
+    ASSERT_EQ(ioctl(s, SIOCGIFFLAGS, &ifr), 0);
+    ifr.ifr_flags |= IFF_UP;
+    ASSERT_EQ(ioctl(s, SIOCSIFFLAGS, &ifr), 0);
+    close(s);
+    auto a = MakeChannel();
+    auto b = MakeChannel();
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    ASSERT_TRUE(a->gso_enabled());
+    SendAll(*a, b->local_endpoint(), 5, 8, 4000);  // 4000 > 1500 - 28: IP fragments
+    SendAll(*a, b->local_endpoint(), 6, 8, 1000);  // fits: still one GSO message
+    EXPECT_EQ(a->stats().gso_fallbacks, 1u);
+    EXPECT_EQ(a->stats().gso_messages, 1u);
+    ReceiveAndCheck(*b, a->local_endpoint(), 5, 8, 4000, 4);
+    ReceiveAndCheck(*b, a->local_endpoint(), 6, 8, 1000, 4);
+  });
+  t.join();
+  if (skipped) GTEST_SKIP() << "unshare(CLONE_NEWNET) not permitted";
 }
 
 TEST(UdpChannelTest, LocalIpv4ForLoopbackIsLoopback) {
