@@ -1,0 +1,140 @@
+# shellcheck shell=bash
+# bench/scenario_lib.sh — what the benchmark scenarios share (sourced by run_loopback.sh and
+# run_datacenter.sh): one function per backend that runs allreduce_perf with n ranks over the
+# same sizes and inputs, and the summary at the end.
+#
+# The caller sets:
+#   PERF SWITCHML MPIRUN    binaries
+#   OUT                     output directory (JSON at top level, logs in $OUT/logs)
+#   TIMEOUT                 seconds before a run is killed
+#   common=(...)            allreduce_perf flags every rank of every backend gets
+#   SCENARIO                name used in messages ("loopback", "datacenter")
+#   SWITCH_IP               address the switch binds to and workers reach it at
+# and defines the hooks:
+#   on_switch_host CMD...   runs CMD where the switch lives (must `exec`, so that a
+#                           backgrounded call's $! is CMD's pid)
+#   on_worker_host R CMD... runs CMD on rank R's host (same rule)
+#   rank_args R             prints flags for rank R's allreduce_perf, one per line
+#   mpi_launch N            prints the mpirun launch flags for N ranks, one per line
+#   mpi_prefix CMD...       runs mpirun (CMD) where it must run
+# Functions return non-zero when a run failed or found a wrong element.
+
+pids=()
+failed=()
+_scenario_cleanup() { local p; for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; }
+trap _scenario_cleanup EXIT
+
+# Waits for the rank processes in "$@" (pids); returns non-zero if any failed.
+wait_ranks() {
+  local rc=0 p
+  for p in "$@"; do wait "$p" || rc=1; done
+  return $rc
+}
+
+# Prints rank 0's log, and the tail of the others' when the run failed.
+show_logs() {  # tag n rc
+  local tag=$1 n=$2 rc=$3 r
+  cat "$OUT/logs/$tag.rank0.log"
+  [ "$rc" -eq 0 ] || for ((r = 1; r < n; r++)); do tail -3 "$OUT/logs/$tag.rank$r.log"; done
+}
+
+run_switchml() {  # n [switch flags...]
+  local n=$1 tag="switchml-n$1" ready sw port r rc=0 t0 ranks=() args
+  shift
+  ready="$OUT/logs/$tag.switch.ready"
+  rm -f "$ready"
+  [ -x "$SWITCHML" ] || { echo "$SCENARIO: switchml CLI not found at '$SWITCHML' (pass --switchml)" >&2; return 1; }
+  on_switch_host "$SWITCHML" switch --bind "$SWITCH_IP" --port 0 --controller-port 0 --ready-file "$ready" "$@" \
+      >"$OUT/logs/$tag.switch.log" 2>&1 &
+  sw=$!
+  pids+=("$sw")
+  t0=$SECONDS
+  until [ -s "$ready" ] && grep -q controller_port "$ready"; do
+    if ! kill -0 "$sw" 2>/dev/null || [ $((SECONDS - t0)) -gt 20 ]; then
+      echo "$SCENARIO: the switch did not start within 20 s:" >&2; tail -5 "$OUT/logs/$tag.switch.log" >&2
+      kill "$sw" 2>/dev/null; return 1
+    fi
+    sleep 0.05
+  done
+  port="$(grep -o '"controller_port"[^0-9]*[0-9]*' "$ready" | grep -o '[0-9]*$')"
+  for ((r = 0; r < n; r++)); do
+    mapfile -t args < <(rank_args "$r")
+    on_worker_host "$r" timeout "$TIMEOUT" "$PERF" --backend switchml --rank "$r" --workers "$n" \
+        --controller "$SWITCH_IP:$port" --label switchml --json "$OUT/$tag.json" "${common[@]}" "${args[@]}" \
+        >"$OUT/logs/$tag.rank$r.log" 2>&1 &
+    ranks+=("$!")
+    pids+=("$!")
+  done
+  wait_ranks "${ranks[@]}" || rc=1
+  kill "$sw" 2>/dev/null; wait "$sw" 2>/dev/null
+  show_logs "$tag" "$n" "$rc"
+  return $rc
+}
+
+run_gloo() {  # n
+  local n=$1 tag="gloo-n$1" rdv r rc=0 ranks=() args
+  rdv="$(mktemp -d "$OUT/logs/gloo-rendezvous.XXXXXX")"
+  for ((r = 0; r < n; r++)); do
+    mapfile -t args < <(rank_args "$r")
+    on_worker_host "$r" timeout "$TIMEOUT" "$PERF" --backend gloo --rank "$r" --workers "$n" --rendezvous-dir "$rdv" \
+        --label gloo --json "$OUT/$tag.json" "${common[@]}" "${args[@]}" >"$OUT/logs/$tag.rank$r.log" 2>&1 &
+    ranks+=("$!")
+    pids+=("$!")
+  done
+  wait_ranks "${ranks[@]}" || rc=1
+  rm -rf "$rdv"
+  show_logs "$tag" "$n" "$rc"
+  return $rc
+}
+
+MPI_BASE=(--allow-run-as-root --oversubscribe --bind-to none --mca btl tcp,self)
+# ENVIRONMENT.md: Open MPI's TCP PUT protocol and busy polling cost it half its bandwidth here.
+MPI_TUNED=(--mca btl_tcp_flags send,inplace,need-ack,need-csum --mca mpi_yield_when_idle 1
+           --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4)
+
+run_mpi() {  # n label [mpirun flags...]
+  local n=$1 label=$2 tag="$2-n$1" rc=0 launch args
+  shift 2
+  [ -n "$MPIRUN" ] || { echo "$SCENARIO: mpirun.openmpi not found (install openmpi-bin)" >&2; return 1; }
+  mapfile -t launch < <(mpi_launch "$n")
+  mapfile -t args < <(rank_args 0)
+  mpi_prefix timeout "$TIMEOUT" "$MPIRUN" "${MPI_BASE[@]}" "$@" "${launch[@]}" -np "$n" "$PERF" --backend mpi \
+      --label "$label" --json "$OUT/$tag.json" "${common[@]}" "${args[@]}" >"$OUT/logs/$tag.log" 2>&1 || rc=1
+  cat "$OUT/logs/$tag.log"
+  return $rc
+}
+
+# Runs backend $1 with n = $2 ranks; records a failure by name.
+run_backend() {  # backend n
+  local b=$1 n=$2
+  echo
+  echo "## $b, n = $n"
+  case "$b" in
+    switchml) run_switchml "$n" "${SWITCH_FLAGS[@]}" ;;
+    gloo) run_gloo "$n" ;;
+    mpi) run_mpi "$n" mpi ;;
+    mpi-tuned) run_mpi "$n" mpi-tuned "${MPI_TUNED[@]}" ;;
+    *) echo "$SCENARIO: unknown backend '$b' (switchml, gloo, mpi, mpi-tuned)" >&2; false ;;
+  esac || { failed+=("$b n=$n"); echo "## FAILED: $b, n = $n (logs in $OUT/logs)"; }
+}
+
+# Summarises every JSON of backends $1 (comma list) × worker counts $2 into $OUT/summary.json
+# and prints the verdict; returns 0 only if nothing failed.
+finish() {  # backends workers
+  local b n files=() backend_list
+  IFS=',' read -r -a backend_list <<<"$1"
+  for b in "${backend_list[@]}"; do
+    for n in $2; do [ -s "$OUT/$b-n$n.json" ] && files+=("$OUT/$b-n$n.json"); done
+  done
+  echo
+  if [ ${#files[@]} -gt 0 ]; then
+    "$PERF" summarize --json "$OUT/summary.json" "${files[@]}" || failed+=("summary")
+  fi
+  echo
+  if [ ${#failed[@]} -eq 0 ]; then
+    echo "# $SCENARIO: PASS (${#files[@]} runs, every element verified; JSON in $OUT)"
+    return 0
+  fi
+  echo "# $SCENARIO: FAIL: ${failed[*]} (logs in $OUT/logs)"
+  return 1
+}
