@@ -33,6 +33,7 @@ struct AllReduceArgs {
   uint32_t job_id = 0;
   std::string job_token;
   bool no_udp_offload = false;
+  uint32_t busy_poll_us = 0;
 };
 
 // FNV-1a over the output bytes: lets tests compare results of two runs (e.g. with and
@@ -74,6 +75,7 @@ int Run(const AllReduceArgs& a) {
   if (a.max_rto_ms >= 0) opt.max_rto = us(a.max_rto_ms);
   opt.bind_ip = a.bind_ip;
   opt.udp_offload = !a.no_udp_offload;
+  opt.busy_poll = std::chrono::microseconds(a.busy_poll_us);
   opt.job_id = a.job_id;
   opt.job_token = a.job_token;
   opt.advertise_ip = a.advertise_ip;
@@ -169,6 +171,9 @@ Runner AddAllReduceCommand(CLI::App& app) {
   app.add_option("--bind-ip", a->bind_ip, "Local IPv4 for the data sockets (default: any)");
   app.add_flag("--no-udp-offload", a->no_udp_offload,
                "Send and receive one datagram per message (no UDP GSO/GRO), for comparison");
+  app.add_option("--busy-poll-us", a->busy_poll_us,
+                 "Poll the data socket this long before sleeping when waiting for results (0 = off, max 1000000)")
+      ->capture_default_str();
   app.add_option("--advertise-ip", a->advertise_ip, "IPv4 to register with the switch (default: route to controller)");
   return [a] { return Run(*a); };
 }

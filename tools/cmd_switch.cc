@@ -35,6 +35,7 @@ struct SwitchArgs {
   std::string counters_json;
   bool late_duplicate_guard = false;
   bool no_udp_offload = false;
+  uint32_t busy_poll_us = 0;
 };
 
 int Run(const SwitchArgs& a) {
@@ -71,6 +72,8 @@ int Run(const SwitchArgs& a) {
   transport::UdpChannelOptions uo;
   uo.local = *bind;
   uo.gso = uo.gro = !a.no_udp_offload;
+  if (a.busy_poll_us > 1000000) return fail("--busy-poll-us must be in [0, 1000000], got " + std::to_string(a.busy_poll_us));
+  uo.busy_poll = std::chrono::microseconds(a.busy_poll_us);
   auto channel = transport::UdpChannel::Create(uo);
   if (!channel.ok()) return fail(channel.status().ToString());
   const uint16_t udp_port = (*channel)->local_endpoint().port;
@@ -162,6 +165,9 @@ Runner AddSwitchCommand(CLI::App& app) {
                "Drop late duplicates reordered behind a worker's next packet (not in the reference)");
   app.add_flag("--no-udp-offload", a->no_udp_offload,
                "Send and receive one datagram per message (no UDP GSO/GRO), for comparison");
+  app.add_option("--busy-poll-us", a->busy_poll_us,
+                 "Poll the socket this long before sleeping when idle (0 = off, max 1000000); costs a core")
+      ->capture_default_str();
   return [a] { return Run(*a); };
 }
 

@@ -62,6 +62,10 @@ struct Options {
   // on receive (Linux; each falls back by itself where the kernel lacks it). The packets on
   // the wire are the same either way; off = one datagram per message, for comparison.
   bool udp_offload = true;
+  // Busy polling of the data sockets (0..1 s; 0 = off): a worker thread waiting for results
+  // polls its socket for up to this long before it sleeps. Lower latency for more CPU; only
+  // worth it with a core per worker thread.
+  std::chrono::microseconds busy_poll{0};
   // A job fails with DEADLINE_EXCEEDED when no result arrives for this long.
   std::chrono::milliseconds job_timeout{std::chrono::seconds(10)};
   // Deadline of each controller call (session setup, barrier).

@@ -49,6 +49,8 @@ Status Options::Validate() const {
                std::to_string(CountUs(max_rto)) + "] us, got " + std::to_string(CountUs(initial_rto)) + " us");
   if (job_timeout.count() <= 0) return bad("job_timeout must be > 0 ms, got " + std::to_string(job_timeout.count()));
   if (rpc_timeout.count() <= 0) return bad("rpc_timeout must be > 0 ms, got " + std::to_string(rpc_timeout.count()));
+  if (busy_poll.count() < 0 || busy_poll > std::chrono::seconds(1))
+    return bad("busy_poll must be in [0, 1000000] us, got " + std::to_string(busy_poll.count()) + " us");
   if (job_id != 0 && job_token.empty())
     return bad("job_token must be set when job_id is (job_id=" + std::to_string(job_id) + ")");
   if (job_id == 0 && !job_token.empty()) return bad("job_token is set but job_id is 0; give the job's id too");

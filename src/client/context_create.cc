@@ -79,6 +79,7 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options) {
     transport::UdpChannelOptions uo;
     uo.local = transport::Endpoint{bind_ip, 0};
     uo.gso = uo.gro = options.udp_offload;
+    uo.busy_poll = options.busy_poll;
     SWITCHML_ASSIGN_OR_RETURN(auto ch, transport::UdpChannel::Create(uo));
     reg.udp_ports.push_back(ch->local_endpoint().port);
     channels.push_back(std::move(ch));

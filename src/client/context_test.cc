@@ -250,6 +250,8 @@ TEST(OptionsTest, ValidateNamesTheField) {
   EXPECT_NE(msg(b).find("job_token must be set when job_id is (job_id=7)"), std::string::npos);
   b = o; b.job_token = "secret";
   EXPECT_NE(msg(b).find("job_token is set but job_id is 0"), std::string::npos);
+  b = o; b.busy_poll = std::chrono::seconds(2);
+  EXPECT_NE(msg(b).find("busy_poll must be in [0, 1000000] us, got 2000000 us"), std::string::npos);
   b = o; b.controller_address = "";
   EXPECT_NE(msg(b).find("controller_address"), std::string::npos);
   EXPECT_EQ(b.Validate().code(), StatusCode::kInvalidArgument);

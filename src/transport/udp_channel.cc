@@ -158,6 +158,7 @@ UdpChannel::UdpChannel(int fd, int wake_fd, const UdpChannelOptions& options)
       wake_fd_(wake_fd),
       local_(options.local),
       max_burst_(options.max_burst),
+      busy_poll_(options.busy_poll),
       tx_msgs_(new mmsghdr[options.max_burst]()),
       tx_iov_(new iovec[options.max_burst]()),
       tx_addr_(new sockaddr_in[options.max_burst]()),
@@ -538,8 +539,17 @@ StatusOr<size_t> UdpChannel::RecvBurst(std::span<RxDatagram> batch,
   SWITCHML_ASSIGN_OR_RETURN(size_t got, RecvOnce(batch));
   if (got == 0) {
     if (timeout.count() <= 0) return size_t{0};
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto deadline = now + timeout;
+    if (busy_poll_.count() > 0) {
+      // Spin on the socket (one non-blocking recvmmsg per round) before sleeping.
+      const auto spin_end = std::min(deadline, now + busy_poll_);
+      while (got == 0 && std::chrono::steady_clock::now() < spin_end) {
+        SWITCHML_ASSIGN_OR_RETURN(got, RecvOnce(batch));
+      }
+      if (got == 0 && std::chrono::steady_clock::now() >= deadline) return size_t{0};
+    }
+    while (got == 0) {
       SWITCHML_ASSIGN_OR_RETURN(WaitResult why, Wait(deadline));
       if (why == WaitResult::kTimeout) return size_t{0};
       SWITCHML_ASSIGN_OR_RETURN(got, RecvOnce(batch));

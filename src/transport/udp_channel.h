@@ -64,8 +64,12 @@ struct UdpChannelOptions {
   // silently (see UdpChannel::recv_buffer_bytes()).
   int send_buffer_bytes = 4 << 20;
   int recv_buffer_bytes = 4 << 20;
-  // SO_BUSY_POLL: spin this long in the driver before sleeping on receive. 0 = off. Values above
-  // net.core.busy_poll need CAP_NET_ADMIN; EPERM is ignored (the option is a hint).
+  // Busy polling: a RecvBurst that finds nothing queued keeps polling the socket without
+  // sleeping for up to this long (within its timeout) before it waits in ppoll, trading CPU for
+  // the wake-up latency of a sleeping thread; the same value is set as SO_BUSY_POLL, which makes
+  // the kernel spin in the driver for devices that support it. 0 = off. SO_BUSY_POLL values
+  // above net.core.busy_poll need CAP_NET_ADMIN; EPERM is ignored (the socket option is a
+  // hint). A Wake() during the spin is seen when it ends.
   std::chrono::microseconds busy_poll{0};
   // Most datagrams one sendmmsg/recvmmsg call moves; larger bursts take several calls. 32–64
   // amortises the syscall to well under the per-datagram copy cost. Must be in [1, 1024].
@@ -177,6 +181,7 @@ class UdpChannel final : public Channel {
   int wake_fd_ = -1;
   Endpoint local_;
   uint32_t max_burst_ = 0;
+  std::chrono::microseconds busy_poll_{0};
   int send_buffer_bytes_ = 0;
   int recv_buffer_bytes_ = 0;
   UdpChannelStats stats_;
