@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# bench/run_switch_rate.sh — the `switch-rate` benchmark scenario (docs/switch-rate.md): one
+# software-switch thread fed by synthetic senders on 127.0.0.1, against a plain UDP forwarder
+# with the same I/O method (the limit of that I/O path on this machine). For each worker count
+# it runs build/switch_rate --mode forward, then --mode switch (interleaved, --repeat times),
+# prints every row, then per n the ratio switch/forwarder of the request rate (target >= 0.8,
+# reported, never asserted), and writes all results as JSON.
+# Exit status: 0 only if every run completed with only correct results; 1 if a run failed
+# (wrong results, stall, timeout); 2 on bad arguments.
+#
+#   bench/run_switch_rate.sh                      # n = 2, 4, 8; 256 elements; 5 s per run
+#   bench/run_switch_rate.sh --no-udp-offload     # the same without UDP GSO/GRO
+#   bench/run_switch_rate.sh --quick              # n = 2, 1 s per run: the CTest smoke run
+#   bench/run_switch_rate.sh --workers 4 --elements-per-packet 1024 --repeat 3
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(dirname "$here")"
+BIN="$root/build/switch_rate"
+OUT=""
+WORKERS="2 4 8"
+WORKERS_SET=0
+SECONDS_PER_RUN=5
+WARMUP=1
+ELEMENTS=256
+WINDOW=128
+REPEAT=1
+OFFLOAD_FLAG=()
+EXTRA=()
+
+usage() {
+  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  cat <<EOF
+Options:
+  --workers "2 4 8"         worker counts (space or comma separated; default "2 4 8")
+  --seconds S               measured seconds per run (default $SECONDS_PER_RUN)
+  --warmup S                warm-up seconds per run (default $WARMUP)
+  --elements-per-packet N   64, 256, 512 or 1024 (default $ELEMENTS)
+  --window W                slots in flight per worker (default $WINDOW)
+  --repeat R                run every (mode, n) pair R times, interleaved (default $REPEAT)
+  --no-udp-offload          no UDP GSO/GRO on any channel (passed to switch_rate)
+  --quick                   n = 2 (unless --workers), 1 s runs, 0.3 s warm-up: a smoke run (~5 s)
+  --bin BIN                 the switch_rate binary (default: build/switch_rate)
+  --out DIR                 JSON and logs go here (default: a new directory under /tmp)
+  --bench-arg ARG           extra flag for every switch_rate run (repeatable; also --bench-arg=ARG)
+EOF
+}
+
+die() { echo "run_switch_rate.sh: $*" >&2; exit 2; }
+need_value() { [ $# -ge 2 ] || die "$1 needs a value (see --help)"; }
+is_number() { [[ "$1" =~ ^[0-9]+([.][0-9]+)?$ ]]; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workers) need_value "$@"; WORKERS="${2//,/ }"; WORKERS_SET=1; shift ;;
+    --seconds) need_value "$@"; SECONDS_PER_RUN="$2"; shift ;;
+    --warmup) need_value "$@"; WARMUP="$2"; shift ;;
+    --elements-per-packet) need_value "$@"; ELEMENTS="$2"; shift ;;
+    --window) need_value "$@"; WINDOW="$2"; shift ;;
+    --repeat) need_value "$@"; REPEAT="$2"; shift ;;
+    --no-udp-offload) OFFLOAD_FLAG=(--no-udp-offload) ;;
+    --quick) QUICK=1 ;;
+    --bin) need_value "$@"; BIN="$2"; shift ;;
+    --out) need_value "$@"; OUT="$2"; shift ;;
+    --bench-arg) need_value "$@"; EXTRA+=("$2"); shift ;;
+    --bench-arg=*) EXTRA+=("${1#--bench-arg=}") ;;
+    -h|--help) usage; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+  shift
+done
+if [ "${QUICK:-0}" = 1 ]; then
+  SECONDS_PER_RUN=1
+  WARMUP=0.3
+  [ "$WORKERS_SET" = 1 ] || WORKERS=2
+fi
+
+for n in $WORKERS; do
+  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 64 ] || die "--workers: '$n' is not a count in 1..64"
+done
+is_number "$SECONDS_PER_RUN" || die "--seconds: '$SECONDS_PER_RUN' is not a number of seconds"
+is_number "$WARMUP" || die "--warmup: '$WARMUP' is not a number of seconds"
+case "$ELEMENTS" in 64|256|512|1024) ;; *) die "--elements-per-packet: '$ELEMENTS' is not 64, 256, 512 or 1024" ;; esac
+[[ "$WINDOW" =~ ^[0-9]+$ ]] && [ "$WINDOW" -ge 1 ] || die "--window: '$WINDOW' is not a positive count"
+[[ "$REPEAT" =~ ^[0-9]+$ ]] && [ "$REPEAT" -ge 1 ] || die "--repeat: '$REPEAT' is not a positive count"
+[ -x "$BIN" ] || die "switch_rate not found at '$BIN' (build it: ninja -C build switch_rate, or pass --bin)"
+command -v python3 >/dev/null || die "python3 is needed for the summary"
+
+[ -n "$OUT" ] || OUT="$(mktemp -d /tmp/switchml-switch-rate.XXXXXX)"
+mkdir -p "$OUT/runs"
+rm -f "$OUT"/runs/*.json "$OUT"/switch_rate.json
+
+# A run ends by its own deadlines (warm-up + seconds, or the stall timeout); the outer timeout
+# only catches a hang in setup or teardown.
+run_timeout=$(python3 -c "import math; print(int(math.ceil($SECONDS_PER_RUN + $WARMUP)) + 30)")
+offload_name=gso+gro
+[ ${#OFFLOAD_FLAG[@]} -eq 0 ] || offload_name=off
+
+echo "switch-rate: n = $WORKERS, $ELEMENTS elements/packet, window $WINDOW, ${SECONDS_PER_RUN} s" \
+     "(+${WARMUP} s warm-up) per run, repeat $REPEAT, udp offload $offload_name; results in $OUT"
+failed=0
+header_done=0
+for rep in $(seq 1 "$REPEAT"); do
+  for n in $WORKERS; do
+    for mode in forward switch; do
+      tag="${mode}-n${n}-e${ELEMENTS}-${offload_name}-r${rep}"
+      args=(--mode "$mode" --workers "$n" --elements-per-packet "$ELEMENTS" --window "$WINDOW"
+            --seconds "$SECONDS_PER_RUN" --warmup "$WARMUP" --json "$OUT/runs/$tag.json"
+            "${OFFLOAD_FLAG[@]}" "${EXTRA[@]}")
+      [ "$header_done" = 0 ] || args+=(--no-header)
+      header_done=1
+      rc=0
+      timeout -k 5 "$run_timeout" "$BIN" "${args[@]}" 2>"$OUT/runs/$tag.log" || rc=$?
+      if [ "$rc" -ne 0 ]; then
+        failed=1
+        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+          echo "$tag: FAIL (killed after ${run_timeout} s)" >&2
+        else
+          echo "$tag: FAIL (exit $rc): $(tail -n 3 "$OUT/runs/$tag.log" | tr '\n' ' ')" >&2
+        fi
+      fi
+    done
+  done
+done
+
+python3 - "$OUT" <<'PY'
+import glob, json, os, sys
+out = sys.argv[1]
+runs = []
+for path in sorted(glob.glob(os.path.join(out, "runs", "*.json"))):
+    with open(path) as f:
+        r = json.load(f)
+    r["file"] = os.path.basename(path)
+    runs.append(r)
+ratios = []
+print()
+print("switch / forwarder request rate (target >= 0.80): `ratio` = best switch rate / best forwarder")
+print("rate over the repeats (`per repeat`: each interleaved pair); `cpu ratio` = forwarder / switch")
+print("CPU us per request of the switch (forwarder) thread: the rate ratio if each thread had a core")
+print("to itself (min over the repeats).")
+print(f"{'n':>3} {'elems':>5} {'offload':>7} {'forward req/s':>14} {'switch req/s':>13} {'ratio':>6}"
+      f" {'fwd us/req':>10} {'sw us/req':>10} {'cpu ratio':>9}  per repeat")
+keys = sorted({(r["workers"], r["elements_per_packet"], r["udp_offload"]) for r in runs})
+for n, e, off in keys:
+    sel = [r for r in runs if (r["workers"], r["elements_per_packet"], r["udp_offload"]) == (n, e, off) and r["ok"]]
+    fwd = sorted((r for r in sel if r["mode"] == "forward"), key=lambda r: r["file"])
+    sw = sorted((r for r in sel if r["mode"] == "switch"), key=lambda r: r["file"])
+    if not fwd or not sw:
+        print(f"{n:>3} {e:>5} {'gso+gro' if off else 'off':>7}  (a run failed: no ratio)")
+        continue
+    bf = max(r["requests_per_s"] for r in fwd)
+    bs = max(r["requests_per_s"] for r in sw)
+    cf = min(r["dut_cpu_us_per_request"] for r in fwd)
+    cs = min(r["dut_cpu_us_per_request"] for r in sw)
+    each = [s["requests_per_s"] / f["requests_per_s"] for f, s in zip(fwd, sw) if f["requests_per_s"] > 0]
+    ratio = bs / bf if bf > 0 else 0.0
+    ratios.append({"workers": n, "elements_per_packet": e, "udp_offload": off,
+                   "forward_requests_per_s": bf, "switch_requests_per_s": bs, "ratio": ratio,
+                   "ratio_per_repeat": each, "forward_cpu_us_per_request": cf,
+                   "switch_cpu_us_per_request": cs,
+                   "cpu_ratio": cf / cs if cs > 0 else None, "meets_target": ratio >= 0.8})
+    print(f"{n:>3} {e:>5} {'gso+gro' if off else 'off':>7} {bf:>14.0f} {bs:>13.0f} {ratio:>6.2f}"
+          f" {cf:>10.2f} {cs:>10.2f} {cf / cs if cs > 0 else 0:>9.2f}  "
+          + " ".join(f"{x:.2f}" for x in each))
+with open(os.path.join(out, "switch_rate.json"), "w") as f:
+    json.dump({"scenario": "switch-rate", "runs": runs, "ratios": ratios}, f, indent=2)
+print(f"\nJSON: {os.path.join(out, 'switch_rate.json')}")
+PY
+
+if [ "$failed" -ne 0 ]; then
+  echo "run_switch_rate.sh: FAIL (a run had wrong results, stalled or timed out; logs in $OUT/runs)" >&2
+  exit 1
+fi
+echo "run_switch_rate.sh: all runs completed with correct results"

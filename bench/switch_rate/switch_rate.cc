@@ -1,0 +1,805 @@
+// bench/switch_rate/switch_rate.cc — the `switch-rate` scenario (issue #4): how many packets one
+// software-switch thread aggregates per second, against the limit of its I/O path.
+//
+//   build/switch_rate --mode switch  --workers 4 --elements-per-packet 256 --seconds 5
+//   build/switch_rate --mode forward --workers 4 --elements-per-packet 256 --seconds 5
+//
+// Both modes run in one process on 127.0.0.1, with the same synthetic senders:
+//  * n synthetic workers, each with its own UdpChannel (its own UDP port), all driven by ONE
+//    sender thread (on a 2-core machine the switch thread gets one core, the senders the other).
+//    Worker k keeps a window of W slots in flight, self-clocked like the reference client
+//    (§5.5): it sends slot s's next packet only when slot s's previous result arrived, with the
+//    other set bit (round r uses set r & 1, tsi r), so contract C4 holds and every packet is
+//    aggregated without retransmissions. Packets are built once (payload = k+1 in every int32
+//    element); only the 10-byte prefix is rewritten per send.
+//  * --mode switch: an in-process dataplane::SwitchServer (the production I/O loop: RecvBurst(32)
+//    → SwitchCore::ProcessBurst → GroupByDestination → SendBurst) with a UdpChannel; the workers
+//    register as ranks of the reference session (job 0) in port mode. A round of slot s
+//    completes when all n workers' packets arrived; each worker then gets the sum n(n+1)/2.
+//  * --mode forward: a plain forwarder thread with the same I/O method (a UdpChannel with the same
+//    options, RecvBurst(32) → echo every datagram to its sender → GroupByDestination →
+//    SendBurst): the limit of that I/O path on this machine. Each echo is a completed "round".
+// Both modes report requests/s into the switch (forwarder), responses/s out of it, the CPU time
+// of its thread per request, and its syscalls per request; the switch/forwarder request-rate
+// ratio is the scenario's figure of merit (target ≥ 0.8, reported, never asserted).
+//
+// Correctness: every response's slot, set and tsi must be the ones in flight (else it counts as
+// `unexpected`); the first and last element of every response, and all elements of every
+// --verify-every-th response per worker, must equal the expected value (else `wrong`). A run
+// fails (exit 1) if any response was wrong or unexpected, if nothing completed, or if the
+// windows stalled (no response for --stall-timeout while packets were in flight: a lost packet,
+// which this benchmark does not retransmit). Every wait has a deadline.
+//
+// Exit status: 0 = run completed with only correct results, 1 = failed run (reason printed),
+// 2 = bad arguments or setup error.
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <dirent.h>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "dataplane/switch_config.h"
+#include "dataplane/switch_server.h"
+#include "switchml/status.h"
+#include "transport/channel.h"
+#include "transport/udp_channel.h"
+#include "wire/packet.h"
+
+namespace switchml::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using transport::Endpoint;
+using transport::RxDatagram;
+using transport::TxDatagram;
+using transport::UdpChannel;
+using transport::UdpChannelOptions;
+
+constexpr uint32_t kLocalhost = 0x7F000001;  // 127.0.0.1
+constexpr size_t kRxBurst = 32;              // datagrams per RecvBurst, as the switch
+
+struct Options {
+  std::string mode = "switch";
+  uint32_t workers = 4;
+  uint32_t window = 128;
+  uint32_t elements = 256;
+  double seconds = 5.0;
+  double warmup = 1.0;
+  double stall_timeout = 2.0;
+  bool no_udp_offload = false;
+  uint32_t verify_every = 8;
+  int corrupt_worker = -1;
+  double drop_probability = 0.0;
+  std::string json_path;
+  bool no_header = false;
+};
+
+// ---- Thread CPU time ----
+
+pid_t GetTid() { return pid_t(syscall(SYS_gettid)); }
+
+// CPU time (seconds) consumed so far by thread `tid` of this process, or -1 if unreadable.
+// Uses the kernel's per-thread CPU clock (the clockid glibc's pthread_getcpuclockid builds:
+// ~tid << 3 | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED; nanosecond resolution), falling back to
+// /proc/self/task/TID/schedstat.
+double ThreadCpuSeconds(pid_t tid) {
+  const clockid_t cid = clockid_t((~unsigned(tid)) << 3) | 4 | 2;
+  timespec ts{};
+  if (clock_gettime(cid, &ts) == 0) return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/schedstat");
+  uint64_t ns = 0;
+  if (f >> ns) return double(ns) * 1e-9;
+  return -1.0;
+}
+
+// Seconds thread `tid` has spent runnable but waiting for a CPU (second field of
+// /proc/self/task/TID/schedstat), or -1 if unreadable: how much other load delayed it.
+double ThreadRunqueueWaitSeconds(pid_t tid) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/schedstat");
+  uint64_t run_ns = 0;
+  uint64_t wait_ns = 0;
+  if (f >> run_ns >> wait_ns) return double(wait_ns) * 1e-9;
+  return -1.0;
+}
+
+std::set<pid_t> ListTasks() {
+  std::set<pid_t> tids;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return tids;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] >= '0' && e->d_name[0] <= '9') tids.insert(pid_t(std::atoi(e->d_name)));
+  }
+  closedir(d);
+  return tids;
+}
+
+// ---- The device under test: switch or forwarder ----
+
+// Counters of the switch/forwarder thread that other threads may read at any time.
+struct DutCounters {
+  uint64_t received = 0;  // datagrams received
+  uint64_t sent = 0;      // datagrams sent
+};
+
+class DeviceUnderTest {
+ public:
+  virtual ~DeviceUnderTest() = default;
+  virtual Endpoint endpoint() const = 0;
+  virtual pid_t tid() const = 0;
+  virtual DutCounters counters() const = 0;  // thread-safe
+  // Stops the thread; afterwards channel_stats() may be read.
+  virtual void Stop() = 0;
+  virtual const transport::UdpChannelStats& channel_stats() const = 0;
+  virtual nlohmann::json Extra() const { return nlohmann::json::object(); }
+};
+
+class SwitchDut final : public DeviceUnderTest {
+ public:
+  static StatusOr<std::unique_ptr<SwitchDut>> Create(const UdpChannelOptions& opt,
+                                                     const std::vector<uint16_t>& worker_ports,
+                                                     double drop_probability) {
+    SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<UdpChannel> ch, UdpChannel::Create(opt));
+    UdpChannel* raw = ch.get();
+    dataplane::SwitchConfig config;  // defaults, as `switchml switch` runs
+    config.ingress_drop_probability = drop_probability;  // testing aid (0 = off)
+    SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<dataplane::SwitchServer> server,
+                              dataplane::SwitchServer::Create(config, std::move(ch)));
+    const uint32_t n = uint32_t(worker_ports.size());
+    for (uint32_t k = 0; k < n; ++k) {
+      controller::WorkerRegistration reg;
+      reg.rank = k;
+      reg.num_workers = n;
+      reg.ipv4 = kLocalhost;
+      reg.udp_ports = {worker_ports[k]};
+      SWITCHML_RETURN_IF_ERROR(server->RegisterWorker(reg));
+    }
+    auto dut = std::unique_ptr<SwitchDut>(new SwitchDut(std::move(server), raw));
+    const std::set<pid_t> before = ListTasks();
+    SWITCHML_RETURN_IF_ERROR(dut->server_->Start());
+    std::set<pid_t> after = ListTasks();
+    for (pid_t t : before) after.erase(t);
+    if (after.size() != 1) {
+      return InternalError("cannot identify the switch I/O thread: " + std::to_string(after.size()) +
+                           " new threads appeared at Start()");
+    }
+    dut->tid_ = *after.begin();
+    return dut;
+  }
+
+  Endpoint endpoint() const override { return server_->local_endpoint(); }
+  pid_t tid() const override { return tid_; }
+  DutCounters counters() const override {
+    const dataplane::ServerCounters c = server_->counters();
+    return {c.core.datagrams_received, c.core.datagrams_sent};
+  }
+  void Stop() override { server_->Stop(); }
+  const transport::UdpChannelStats& channel_stats() const override { return channel_->stats(); }
+  nlohmann::json Extra() const override {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [name, value] : server_->counters().Named()) {
+      if (value != 0) j[name] = value;
+    }
+    return j;
+  }
+
+ private:
+  SwitchDut(std::unique_ptr<dataplane::SwitchServer> server, UdpChannel* channel)
+      : server_(std::move(server)), channel_(channel) {}
+  std::unique_ptr<dataplane::SwitchServer> server_;
+  UdpChannel* channel_;  // owned by server_
+  pid_t tid_ = 0;
+};
+
+// The plain forwarder: the switch's I/O loop with the aggregation replaced by an echo.
+class ForwarderDut final : public DeviceUnderTest {
+ public:
+  static StatusOr<std::unique_ptr<ForwarderDut>> Create(const UdpChannelOptions& opt) {
+    SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<UdpChannel> ch, UdpChannel::Create(opt));
+    auto dut = std::unique_ptr<ForwarderDut>(new ForwarderDut(std::move(ch)));
+    dut->thread_ = std::thread([d = dut.get()] { d->Run(); });
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (dut->tid_.load(std::memory_order_acquire) == 0) {
+      if (Clock::now() > deadline) return InternalError("the forwarder thread did not start within 5 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return dut;
+  }
+  ~ForwarderDut() override { Stop(); }
+
+  Endpoint endpoint() const override { return channel_->local_endpoint(); }
+  pid_t tid() const override { return tid_.load(std::memory_order_acquire); }
+  DutCounters counters() const override {
+    return {received_.load(std::memory_order_relaxed), sent_.load(std::memory_order_relaxed)};
+  }
+  void Stop() override {
+    if (!thread_.joinable()) return;
+    stop_.store(true, std::memory_order_release);
+    channel_->Wake();
+    thread_.join();
+  }
+  const transport::UdpChannelStats& channel_stats() const override { return channel_->stats(); }
+  nlohmann::json Extra() const override {
+    return {{"send_errors", send_errors_}, {"send_dropped", send_dropped_}};
+  }
+
+ private:
+  explicit ForwarderDut(std::unique_ptr<UdpChannel> ch) : channel_(std::move(ch)) {}
+
+  void Run() {
+    tid_.store(GetTid(), std::memory_order_release);
+    auto bytes = std::make_unique<uint8_t[]>(kRxBurst * wire::kMaxPacketBytes);
+    std::array<RxDatagram, kRxBurst> rx{};
+    for (size_t i = 0; i < kRxBurst; ++i) {
+      rx[i].data = bytes.get() + i * wire::kMaxPacketBytes;
+      rx[i].capacity = uint32_t(wire::kMaxPacketBytes);
+    }
+    std::vector<TxDatagram> tx;
+    std::vector<TxDatagram> grouped;
+    tx.reserve(kRxBurst);
+    uint64_t received = 0;
+    uint64_t sent = 0;
+    while (!stop_.load(std::memory_order_acquire)) {
+      StatusOr<size_t> got = channel_->RecvBurst(rx, dataplane::SwitchServer::kRecvTimeout);
+      if (!got.ok()) {
+        std::cerr << "forwarder: " << got.status() << "\n";
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      if (*got == 0) continue;
+      tx.clear();
+      for (size_t i = 0; i < *got; ++i) tx.push_back({rx[i].data, rx[i].size, rx[i].from});
+      transport::GroupByDestination(tx, &grouped);
+      size_t done = 0;
+      while (done < grouped.size()) {  // as SwitchServer::SendAll
+        StatusOr<size_t> n = channel_->SendBurst(std::span<const TxDatagram>(grouped).subspan(done));
+        if (!n.ok()) {
+          ++send_errors_;
+          send_dropped_ += grouped.size() - done;
+          break;
+        }
+        if (*n == 0) {
+          if (stop_.load(std::memory_order_relaxed)) {
+            send_dropped_ += grouped.size() - done;
+            break;
+          }
+          std::this_thread::yield();
+          continue;
+        }
+        done += *n;
+      }
+      received += *got;
+      sent += done;
+      received_.store(received, std::memory_order_relaxed);
+      sent_.store(sent, std::memory_order_relaxed);
+    }
+  }
+
+  std::unique_ptr<UdpChannel> channel_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<pid_t> tid_{0};
+  std::atomic<uint64_t> received_{0};
+  std::atomic<uint64_t> sent_{0};
+  uint64_t send_errors_ = 0;   // forwarder thread; read after Stop
+  uint64_t send_dropped_ = 0;  // forwarder thread; read after Stop
+};
+
+// ---- The synthetic workers (one sender thread) ----
+
+struct WorkerTotals {
+  uint64_t sent = 0;        // requests the kernel accepted
+  uint64_t accepted = 0;    // responses matching a slot in flight
+  uint64_t wrong = 0;       // accepted responses with a wrong element
+  uint64_t unexpected = 0;  // responses for no slot in flight (or undecodable)
+  uint64_t verified_elements = 0;
+  uint64_t send_syscalls = 0;
+  uint64_t recv_syscalls = 0;
+};
+
+struct Worker {
+  std::unique_ptr<UdpChannel> channel;
+  std::unique_ptr<uint8_t[]> tx_bytes;    // window × packet bytes, payload pre-filled
+  std::vector<uint32_t> round;            // per slot: round in flight
+  std::vector<uint8_t> in_flight;         // per slot: sent, result not yet received
+  std::vector<uint16_t> pending;          // slots to send next
+  std::unique_ptr<uint8_t[]> rx_bytes;
+  std::array<RxDatagram, kRxBurst> rx{};
+  std::vector<TxDatagram> tx;
+  uint64_t responses_seen = 0;  // for the full-verification sampling
+  WorkerTotals totals;
+  bool maybe_more = false;  // the last RecvBurst was full: more may be staged in the channel
+};
+
+struct Snapshot {
+  Clock::time_point when;
+  WorkerTotals workers;  // summed
+  DutCounters dut;
+  double dut_cpu = 0;
+  double sender_cpu = 0;
+  double dut_wait = 0;     // runqueue wait
+  double sender_wait = 0;
+};
+
+struct SenderResult {
+  Snapshot start;  // end of warm-up
+  Snapshot end;
+  bool stalled = false;
+  std::string error;  // a channel error that ended the run
+  uint64_t in_flight_at_stall = 0;
+};
+
+class Senders {
+ public:
+  Senders(const Options& opt, bool is_switch) : opt_(opt), is_switch_(is_switch) {}
+
+  // Opens one channel per worker. Returns their ports (for registration).
+  StatusOr<std::vector<uint16_t>> Open(const UdpChannelOptions& copt) {
+    const size_t bytes = wire::PacketBytes(opt_.elements);
+    const uint8_t size_code = *wire::SizeCodeForElements(opt_.elements);
+    std::vector<uint16_t> ports;
+    workers_.resize(opt_.workers);
+    for (uint32_t k = 0; k < opt_.workers; ++k) {
+      Worker& w = workers_[k];
+      SWITCHML_ASSIGN_OR_RETURN(w.channel, UdpChannel::Create(copt));
+      ports.push_back(w.channel->local_endpoint().port);
+      w.tx_bytes = std::make_unique<uint8_t[]>(opt_.window * bytes);
+      const int32_t value = int32_t(k + 1) + (int(k) == opt_.corrupt_worker ? 1 : 0);
+      const uint32_t be = __builtin_bswap32(uint32_t(value));
+      for (uint32_t s = 0; s < opt_.window; ++s) {
+        uint8_t* p = w.tx_bytes.get() + s * bytes;
+        wire::Header h;
+        h.size_code = size_code;
+        h.slot = uint16_t(s);
+        EncodePrefix(h, p);
+        for (uint32_t e = 0; e < opt_.elements; ++e) std::memcpy(p + wire::kPrefixBytes + 4 * e, &be, 4);
+      }
+      w.round.assign(opt_.window, 0);
+      w.in_flight.assign(opt_.window, 0);
+      w.rx_bytes = std::make_unique<uint8_t[]>(kRxBurst * wire::kMaxPacketBytes);
+      for (size_t i = 0; i < kRxBurst; ++i) {
+        w.rx[i].data = w.rx_bytes.get() + i * wire::kMaxPacketBytes;
+        w.rx[i].capacity = uint32_t(wire::kMaxPacketBytes);
+      }
+      w.tx.reserve(opt_.window);
+      w.pending.reserve(opt_.window);
+    }
+    return ports;
+  }
+
+  int32_t expected_value(uint32_t k) const {
+    const uint32_t n = opt_.workers;
+    return is_switch_ ? int32_t(n * (n + 1) / 2) : int32_t(k + 1);
+  }
+
+  // The sender thread's body: warm-up, measurement, stop. `dut` is read for snapshots only.
+  SenderResult Run(const DeviceUnderTest& dut, Endpoint target) {
+    SenderResult result;
+    const pid_t self = GetTid();
+    const int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) {
+      result.error = std::string("epoll_create1: ") + std::strerror(errno);
+      return result;
+    }
+    for (uint32_t k = 0; k < workers_.size(); ++k) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u32 = k;
+      if (epoll_ctl(ep, EPOLL_CTL_ADD, workers_[k].channel->native_handle(), &ev) != 0) {
+        result.error = std::string("epoll_ctl: ") + std::strerror(errno);
+        close(ep);
+        return result;
+      }
+    }
+    auto snapshot = [&] {
+      Snapshot s;
+      s.when = Clock::now();
+      for (Worker& w : workers_) {
+        w.totals.send_syscalls = w.channel->stats().send_syscalls;
+        w.totals.recv_syscalls = w.channel->stats().recv_syscalls;
+        s.workers.sent += w.totals.sent;
+        s.workers.accepted += w.totals.accepted;
+        s.workers.wrong += w.totals.wrong;
+        s.workers.unexpected += w.totals.unexpected;
+        s.workers.verified_elements += w.totals.verified_elements;
+        s.workers.send_syscalls += w.totals.send_syscalls;
+        s.workers.recv_syscalls += w.totals.recv_syscalls;
+      }
+      s.dut = dut.counters();
+      s.dut_cpu = ThreadCpuSeconds(dut.tid());
+      s.sender_cpu = ThreadCpuSeconds(self);
+      s.dut_wait = ThreadRunqueueWaitSeconds(dut.tid());
+      s.sender_wait = ThreadRunqueueWaitSeconds(self);
+      return s;
+    };
+
+    const auto t0 = Clock::now();
+    const auto measure_from = t0 + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(opt_.warmup));
+    const auto measure_to = measure_from + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(opt_.seconds));
+    const auto stall_after = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(opt_.stall_timeout));
+    bool measuring = false;
+    auto last_progress = t0;
+
+    for (Worker& w : workers_) {
+      for (uint32_t s = 0; s < opt_.window; ++s) w.pending.push_back(uint16_t(s));
+    }
+    std::vector<epoll_event> events(workers_.size());
+    std::vector<uint8_t> ready(workers_.size(), 0);
+    for (;;) {
+      // Send what is due (the initial windows, the refills of the last pass, leftovers of a
+      // full socket buffer).
+      for (Worker& w : workers_) {
+        if (!w.pending.empty() && !Flush(w, target, &result)) break;
+      }
+      if (!result.error.empty()) break;
+
+      const auto now = Clock::now();
+      if (!measuring && now >= measure_from) {
+        result.start = snapshot();
+        measuring = true;
+      }
+      if (measuring && now >= measure_to) {
+        result.end = snapshot();
+        break;
+      }
+      if (now - last_progress > stall_after) {
+        result.stalled = true;
+        for (const Worker& w : workers_) result.in_flight_at_stall += opt_.window - w.pending.size();
+        result.end = snapshot();
+        if (!measuring) result.start = result.end;
+        break;
+      }
+
+      bool any_more = false;
+      for (const Worker& w : workers_) any_more |= w.maybe_more;
+      const int n = epoll_wait(ep, events.data(), int(events.size()), any_more ? 0 : 5);
+      if (n < 0 && errno != EINTR) {
+        result.error = std::string("epoll_wait: ") + std::strerror(errno);
+        break;
+      }
+      for (int i = 0; i < n; ++i) ready[events[i].data.u32] = 1;
+      bool progress = false;
+      for (uint32_t k = 0; k < workers_.size(); ++k) {
+        Worker& w = workers_[k];
+        if (!ready[k] && !w.maybe_more) continue;
+        ready[k] = 0;
+        StatusOr<size_t> got = w.channel->RecvBurst(w.rx, std::chrono::microseconds(0));
+        if (!got.ok()) {
+          result.error = "worker " + std::to_string(k) + ": " + got.status().ToString();
+          break;
+        }
+        w.maybe_more = *got == w.rx.size();
+        if (*got > 0) progress = true;
+        for (size_t i = 0; i < *got; ++i) Handle(k, w.rx[i]);
+      }
+      if (!result.error.empty()) break;
+      if (progress) last_progress = Clock::now();
+    }
+    close(ep);
+    return result;
+  }
+
+ private:
+  // Sends w.pending; false on a channel error (recorded in result).
+  bool Flush(Worker& w, Endpoint target, SenderResult* result) {
+    const size_t bytes = wire::PacketBytes(opt_.elements);
+    const uint8_t size_code = *wire::SizeCodeForElements(opt_.elements);
+    w.tx.clear();
+    for (uint16_t s : w.pending) {
+      uint8_t* p = w.tx_bytes.get() + s * bytes;
+      wire::Header h;
+      h.size_code = size_code;
+      h.tsi = w.round[s];
+      h.slot = s;
+      h.set = uint8_t(w.round[s] & 1);
+      wire::EncodePrefix(h, p);
+      w.tx.push_back({p, uint32_t(bytes), target});
+    }
+    StatusOr<size_t> sent = w.channel->SendBurst(w.tx);
+    if (!sent.ok()) {
+      result->error = "send: " + sent.status().ToString();
+      return false;
+    }
+    w.totals.sent += *sent;
+    for (size_t i = 0; i < *sent; ++i) w.in_flight[w.pending[i]] = 1;
+    w.pending.erase(w.pending.begin(), w.pending.begin() + std::ptrdiff_t(*sent));
+    return true;
+  }
+
+  void Handle(uint32_t k, const RxDatagram& d) {
+    Worker& w = workers_[k];
+    wire::PacketView pkt;
+    if (d.truncated || wire::Decode({d.data, d.size}, &pkt) != wire::DecodeError::kOk ||
+        pkt.num_elements != opt_.elements || pkt.header.slot >= opt_.window) {
+      ++w.totals.unexpected;
+      return;
+    }
+    const uint16_t s = pkt.header.slot;
+    const uint32_t r = w.round[s];
+    if (!w.in_flight[s] || pkt.header.set != (r & 1) || pkt.header.tsi != r) {
+      ++w.totals.unexpected;  // not the result of the packet in flight on this slot
+      return;
+    }
+    const uint32_t want = __builtin_bswap32(uint32_t(expected_value(k)));
+    auto element = [&](uint32_t i) {
+      uint32_t v;
+      std::memcpy(&v, pkt.payload + 4 * size_t(i), 4);
+      return v;
+    };
+    bool ok = element(0) == want && element(opt_.elements - 1) == want;
+    w.totals.verified_elements += 2;
+    if (opt_.verify_every > 0 && w.responses_seen % opt_.verify_every == 0) {
+      for (uint32_t i = 1; i + 1 < opt_.elements; ++i) ok &= element(i) == want;
+      w.totals.verified_elements += opt_.elements - 2;
+    }
+    ++w.responses_seen;
+    ++w.totals.accepted;
+    if (!ok) ++w.totals.wrong;
+    w.round[s] = r + 1;
+    w.in_flight[s] = 0;
+    w.pending.push_back(s);
+  }
+
+  const Options opt_;
+  const bool is_switch_;
+  std::vector<Worker> workers_;
+};
+
+// ---- Reporting ----
+
+struct Row {
+  nlohmann::json j;
+  bool ok = false;
+  std::string verdict;
+};
+
+Row Evaluate(const Options& opt, bool is_switch, bool gso, bool gro, const SenderResult& r,
+             const transport::UdpChannelStats& dut_stats, const nlohmann::json& extra) {
+  const Snapshot& a = r.start;
+  const Snapshot& b = r.end;
+  const double secs = std::chrono::duration<double>(b.when - a.when).count();
+  const double safe = secs > 0 ? secs : 1e-9;
+  const uint64_t requests = b.dut.received - a.dut.received;
+  const uint64_t dut_sent = b.dut.sent - a.dut.sent;
+  const uint64_t sent = b.workers.sent - a.workers.sent;
+  const uint64_t responses = b.workers.accepted - a.workers.accepted;
+  const uint64_t rounds = is_switch ? responses / opt.workers : responses;
+  const double dut_cpu = b.dut_cpu - a.dut_cpu;
+  const double sender_cpu = b.sender_cpu - a.sender_cpu;
+  const uint64_t dut_syscalls = dut_stats.send_syscalls + dut_stats.recv_syscalls;
+
+  Row row;
+  nlohmann::json& j = row.j;
+  j["mode"] = is_switch ? "switch" : "forward";
+  j["workers"] = opt.workers;
+  j["window"] = opt.window;
+  j["elements_per_packet"] = opt.elements;
+  j["packet_bytes"] = wire::PacketBytes(opt.elements);
+  j["udp_offload"] = !opt.no_udp_offload;
+  j["gso_enabled"] = gso;
+  j["gro_enabled"] = gro;
+  j["seconds"] = secs;
+  j["requests"] = requests;
+  j["requests_sent_by_workers"] = sent;
+  j["responses"] = responses;
+  j["responses_sent_by_dut"] = dut_sent;
+  j["rounds_completed"] = rounds;
+  j["requests_per_s"] = double(requests) / safe;
+  j["responses_per_s"] = double(responses) / safe;
+  j["aggregated_melem_per_s"] = is_switch ? double(rounds) * opt.elements / safe / 1e6 : 0.0;
+  j["added_melem_per_s"] = double(requests) * opt.elements / safe / 1e6;
+  j["payload_gbit_per_s_in"] = double(requests) * 4.0 * opt.elements * 8 / safe / 1e9;
+  j["dut_cpu_s"] = dut_cpu;
+  j["dut_cpu_utilization"] = dut_cpu / safe;
+  j["dut_cpu_us_per_request"] = requests > 0 ? dut_cpu * 1e6 / double(requests) : 0.0;
+  // Time the thread was runnable but not running (other processes on the machine's cores).
+  j["dut_runqueue_wait_fraction"] = (b.dut_wait - a.dut_wait) / safe;
+  j["sender_runqueue_wait_fraction"] = (b.sender_wait - a.sender_wait) / safe;
+  j["sender_cpu_utilization"] = sender_cpu / safe;
+  j["sender_cpu_us_per_request"] = sent > 0 ? sender_cpu * 1e6 / double(sent) : 0.0;
+  // Whole run (warm-up included): the channel's counters belong to its thread and are read
+  // after it stopped.
+  j["dut_syscalls_per_request"] =
+      dut_stats.received > 0 ? double(dut_syscalls) / double(dut_stats.received) : 0.0;
+  j["dut_datagrams_per_recv_syscall"] =
+      dut_stats.recv_syscalls > 0 ? double(dut_stats.received) / double(dut_stats.recv_syscalls) : 0.0;
+  j["dut_datagrams_per_send_syscall"] =
+      dut_stats.send_syscalls > 0 ? double(dut_stats.sent) / double(dut_stats.send_syscalls) : 0.0;
+  j["dut_channel"] = {{"received", dut_stats.received},         {"sent", dut_stats.sent},
+                      {"recv_syscalls", dut_stats.recv_syscalls}, {"send_syscalls", dut_stats.send_syscalls},
+                      {"gro_messages", dut_stats.gro_messages},   {"gso_messages", dut_stats.gso_messages},
+                      {"gso_fallbacks", dut_stats.gso_fallbacks}, {"send_eagain", dut_stats.send_eagain},
+                      {"truncated", dut_stats.truncated},         {"send_dropped", dut_stats.send_dropped}};
+  const uint64_t sender_syscalls = (b.workers.send_syscalls - a.workers.send_syscalls) +
+                                   (b.workers.recv_syscalls - a.workers.recv_syscalls);
+  j["sender_syscalls_per_request"] = sent > 0 ? double(sender_syscalls) / double(sent) : 0.0;
+  j["wrong_results"] = b.workers.wrong;
+  j["unexpected_responses"] = b.workers.unexpected;
+  j["verified_elements"] = b.workers.verified_elements;
+  j["stalled"] = r.stalled;
+  j["dut_counters"] = extra;
+  {
+    std::ifstream f("/proc/loadavg");
+    double l1 = 0;
+    if (f >> l1) j["loadavg_1min"] = l1;
+  }
+  if (!r.error.empty()) j["error"] = r.error;
+
+  if (!r.error.empty()) {
+    row.verdict = "FAIL (" + r.error + ")";
+  } else if (r.stalled) {
+    char secs_text[32];
+    std::snprintf(secs_text, sizeof(secs_text), "%.1f", opt.stall_timeout);
+    row.verdict = std::string("FAIL (stalled: no response for ") + secs_text + " s with " +
+                  std::to_string(r.in_flight_at_stall) + " packets in flight; a lost packet?)";
+  } else if (b.workers.wrong > 0) {
+    row.verdict = "FAIL (" + std::to_string(b.workers.wrong) + " wrong results)";
+  } else if (b.workers.unexpected > 0) {
+    row.verdict = "FAIL (" + std::to_string(b.workers.unexpected) + " unexpected responses)";
+  } else if (requests == 0 || responses == 0) {
+    row.verdict = "FAIL (nothing completed in the measurement window)";
+  } else {
+    row.ok = true;
+    row.verdict = "ok";
+  }
+  j["verdict"] = row.verdict;
+  j["ok"] = row.ok;
+  return row;
+}
+
+void PrintHeader() {
+  std::printf("%-8s %3s %5s %7s %11s %11s %10s %10s %6s %6s %8s %8s %6s  %s\n", "mode", "n",
+              "elems", "offload", "requests/s", "responses/s", "Melem/s_ag", "Melem/s_in", "dutCPU",
+              "dutRQ", "us/req", "sys/req", "sndCPU", "verdict");
+}
+
+void PrintRow(const nlohmann::json& j) {
+  const bool sw = j["mode"] == "switch";
+  char agg[32];
+  if (sw) {
+    std::snprintf(agg, sizeof(agg), "%.1f", j["aggregated_melem_per_s"].get<double>());
+  } else {
+    std::snprintf(agg, sizeof(agg), "-");
+  }
+  std::printf("%-8s %3u %5u %7s %11.0f %11.0f %10s %10.1f %5.0f%% %5.0f%% %8.2f %8.3f %5.0f%%  %s\n",
+              j["mode"].get<std::string>().c_str(), j["workers"].get<uint32_t>(),
+              j["elements_per_packet"].get<uint32_t>(), j["udp_offload"].get<bool>() ? "gso+gro" : "off",
+              j["requests_per_s"].get<double>(), j["responses_per_s"].get<double>(), agg,
+              j["added_melem_per_s"].get<double>(), 100 * j["dut_cpu_utilization"].get<double>(),
+              100 * j["dut_runqueue_wait_fraction"].get<double>(),
+              j["dut_cpu_us_per_request"].get<double>(), j["dut_syscalls_per_request"].get<double>(),
+              100 * j["sender_cpu_utilization"].get<double>(), j["verdict"].get<std::string>().c_str());
+}
+
+int RunBenchmark(const Options& opt) {
+  const bool is_switch = opt.mode == "switch";
+  UdpChannelOptions copt;
+  copt.local = {kLocalhost, 0};
+  copt.gso = !opt.no_udp_offload;
+  copt.gro = !opt.no_udp_offload;
+
+  Senders senders(opt, is_switch);
+  StatusOr<std::vector<uint16_t>> ports = senders.Open(copt);
+  if (!ports.ok()) {
+    std::cerr << "switch_rate: cannot open the worker channels: " << ports.status() << "\n";
+    return 2;
+  }
+  std::unique_ptr<DeviceUnderTest> dut;
+  if (is_switch) {
+    auto d = SwitchDut::Create(copt, *ports, opt.drop_probability);
+    if (!d.ok()) {
+      std::cerr << "switch_rate: cannot start the switch: " << d.status() << "\n";
+      return 2;
+    }
+    dut = std::move(*d);
+  } else {
+    auto d = ForwarderDut::Create(copt);
+    if (!d.ok()) {
+      std::cerr << "switch_rate: cannot start the forwarder: " << d.status() << "\n";
+      return 2;
+    }
+    dut = std::move(*d);
+  }
+  // Whether the kernel granted the offloads (a probe channel with the same options).
+  bool gso = false;
+  bool gro = false;
+  if (auto probe = UdpChannel::Create(copt); probe.ok()) {
+    gso = (*probe)->gso_enabled();
+    gro = (*probe)->gro_enabled();
+  }
+
+  SenderResult result;
+  std::thread sender([&] { result = senders.Run(*dut, dut->endpoint()); });
+  sender.join();  // Run() ends by its own deadlines (measurement end or stall timeout)
+  dut->Stop();
+  Row row = Evaluate(opt, is_switch, gso, gro, result, dut->channel_stats(), dut->Extra());
+
+  if (!opt.no_header) PrintHeader();
+  PrintRow(row.j);
+  std::fflush(stdout);
+  if (!opt.json_path.empty()) {
+    std::ofstream f(opt.json_path);
+    f << row.j.dump(2) << "\n";
+    if (!f) {
+      std::cerr << "switch_rate: cannot write --json " << opt.json_path << "\n";
+      return 2;
+    }
+  }
+  if (!row.ok) std::cerr << "switch_rate: " << row.verdict << "\n";
+  return row.ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace switchml::bench
+
+int main(int argc, char** argv) {
+  using switchml::bench::Options;
+  Options opt;
+  CLI::App app{
+      "switch_rate: packets per second one software-switch thread aggregates, fed by n synthetic "
+      "workers on 127.0.0.1 (--mode switch), against a plain UDP forwarder with the same I/O "
+      "method (--mode forward). Prints a header and one result row; exit 1 if any result was "
+      "wrong or the run stalled."};
+  app.add_option("--mode", opt.mode, "switch or forward")
+      ->check(CLI::IsMember({"switch", "forward"}))
+      ->capture_default_str();
+  app.add_option("--workers", opt.workers, "Synthetic workers (each its own UDP socket), 1..64")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--window", opt.window, "Slots each worker keeps in flight, 1..8192")
+      ->check(CLI::Range(1, 8192))
+      ->capture_default_str();
+  app.add_option("--elements-per-packet", opt.elements, "int32 elements per packet: 64, 256, 512 or 1024")
+      ->check(CLI::IsMember({64, 256, 512, 1024}))
+      ->capture_default_str();
+  app.add_option("--seconds", opt.seconds, "Measured duration (after the warm-up)")
+      ->check(CLI::Range(0.05, 3600.0))
+      ->capture_default_str();
+  app.add_option("--warmup", opt.warmup, "Warm-up seconds before measuring")
+      ->check(CLI::Range(0.0, 600.0))
+      ->capture_default_str();
+  app.add_option("--stall-timeout", opt.stall_timeout,
+                 "Fail the run when no response arrives for this many seconds")
+      ->check(CLI::Range(0.1, 600.0))
+      ->capture_default_str();
+  app.add_flag("--no-udp-offload", opt.no_udp_offload,
+               "Plain sendmmsg/recvmmsg: no UDP GSO/GRO on any channel");
+  app.add_option("--verify-every", opt.verify_every,
+                 "Check every element of every Nth response per worker (first and last element of "
+                 "all responses are always checked); 0 = only first/last")
+      ->capture_default_str();
+  app.add_option("--corrupt-worker", opt.corrupt_worker,
+                 "Testing aid: this worker sends a wrong value, so results must be reported wrong")
+      ->check(CLI::Range(-1, 63));
+  app.add_option("--switch-drop-probability", opt.drop_probability,
+                 "Testing aid (--mode switch): the switch's drop simulator discards this fraction "
+                 "of requests; without retransmission the windows stall and the run must fail")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--json", opt.json_path, "Write the result (one JSON object) to this file");
+  app.add_flag("--no-header", opt.no_header, "Print only the result row");
+  CLI11_PARSE(app, argc, argv);
+  if (opt.corrupt_worker >= int(opt.workers)) {
+    std::cerr << "switch_rate: --corrupt-worker " << opt.corrupt_worker << " must be < --workers "
+              << opt.workers << "\n";
+    return 2;
+  }
+  return switchml::bench::RunBenchmark(opt);
+}
