@@ -153,6 +153,14 @@ int Run(const std::string& cmd, const JobsArgs& a) {
     std::printf("%6s  %-20s %9s %6s  %-10s %5s  %10s  %s\n", "job", "state", "workers", "slots",
                 "range", "elems", "received", "name / end reason");
     for (const auto& j : list->jobs) PrintJobLine(j);
+    // A standalone controller reports "switch<i>.reachable"; the jobs of a switch that did
+    // not answer are missing above.
+    for (const auto& [name, v] : counters) {
+      if (v == 0 && name.size() > 10 && name.compare(name.size() - 10, 10, ".reachable") == 0) {
+        std::printf("%s: UNREACHABLE (its jobs and counters are not listed)\n",
+                    name.substr(0, name.size() - 10).c_str());
+      }
+    }
     std::printf("switch drops by reason:\n");
     for (const auto& [name, v] : counters) {
       // A standalone controller prefixes each switch's counters with "switch<i>.".

@@ -210,7 +210,8 @@ void SliceEngine::OnTick(TimePoint now) {
   if (now - last_progress_ >= config_.job_timeout) {
     Finish(DeadlineExceededError(
         "no result from switch " + config_.switch_endpoint.ToString() + " for " +
-        Ms(config_.job_timeout) + " (job " + std::to_string(slice_.job_id) + ", slots " +
+        Ms(config_.job_timeout) + " (all-reduce #" + std::to_string(slice_.job_id) +
+        " of this context, slots " +
         std::to_string(config_.slot_base) + ".." + std::to_string(config_.slot_base + batch_ - 1) +
         ", " + std::to_string(completed_) + "/" + std::to_string(total_) + " packets done, " +
         std::to_string(stats_.retransmissions) + " retransmissions so far)"));

@@ -30,7 +30,7 @@ StatusOr<ControllerConnection> ControllerConnection::Open(const std::string& add
 
 void ControllerConnection::Prepare(grpc::ClientContext* context) const {
   context->set_deadline(std::chrono::system_clock::now() + timeout);
-  context->set_wait_for_ready(true);
+  context->set_wait_for_ready(wait_for_ready);
 }
 
 Status ControllerConnection::MapError(const char* rpc, const grpc::Status& s,
@@ -47,6 +47,11 @@ Status ControllerConnection::MapError(const char* rpc, const grpc::Status& s,
       return DeadlineExceededError(where + " (" + rpc + "): did not complete within " + TimeoutText() + ": " +
                                    s.error_message());
     case grpc::StatusCode::UNAVAILABLE:
+      // Connected: the controller itself answered Unavailable (e.g. a standalone controller
+      // whose switch is down; its message says which), so do not call it unreachable.
+      if (channel->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
+        return UnavailableError(where + " answered (" + rpc + "): " + s.error_message());
+      }
       return UnavailableError(where + " unreachable (" + rpc + "): " + s.error_message());
     case grpc::StatusCode::UNIMPLEMENTED:
       if (unimplemented_hint != nullptr) {

@@ -19,6 +19,11 @@ struct ControllerConnection {
   std::string address;
   std::chrono::milliseconds timeout{0};
   std::shared_ptr<grpc::Channel> channel;
+  // true: an RPC waits for the channel to (re)connect until its deadline. false ("fail
+  // fast"): an RPC fails at once with Unavailable while the channel is in transient failure
+  // (the peer refused or dropped the connection), and still waits while a connection attempt
+  // is in progress.
+  bool wait_for_ready = true;
 
   // Validates the arguments and waits up to `timeout` for the connection. `who` names the
   // caller in argument errors ("SessionClient::Connect"). Errors: InvalidArgument,
@@ -26,14 +31,15 @@ struct ControllerConnection {
   static StatusOr<ControllerConnection> Open(const std::string& address, std::chrono::milliseconds timeout,
                                              const char* who);
 
-  // Every RPC: deadline = now + timeout; wait_for_ready, so that a controller that is
-  // (re)starting is retried until the deadline instead of failing on the first refusal.
+  // Every RPC: deadline = now + timeout; by default wait_for_ready, so that a controller that
+  // is (re)starting is retried until the deadline instead of failing on the first refusal.
   void Prepare(grpc::ClientContext* context) const;
 
   // OK for an OK status; otherwise a Status naming the controller and `rpc`: Unavailable when
-  // it was never reached, DeadlineExceeded when it was reached but did not answer in time,
-  // Unimplemented (with `unimplemented_hint` appended) when it does not serve the RPC, and the
-  // controller's own code and message for everything else.
+  // it was never reached or the connection broke ("unreachable") or when it answered
+  // Unavailable itself ("answered"), DeadlineExceeded when it was reached but did not answer
+  // in time, Unimplemented (with `unimplemented_hint` appended) when it does not serve the
+  // RPC, and the controller's own code and message for everything else.
   Status MapError(const char* rpc, const grpc::Status& s, const char* unimplemented_hint = nullptr) const;
 
   std::string TimeoutText() const { return std::to_string(timeout.count()) + " ms"; }

@@ -97,6 +97,8 @@ JobClient::JobClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 JobClient::~JobClient() = default;
 const std::string& JobClient::address() const { return impl_->address; }
 
+void JobClient::set_wait_for_ready(bool wait) { impl_->wait_for_ready = wait; }
+
 StatusOr<JobInfo> JobClient::CreateJob(const JobSpec& spec) {
   v1::CreateJobRequest request;
   v1::JobSpec* p = request.mutable_spec();

@@ -59,6 +59,13 @@ class JobClient {
 
   const std::string& address() const;
 
+  // Fail fast (false): every later call fails at once with Unavailable while the controller
+  // is unreachable (refused or dropped the connection) instead of waiting for it until
+  // rpc_timeout. A standalone controller uses this towards its switches, so that a switch
+  // that is down does not stall the calls that concern the others. Default: true (wait).
+  // Call before sharing the client between threads.
+  void set_wait_for_ready(bool wait);
+
  private:
   struct Impl;
   explicit JobClient(std::unique_ptr<Impl> impl);

@@ -498,5 +498,80 @@ TEST(StandaloneControllerTest, DrivesTwoSwitchesOverGrpc) {
   }
 }
 
+// A standalone controller whose second switch goes down: calls that concern the first switch
+// still answer at once (none waits for the dead switch until the deadline), calls routed to
+// the dead switch fail fast with Unavailable naming it, and new jobs go to the live switch.
+TEST(StandaloneControllerTest, ASwitchThatIsDownFailsFastAndStallsNothingElse) {
+  struct EmbeddedSwitch {
+    std::unique_ptr<dataplane::SwitchServer> sw;
+    std::unique_ptr<ControllerServer> ctl;
+    std::string address;
+  };
+  std::vector<EmbeddedSwitch> switches(2);
+  for (auto& e : switches) {
+    dataplane::SwitchConfig sc;
+    sc.num_slots = 64;
+    sc.max_workers = 8;
+    transport::UdpChannelOptions uo;
+    uo.local = transport::Endpoint{kLocalhost, 0};
+    auto channel = transport::UdpChannel::Create(uo);
+    ASSERT_TRUE(channel.ok());
+    e.sw = std::move(dataplane::SwitchServer::Create(sc, std::move(*channel))).value();
+    ASSERT_TRUE(e.sw->Start().ok());
+    ServerOptions so;
+    so.listen_address = "127.0.0.1:0";
+    e.ctl = std::move(ControllerServer::Start(so, e.sw.get(), e.sw.get())).value();
+    e.address = "127.0.0.1:" + std::to_string(e.ctl->port());
+  }
+  auto remote = RemoteSwitches::Connect({switches[0].address, switches[1].address}, 3s);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  ServerOptions so;
+  so.listen_address = "127.0.0.1:0";
+  auto standalone = ControllerServer::Start(so, remote->get(), remote->get());
+  ASSERT_TRUE(standalone.ok());
+  auto client = JobClient::Connect("127.0.0.1:" + std::to_string((*standalone)->port()), 3s);
+  ASSERT_TRUE(client.ok());
+
+  JobSpec spec;
+  spec.num_workers = 2;
+  spec.num_slots = 16;
+  spec.elements_per_packet = 64;
+  auto a = (*client)->CreateJob(spec);  // switch 0
+  auto b = (*client)->CreateJob(spec);  // switch 1 (64 free vs 48)
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(b->job_id >> RemoteSwitches::kLocalIdBits, 1u);
+
+  // Switch 1's controller goes away (as when its process dies).
+  switches[1].ctl->Shutdown();
+  switches[1].ctl.reset();
+  const auto start = std::chrono::steady_clock::now();
+  auto list = (*client)->ListJobs();
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->jobs.size(), 1u);
+  EXPECT_EQ(list->jobs[0].job_id, a->job_id);
+  std::vector<std::pair<std::string, uint64_t>> counters;
+  ASSERT_TRUE((*client)->ListJobs(&counters).ok());
+  auto value = [&](const std::string& name) -> int64_t {
+    for (auto& [k, v] : counters) {
+      if (k == name) return int64_t(v);
+    }
+    return -1;
+  };
+  EXPECT_EQ(value("switch0.reachable"), 1);
+  EXPECT_EQ(value("switch1.reachable"), 0);
+  auto c = (*client)->CreateJob(spec);  // switch 0: the only one that answers
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->job_id >> RemoteSwitches::kLocalIdBits, 0u);
+  auto gone = (*client)->GetJob(b->job_id);
+  EXPECT_EQ(gone.status().code(), StatusCode::kUnavailable) << gone.status();
+  EXPECT_THAT(gone.status().message(), HasSubstr("switch 1 (" + switches[1].address + ")"));
+  // Each of the calls above would have taken the 3 s rpc timeout had it waited for switch 1.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+
+  (*standalone)->Shutdown();
+  switches[0].ctl->Shutdown();
+  for (auto& e : switches) e.sw->Stop();
+}
+
 }  // namespace
 }  // namespace switchml::controller

@@ -38,9 +38,19 @@ StatusOr<std::unique_ptr<RemoteSwitches>> RemoteSwitches::Connect(
     if (!session.ok()) return session.status().WithContext("switch " + Str(i));
     s.jobs = std::move(*jobs);
     s.session = std::move(*session);
+    // A switch that is down must not stall calls for the others (ListJobs asks every switch)
+    // nor hold an operator's call past its own deadline: fail fast, and let gRPC reconnect
+    // in the background (within a second of the switch coming back, grpc_client.cc).
+    s.jobs->set_wait_for_ready(false);
+    s.session->set_wait_for_ready(false);
     r->switches_.push_back(std::move(s));
   }
   return r;
+}
+
+Status RemoteSwitches::SwitchError(const Switch& s, const Status& status) const {
+  const size_t index = size_t(&s - switches_.data());
+  return status.WithContext("switch " + Str(index) + " (" + s.address + ")");
 }
 
 StatusOr<std::pair<RemoteSwitches::Switch*, uint32_t>> RemoteSwitches::Route(
@@ -55,7 +65,9 @@ StatusOr<std::pair<RemoteSwitches::Switch*, uint32_t>> RemoteSwitches::Route(
 }
 
 Status RemoteSwitches::RegisterWorker(const WorkerRegistration& reg) {
-  SWITCHML_ASSIGN_OR_RETURN(SwitchInfo info, switches_[0].session->UdpSession(reg));
+  StatusOr<SwitchInfo> reply = switches_[0].session->UdpSession(reg);
+  if (!reply.ok()) return SwitchError(switches_[0], reply.status());
+  SwitchInfo info = *reply;
   if (info.ipv4 == 0) info.ipv4 = HostIpv4(switches_[0].address);
   std::lock_guard<std::mutex> lock(cache_mu_);
   session_info_ = info;
@@ -69,19 +81,28 @@ SwitchInfo RemoteSwitches::Info() const {
 }
 
 StatusOr<JobInfo> RemoteSwitches::CreateJob(const JobSpec& spec) {
-  // Place the job where the largest free range is (ties: the first switch).
-  size_t best = 0;
+  // Place the job where the largest free range is (ties: the first switch); an unreachable
+  // switch gets no new jobs.
+  size_t best = switches_.size();
   uint32_t best_free = 0;
+  Status first_error;
   for (size_t i = 0; i < switches_.size(); ++i) {
     auto list = switches_[i].jobs->ListJobs();
-    if (!list.ok()) continue;  // an unreachable switch gets no new jobs
-    if (list->largest_free_range > best_free) {
+    if (!list.ok()) {
+      if (first_error.ok()) first_error = SwitchError(switches_[i], list.status());
+      continue;
+    }
+    if (best == switches_.size() || list->largest_free_range > best_free) {
       best_free = list->largest_free_range;
       best = i;
     }
   }
+  if (best == switches_.size()) {
+    return first_error.WithContext("no switch reachable (" + Str(switches_.size()) +
+                                   " configured)");
+  }
   StatusOr<JobInfo> job = switches_[best].jobs->CreateJob(spec);
-  if (!job.ok()) return job.status().WithContext("switch " + Str(best));
+  if (!job.ok()) return SwitchError(switches_[best], job.status());
   if (job->job_id >> kLocalIdBits) {
     return InternalError("switch " + Str(best) + " returned job id " + Str(job->job_id) +
                          " >= 2^24, which this controller cannot route");
@@ -92,14 +113,17 @@ StatusOr<JobInfo> RemoteSwitches::CreateJob(const JobSpec& spec) {
 
 Status RemoteSwitches::DeleteJob(uint32_t job_id, const std::string& token) {
   SWITCHML_ASSIGN_OR_RETURN(auto route, Route(job_id));
-  return route.first->jobs->DeleteJob(route.second, token);
+  const Status s = route.first->jobs->DeleteJob(route.second, token);
+  return s.ok() ? s : SwitchError(*route.first, s);
 }
 
 StatusOr<JobWorkerGrant> RemoteSwitches::RegisterJobWorker(const JobRegistration& reg) {
   SWITCHML_ASSIGN_OR_RETURN(auto route, Route(reg.job_id));
   JobRegistration local = reg;
   local.job_id = route.second;
-  SWITCHML_ASSIGN_OR_RETURN(JobWorkerGrant grant, route.first->jobs->RegisterWorker(local));
+  StatusOr<JobWorkerGrant> reply = route.first->jobs->RegisterWorker(local);
+  if (!reply.ok()) return SwitchError(*route.first, reply.status());
+  JobWorkerGrant grant = std::move(*reply);
   grant.job_id = reg.job_id;
   // A switch listening on every interface reports 0.0.0.0; workers must not read that as
   // "where the controller is" (we are not on the switch's host): use the switch's address.
@@ -109,8 +133,9 @@ StatusOr<JobWorkerGrant> RemoteSwitches::RegisterJobWorker(const JobRegistration
 
 StatusOr<JobInfo> RemoteSwitches::GetJob(uint32_t job_id) const {
   SWITCHML_ASSIGN_OR_RETURN(auto route, Route(job_id));
-  SWITCHML_ASSIGN_OR_RETURN(JobInfo job, route.first->jobs->GetJob(route.second));
-  job.job_id = job_id;
+  StatusOr<JobInfo> job = route.first->jobs->GetJob(route.second);
+  if (!job.ok()) return SwitchError(*route.first, job.status());
+  job->job_id = job_id;
   return job;
 }
 
@@ -133,16 +158,24 @@ JobList RemoteSwitches::ListJobs() const {
 StatusOr<std::vector<SlotInfo>> RemoteSwitches::InspectSlots(uint32_t job_id,
                                                              uint32_t first_slot,
                                                              uint32_t count) const {
-  if (job_id == 0) return switches_[0].jobs->InspectSlots(0, first_slot, count);
-  SWITCHML_ASSIGN_OR_RETURN(auto route, Route(job_id));
-  return route.first->jobs->InspectSlots(route.second, first_slot, count);
+  Switch* sw = &const_cast<Switch&>(switches_[0]);
+  uint32_t local_id = 0;
+  if (job_id != 0) {
+    SWITCHML_ASSIGN_OR_RETURN(auto route, Route(job_id));
+    sw = route.first;
+    local_id = route.second;
+  }
+  auto slots = sw->jobs->InspectSlots(local_id, first_slot, count);
+  if (!slots.ok()) return SwitchError(*sw, slots.status());
+  return slots;
 }
 
 std::vector<std::pair<std::string, uint64_t>> RemoteSwitches::CounterValues() const {
   std::vector<std::pair<std::string, uint64_t>> out;
   for (size_t i = 0; i < switches_.size(); ++i) {
     std::vector<std::pair<std::string, uint64_t>> counters;
-    if (!switches_[i].jobs->ListJobs(&counters).ok()) continue;
+    const bool reachable = switches_[i].jobs->ListJobs(&counters).ok();
+    out.emplace_back("switch" + Str(i) + ".reachable", reachable ? 1 : 0);
     for (auto& [name, value] : counters) out.emplace_back("switch" + Str(i) + "." + name, value);
   }
   return out;
@@ -158,7 +191,7 @@ Status RemoteSwitches::CheckJobAccess(uint32_t job_id, const std::string& token)
   }
   SWITCHML_ASSIGN_OR_RETURN(auto route, Route(job_id));
   StatusOr<JobInfo> job = route.first->jobs->GetJob(route.second, token);
-  if (!job.ok()) return job.status();
+  if (!job.ok()) return SwitchError(*route.first, job.status());
   std::lock_guard<std::mutex> lock(cache_mu_);
   std::erase_if(access_cache_, [&](const AccessCache& c) { return c.until <= now; });
   access_cache_.push_back({job_id, token, now + std::chrono::milliseconds(200)});

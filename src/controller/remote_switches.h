@@ -15,6 +15,11 @@
 // are checked by the switch. Job-scoped Barrier/Broadcast are served by this controller.
 // UdpSession (the reference single-job session) goes to the first switch.
 //
+// Calls to a switch fail fast (Unavailable, prefixed "switch <i> (<address>)") while it is
+// down instead of waiting for it, so one switch that is down stalls nothing else: ListJobs
+// leaves it out (CounterValues reports switch<i>.reachable = 0), CreateJob places jobs on
+// the reachable ones. A switch that comes back is used again within about a second.
+//
 // Limitation: a switch's own job ids must stay below 2^24 (16 million jobs per switch run).
 //
 // Thread-safety: all methods are thread-safe (gRPC stubs are).
@@ -56,7 +61,8 @@ class RemoteSwitches final : public SessionSink, public JobSink {
   JobList ListJobs() const override;
   StatusOr<std::vector<SlotInfo>> InspectSlots(uint32_t job_id, uint32_t first_slot,
                                                uint32_t count) const override;
-  // "switch<i>.<name>" for every switch's counters.
+  // "switch<i>.<name>" for every switch's counters, and "switch<i>.reachable" (1, or 0 when
+  // the switch did not answer; its other counters are then missing).
   std::vector<std::pair<std::string, uint64_t>> CounterValues() const override;
   // Asks the switch (GetJob with the token); a positive answer is cached for 200 ms, since
   // blocked job barriers poll this every 10 ms.
@@ -73,6 +79,8 @@ class RemoteSwitches final : public SessionSink, public JobSink {
   RemoteSwitches() = default;
   // The switch and its local id for a controller job id; NotFound if it names no switch.
   StatusOr<std::pair<Switch*, uint32_t>> Route(uint32_t job_id) const;
+  // `status` prefixed with "switch <i> (<address>)".
+  Status SwitchError(const Switch& s, const Status& status) const;
   static uint32_t GlobalId(size_t index, uint32_t local) {
     return (uint32_t(index) << kLocalIdBits) | local;
   }

@@ -37,6 +37,8 @@ SessionClient::SessionClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 SessionClient::~SessionClient() = default;
 
 const std::string& SessionClient::address() const { return impl_->address; }
+
+void SessionClient::set_wait_for_ready(bool wait) { impl_->wait_for_ready = wait; }
 std::chrono::milliseconds SessionClient::rpc_timeout() const { return impl_->timeout; }
 
 Status SessionClient::Barrier(uint32_t num_workers) {

@@ -71,6 +71,10 @@ class SessionClient {
   StatusOr<SwitchInfo> UdpSession(const WorkerRegistration& reg);
 
   const std::string& address() const;
+
+  // As JobClient::set_wait_for_ready. Call before sharing the client between threads.
+  void set_wait_for_ready(bool wait);
+
   std::chrono::milliseconds rpc_timeout() const;
 
  private:
