@@ -259,8 +259,9 @@ ContextImpl::ContextImpl(const Options& options, transport::Endpoint switch_endp
 
 std::unique_ptr<Context> ContextImpl::CreateWithChannels(
     const Options& options, std::vector<std::unique_ptr<transport::Channel>> channels,
-    transport::Endpoint switch_endpoint) {
+    transport::Endpoint switch_endpoint, FailureExplainer explain_failure) {
   auto impl = std::unique_ptr<ContextImpl>(new ContextImpl(options, switch_endpoint));
+  impl->explain_failure_ = std::move(explain_failure);
   const uint32_t threads = options.num_worker_threads;
   const uint32_t window = options.window_packets / threads;
   for (uint32_t t = 0; t < threads; ++t) {
@@ -340,7 +341,12 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
   return AllReduceHandle(job);
 }
 
-void ContextImpl::OnSliceDone(const std::shared_ptr<JobState>& job, const Status& s) {
+void ContextImpl::OnSliceDone(const std::shared_ptr<JobState>& job, const Status& slice_status) {
+  Status s = slice_status;
+  if (!s.ok() && s.code() != StatusCode::kAborted && explain_failure_ &&
+      !explained_.exchange(true, std::memory_order_acq_rel)) {
+    s = explain_failure_(s);
+  }
   if (!s.ok() && s.code() != StatusCode::kAborted) {
     std::lock_guard lock(broken_mu_);
     if (!broken_.load(std::memory_order_relaxed)) {

@@ -1,5 +1,7 @@
 // Context::Create: opens the data sockets, registers with the switch through the controller
 // (spec §4.3 session sequence) and starts the worker threads.
+#include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "client/context_impl.h"
@@ -36,6 +38,31 @@ StatusOr<controller::SwitchInfo> JoinJob(const Options& options,
         std::to_string(grant.switch_info.num_slots) + " (set when the job was created)");
   }
   return grant.switch_info;
+}
+
+// For a job of the JobService: when a worker times out, asks the controller whether the job
+// still exists, so that a job the switch tore down (idle timeout, deleted, another rank gone)
+// says so instead of only "no result from switch".
+client::ContextImpl::FailureExplainer JobFailureExplainer(const Options& options) {
+  if (options.job_id == 0) return {};
+  return [address = options.controller_address, job_id = options.job_id, token = options.job_token,
+          deadline = std::min<std::chrono::milliseconds>(options.rpc_timeout, std::chrono::seconds(2))](
+             const Status& s) -> Status {
+    if (s.code() != StatusCode::kDeadlineExceeded) return s;
+    auto client = controller::JobClient::Connect(address, deadline);
+    if (!client.ok()) return s;
+    auto info = (*client)->GetJob(job_id, token);
+    if (!info.ok()) {
+      // NOT_FOUND (the switch restarted or forgot it) and FAILED_PRECONDITION ("job J has
+      // ended: <reason>") both explain the timeout; anything else says nothing about it.
+      const StatusCode c = info.status().code();
+      if (c != StatusCode::kNotFound && c != StatusCode::kFailedPrecondition) return s;
+      return Status(s.code(), s.message() + "; the controller says: " + info.status().message());
+    }
+    if (info->state != controller::JobState::kEnded) return s;
+    return Status(s.code(), s.message() + "; job " + std::to_string(job_id) +
+                                " has ended: " + info->end_reason);
+  };
 }
 
 }  // namespace
@@ -106,7 +133,8 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options) {
   }
   // A switch bound to the wildcard address reports IP 0: it is reached where the controller is.
   transport::Endpoint sw{info.ipv4 != 0 ? info.ipv4 : controller.ipv4, info.udp_port};
-  return client::ContextImpl::CreateWithChannels(options, std::move(channels), sw);
+  return client::ContextImpl::CreateWithChannels(options, std::move(channels), sw,
+                                                 JobFailureExplainer(options));
 }
 
 }  // namespace switchml

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -76,12 +77,17 @@ class Worker {
 
 class ContextImpl {
  public:
+  // Adds what the control plane knows to a job's first error, e.g. that the switch tore the
+  // job down ("...; job 3 has ended: torn down by the switch: ..."). Called once per context,
+  // on a worker thread, when the first slice fails; may block for a short RPC.
+  using FailureExplainer = std::function<Status(const Status&)>;
+
   // Builds a context over already-open channels (one per worker thread) talking to a switch
   // at `switch_endpoint`: used by Context::Create after session setup, and by tests with the
   // loopback fabric. `options` must be valid.
   static std::unique_ptr<Context> CreateWithChannels(
       const Options& options, std::vector<std::unique_ptr<transport::Channel>> channels,
-      transport::Endpoint switch_endpoint);
+      transport::Endpoint switch_endpoint, FailureExplainer explain_failure = {});
 
   ~ContextImpl();
   AllReduceHandle Submit(const void* in, void* out, size_t n, DataType type, ReduceOp op);
@@ -107,6 +113,8 @@ class ContextImpl {
   std::atomic<bool> broken_{false};
   mutable std::mutex broken_mu_;
   Status broken_status_;
+  FailureExplainer explain_failure_;  // may be empty
+  std::atomic<bool> explained_{false};
   std::atomic<uint64_t> jobs_submitted_{0}, jobs_completed_{0}, jobs_failed_{0};
 };
 

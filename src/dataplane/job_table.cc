@@ -223,7 +223,7 @@ Status JobTable::CheckAccess(uint32_t job_id, const std::string& token) const {
 
 StatusOr<std::shared_ptr<const JobTable>> JobTable::Register(
     const JobTable& current, const controller::JobRegistration& reg,
-    controller::JobWorkerGrant* grant) {
+    controller::JobWorkerGrant* grant, TimePoint now) {
   SWITCHML_RETURN_IF_ERROR(current.CheckAccess(reg.job_id, reg.token));
   const Job& job = *current.FindJob(reg.job_id);
   const controller::WorkerRegistration& w = reg.worker;
@@ -274,6 +274,8 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Register(
     if (j.num_registered == n) j.state = JobState::kRunning;
     next->Rebuild();
   }
+  // Writers hold the table lock, which also guards Activity (see ExpireIdle).
+  j.runtime->activity.last_active = now;
   grant->job_id = j.job_id;
   grant->num_workers = n;
   grant->elements_per_packet = j.spec.elements_per_packet;

@@ -17,7 +17,7 @@
 //   uint32_t id;
 //   auto t1 = JobTable::Create(empty, spec, "token-0123456789", Clock::now(), &id);
 //   controller::JobWorkerGrant grant;
-//   auto t2 = JobTable::Register(**t1, reg, &grant);
+//   auto t2 = JobTable::Register(**t1, reg, &grant, now);
 //   JobTable::Sender s;
 //   if ((*t2)->Find(datagram.from, &s) && s.job->state == JobState::kRunning) { ... }
 //
@@ -122,10 +122,12 @@ class JobTable {
                                                           TimePoint now, uint32_t* job_id);
 
   // Registers a worker (see JobSink::RegisterJobWorker for the errors). On success fills
-  // *grant (switch_info is left for the caller).
+  // *grant (switch_info is left for the caller). A registration is activity: the job's idle
+  // clock restarts at `now`, so a job whose last rank registers just before idle_timeout is
+  // not torn down before its workers send anything.
   static StatusOr<std::shared_ptr<const JobTable>> Register(
       const JobTable& current, const controller::JobRegistration& reg,
-      controller::JobWorkerGrant* grant);
+      controller::JobWorkerGrant* grant, TimePoint now);
 
   // Ends a live job: frees its range at once and drops its aggregation state (once no
   // snapshot refers to it). Errors: NotFound, FailedPrecondition (already ended).

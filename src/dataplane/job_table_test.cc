@@ -70,9 +70,10 @@ struct Tables {
     if (next.ok()) t = *next;
     return next.status();
   }
-  Status Register(const JobRegistration& reg, JobWorkerGrant* grant = nullptr) {
+  Status Register(const JobRegistration& reg, JobWorkerGrant* grant = nullptr,
+                  TimePoint now = kT0) {
     JobWorkerGrant g;
-    auto next = JobTable::Register(*t, reg, grant ? grant : &g);
+    auto next = JobTable::Register(*t, reg, grant ? grant : &g, now);
     if (next.ok()) t = *next;
     return next.status();
   }
@@ -240,6 +241,21 @@ TEST(JobTableTest, IdleJobsExpireAndActiveOnesDoNot) {
   EXPECT_EQ(expired, std::vector<uint32_t>{busy});
   EXPECT_TRUE(later->CheckAccess(forever, kToken).ok());
   EXPECT_EQ(later->free_slots(), 90u);
+}
+
+TEST(JobTableTest, RegistrationRestartsTheIdleClock) {
+  Tables x;
+  const uint32_t id = x.Create(Spec(2, 10, 100ms));
+  // Rank 1 registers 90 ms after the job was created: the job may idle 100 ms from then on.
+  ASSERT_TRUE(x.Register(Reg(id, 0, 1, {1}), nullptr, kT0 + 10ms).ok());
+  ASSERT_TRUE(x.Register(Reg(id, 1, 2, {1}), nullptr, kT0 + 90ms).ok());
+  std::vector<uint32_t> expired;
+  EXPECT_EQ(JobTable::ExpireIdle(*x.t, kT0 + 150ms, &expired), nullptr);
+  EXPECT_TRUE(expired.empty());
+  TablePtr next = JobTable::ExpireIdle(*x.t, kT0 + 191ms, &expired);
+  ASSERT_NE(next, nullptr);
+  EXPECT_EQ(expired, std::vector<uint32_t>{id});
+  EXPECT_THAT(next->FindJob(id)->end_reason, HasSubstr("for 101 ms"));
 }
 
 TEST(JobTableTest, OnlyTheNewestEndedJobsAreRemembered) {

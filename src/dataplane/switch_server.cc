@@ -225,7 +225,7 @@ StatusOr<controller::JobWorkerGrant> SwitchServer::RegisterJobWorker(
   {
     std::lock_guard<std::mutex> lock(session_mu_);
     SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<const JobTable> next,
-                              JobTable::Register(*latest_jobs_, reg, &grant));
+                              JobTable::Register(*latest_jobs_, reg, &grant, Clock::now()));
     PublishJobs(std::move(next));
   }
   const uint32_t job_slots = grant.switch_info.num_slots;

@@ -21,9 +21,9 @@ pass "job needing more slots than free: $(head -1 "$WORK/c.log")"
 
 # Always started in the background (&): exec makes the background job the switchml process itself,
 # so that its $! can be killed.
-run_rank() {  # job id token rank workers type counts log
+run_rank() {  # job id token rank workers type counts log [iterations]
   exec "$SWITCHML" allreduce --controller $CTL --job-id $1 --job-token $2 --rank $3 --workers $4 --type $5 \
-      --counts $6 --job-timeout-ms 3000 --json "$WORK/$7.json" > "$WORK/$7.log" 2>&1
+      --counts $6 ${8:+--iters $8} --job-timeout-ms 3000 --json "$WORK/$7.json" > "$WORK/$7.log" 2>&1
 }
 run_rank $A_ID $A_TOKEN 0 2 int32 1,65,300000 a0 & PA0=$!; PIDS+=($!)
 run_rank $A_ID $A_TOKEN 1 2 int32 1,65,300000 a1 & PA1=$!; PIDS+=($!)
@@ -59,9 +59,12 @@ jobs delete --controller $CTL $B_ID --token $B_TOKEN > /dev/null || fail "delete
 out=$(jobs create --controller $CTL --workers 2 --slots 256 --idle-timeout-s 1 --name D) || fail "create D: $out"
 eval "$out"
 D_ID=$SWITCHML_JOB_ID; D_TOKEN=$SWITCHML_JOB_TOKEN
-run_rank $D_ID $D_TOKEN 0 2 int32 30000000 d0 & PD0=$!; PIDS+=($!)
-run_rank $D_ID $D_TOKEN 1 2 int32 30000000 d1 & PD1=$!; PIDS+=($!)
+# Many 2M-element all-reduces rather than one huge tensor: filling a huge one can take longer
+# than the 1 s idle timeout, and the job would be torn down before it streamed at all.
+run_rank $D_ID $D_TOKEN 0 2 int32 2000000 d0 60 & PD0=$!; PIDS+=($!)
+run_rank $D_ID $D_TOKEN 1 2 int32 2000000 d1 60 & PD1=$!; PIDS+=($!)
 for _ in $(seq 1 100); do grep -q '"state": "running"' <(jobs show --controller $CTL $D_ID) && break; sleep 0.1; done
+sleep 0.5  # let it stream
 kill -9 $PD1
 start=$SECONDS
 rc=0; wait $PD0 || rc=$?
@@ -79,4 +82,24 @@ run_rank $E_ID $E_TOKEN 0 2 float32 100000 e0 & PE0=$!; PIDS+=($!)
 run_rank $E_ID $E_TOKEN 1 2 float32 100000 e1 & PE1=$!; PIDS+=($!)
 wait $PE0 && wait $PE1 || fail "a new job on the freed slots failed"
 pass "a new job runs on the freed slots"
+
+# A job deleted while its workers stream: each of them fails within its job timeout, and the
+# error says why (the client asks the controller about the job when it times out).
+jobs delete --controller $CTL $E_ID --token $E_TOKEN > /dev/null || fail "delete E failed"
+out=$(jobs create --controller $CTL --workers 2 --slots 256 --name F 2>&1) || fail "create F: $out"
+eval "$out"
+F_ID=$SWITCHML_JOB_ID; F_TOKEN=$SWITCHML_JOB_TOKEN
+run_rank $F_ID $F_TOKEN 0 2 int32 2000000 f0 200 & PF0=$!; PIDS+=($!)
+run_rank $F_ID $F_TOKEN 1 2 int32 2000000 f1 200 & PF1=$!; PIDS+=($!)
+for _ in $(seq 1 100); do grep -q '"state": "running"' <(jobs show --controller $CTL $F_ID) && break; sleep 0.1; done
+sleep 0.5
+jobs delete --controller $CTL $F_ID --token $F_TOKEN > /dev/null || fail "delete F failed"
+start=$SECONDS
+for p in $PF0 $PF1; do rc=0; wait $p || rc=$?; [ $rc -eq 1 ] || fail "worker of a deleted job: exit code $rc"; done
+(( SECONDS - start <= 15 )) || fail "workers of a deleted job took $((SECONDS - start)) s to fail"
+for f in f0 f1; do
+  grep -q "DEADLINE_EXCEEDED.*job $F_ID has ended: deleted through the controller" "$WORK/$f.log" ||
+    { cat "$WORK/$f.log"; fail "$f: the error does not say the job was deleted"; }
+done
+pass "job deleted mid-stream: both workers failed in $((SECONDS - start)) s: $(grep -m1 -o 'job [0-9]* has ended.*' "$WORK/f0.log" | cut -c1-80)"
 stop_switch
