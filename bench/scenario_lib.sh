@@ -19,6 +19,9 @@
 #   mpi_prefix CMD...       runs mpirun (CMD) where it must run
 # Functions return non-zero when a run failed or found a wrong element.
 
+# shellcheck source=bench/switch_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/switch_lib.sh"
+
 pids=()
 failed=()
 _scenario_cleanup() { local p; for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; }
@@ -39,24 +42,12 @@ show_logs() {  # tag n rc
 }
 
 run_switchml() {  # n [switch flags...]
-  local n=$1 tag="switchml-n$1" ready sw port r rc=0 t0 ranks=() args
+  local n=$1 tag="switchml-n$1" port r rc=0 ranks=() args
   shift
-  ready="$OUT/logs/$tag.switch.ready"
-  rm -f "$ready"
   [ -x "$SWITCHML" ] || { echo "$SCENARIO: switchml CLI not found at '$SWITCHML' (pass --switchml)" >&2; return 1; }
-  on_switch_host "$SWITCHML" switch --bind "$SWITCH_IP" --port 0 --controller-port 0 --ready-file "$ready" "$@" \
-      >"$OUT/logs/$tag.switch.log" 2>&1 &
-  sw=$!
-  pids+=("$sw")
-  t0=$SECONDS
-  until [ -s "$ready" ] && grep -q controller_port "$ready"; do
-    if ! kill -0 "$sw" 2>/dev/null || [ $((SECONDS - t0)) -gt 20 ]; then
-      echo "$SCENARIO: the switch did not start within 20 s:" >&2; tail -5 "$OUT/logs/$tag.switch.log" >&2
-      kill "$sw" 2>/dev/null; return 1
-    fi
-    sleep 0.05
-  done
-  port="$(grep -o '"controller_port"[^0-9]*[0-9]*' "$ready" | grep -o '[0-9]*$')"
+  start_switch "$OUT/logs/$tag.switch.ready" "$OUT/logs/$tag.switch.log" \
+      on_switch_host "$SWITCHML" switch --bind "$SWITCH_IP" --port 0 --controller-port 0 "$@" || return 1
+  port=$SWITCH_CTL_PORT
   for ((r = 0; r < n; r++)); do
     mapfile -t args < <(rank_args "$r")
     on_worker_host "$r" timeout "$TIMEOUT" "$PERF" --backend switchml --rank "$r" --workers "$n" \
@@ -66,7 +57,7 @@ run_switchml() {  # n [switch flags...]
     pids+=("$!")
   done
   wait_ranks "${ranks[@]}" || rc=1
-  kill "$sw" 2>/dev/null; wait "$sw" 2>/dev/null
+  stop_switch
   show_logs "$tag" "$n" "$rc"
   return $rc
 }
