@@ -163,7 +163,7 @@ Runner AddAllReduceCommand(CLI::App& app) {
   app.add_option("--rpc-timeout-ms", a->rpc_timeout_ms, "Deadline of each controller call")->capture_default_str();
   app.add_option("--initial-rto-ms", a->initial_rto_ms, "Initial retransmission timeout (default 80)");
   app.add_option("--min-rto-ms", a->min_rto_ms, "Lower bound of the adaptive retransmission timeout (default 40)");
-  app.add_option("--max-rto-ms", a->max_rto_ms, "Upper bound of the retransmission timeout (default 2000)");
+  app.add_option("--max-rto-ms", a->max_rto_ms, "Upper bound of the retransmission timeout (default 320)");
   app.add_flag("--inplace", a->inplace, "All-reduce in place (input buffer = output buffer)");
   app.add_option("--json", a->json, "Write this rank's result as JSON to FILE");
   app.add_option("--job-id", a->job_id, "Join this job (from `switchml jobs create`); 0 = the reference session");
