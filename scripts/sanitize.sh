@@ -42,8 +42,11 @@ TSAN_EXCLUDE=${TSAN_EXCLUDE-'^(SessionService|Controller|StandaloneController|Se
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
   -DSWITCHML_SANITIZE="$kind" -DSWITCHML_BUILD_BENCH=OFF
 if [[ -z "${TARGETS:-}" ]]; then
-  # The GoogleTest executables registered by switchml_unit_test (label `unit`).
-  TARGETS=$(ninja -C "$BUILD_DIR" -t targets all | sed -n 's/^\([^:]*_test\): CXX_EXECUTABLE_LINKER.*/\1/p' | tr '\n' ' ')
+  # The GoogleTest executables registered by switchml_unit_test and the RTO simulator, which
+  # the unit-labelled rto_sim_* test runs (everything with label `unit`).
+  TARGETS=$(ninja -C "$BUILD_DIR" -t targets all |
+            sed -n -e 's/^\([^:]*_test\): CXX_EXECUTABLE_LINKER.*/\1/p' \
+                  -e 's#^\([^:]*/rto_sim\): CXX_EXECUTABLE_LINKER.*#\1#p' | tr '\n' ' ')
 fi
 # shellcheck disable=SC2086
 cmake --build "$BUILD_DIR" -j "$JOBS" --target $TARGETS
