@@ -379,31 +379,42 @@ TEST(JobClientTest, UnreachableControllerFailsWithinTheTimeout) {
   EXPECT_EQ(Context::Create(o).status().code(), StatusCode::kInvalidArgument);
 }
 
-// A standalone controller driving two switches over gRPC: jobs are placed on the switch with
-// the most free slots, ids route back to it, workers reach the controller and the switches by
-// address, and the reference Session path goes to the first switch.
-TEST(StandaloneControllerTest, DrivesTwoSwitchesOverGrpc) {
-  struct EmbeddedSwitch {
-    std::unique_ptr<dataplane::SwitchServer> sw;
-    std::unique_ptr<ControllerServer> ctl;
-    std::string address;
-  };
-  std::vector<EmbeddedSwitch> switches(2);
-  for (auto& e : switches) {
+// A switch with its embedded controller on free local ports, as `switchml switch` runs it.
+struct EmbeddedSwitch {
+  std::unique_ptr<dataplane::SwitchServer> sw;
+  std::unique_ptr<ControllerServer> ctl;
+  std::string address;  // the controller's
+};
+
+void StartEmbeddedSwitches(size_t count, uint32_t num_slots, std::vector<EmbeddedSwitch>* out) {
+  out->resize(count);
+  for (auto& e : *out) {
     dataplane::SwitchConfig sc;
-    sc.num_slots = 32;
+    sc.num_slots = num_slots;
     sc.max_workers = 8;
     transport::UdpChannelOptions uo;
     uo.local = transport::Endpoint{kLocalhost, 0};
     auto channel = transport::UdpChannel::Create(uo);
-    ASSERT_TRUE(channel.ok());
-    e.sw = std::move(dataplane::SwitchServer::Create(sc, std::move(*channel))).value();
+    ASSERT_TRUE(channel.ok()) << channel.status();
+    auto sw = dataplane::SwitchServer::Create(sc, std::move(*channel));
+    ASSERT_TRUE(sw.ok()) << sw.status();
+    e.sw = std::move(*sw);
     ASSERT_TRUE(e.sw->Start().ok());
     ServerOptions so;
     so.listen_address = "127.0.0.1:0";
-    e.ctl = std::move(ControllerServer::Start(so, e.sw.get(), e.sw.get())).value();
+    auto ctl = ControllerServer::Start(so, e.sw.get(), e.sw.get());
+    ASSERT_TRUE(ctl.ok()) << ctl.status();
+    e.ctl = std::move(*ctl);
     e.address = "127.0.0.1:" + std::to_string(e.ctl->port());
   }
+}
+
+// A standalone controller driving two switches over gRPC: jobs are placed on the switch with
+// the most free slots, ids route back to it, workers reach the controller and the switches by
+// address, and the reference Session path goes to the first switch.
+TEST(StandaloneControllerTest, DrivesTwoSwitchesOverGrpc) {
+  std::vector<EmbeddedSwitch> switches;
+  ASSERT_NO_FATAL_FAILURE(StartEmbeddedSwitches(2, 32, &switches));
   auto remote = RemoteSwitches::Connect({switches[0].address, switches[1].address}, 3s);
   ASSERT_TRUE(remote.ok()) << remote.status();
   ServerOptions so;
@@ -502,27 +513,8 @@ TEST(StandaloneControllerTest, DrivesTwoSwitchesOverGrpc) {
 // still answer at once (none waits for the dead switch until the deadline), calls routed to
 // the dead switch fail fast with Unavailable naming it, and new jobs go to the live switch.
 TEST(StandaloneControllerTest, ASwitchThatIsDownFailsFastAndStallsNothingElse) {
-  struct EmbeddedSwitch {
-    std::unique_ptr<dataplane::SwitchServer> sw;
-    std::unique_ptr<ControllerServer> ctl;
-    std::string address;
-  };
-  std::vector<EmbeddedSwitch> switches(2);
-  for (auto& e : switches) {
-    dataplane::SwitchConfig sc;
-    sc.num_slots = 64;
-    sc.max_workers = 8;
-    transport::UdpChannelOptions uo;
-    uo.local = transport::Endpoint{kLocalhost, 0};
-    auto channel = transport::UdpChannel::Create(uo);
-    ASSERT_TRUE(channel.ok());
-    e.sw = std::move(dataplane::SwitchServer::Create(sc, std::move(*channel))).value();
-    ASSERT_TRUE(e.sw->Start().ok());
-    ServerOptions so;
-    so.listen_address = "127.0.0.1:0";
-    e.ctl = std::move(ControllerServer::Start(so, e.sw.get(), e.sw.get())).value();
-    e.address = "127.0.0.1:" + std::to_string(e.ctl->port());
-  }
+  std::vector<EmbeddedSwitch> switches;
+  ASSERT_NO_FATAL_FAILURE(StartEmbeddedSwitches(2, 64, &switches));
   auto remote = RemoteSwitches::Connect({switches[0].address, switches[1].address}, 3s);
   ASSERT_TRUE(remote.ok()) << remote.status();
   ServerOptions so;
