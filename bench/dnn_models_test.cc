@@ -187,7 +187,9 @@ TEST(MakeBuckets, DdpStyleCap) {
       const uint64_t last = m.layers[b[i].first_layer].num_params * 4;  // added last (backward order)
       // Closed as soon as it reached the cap: without its last layer it was below the cap.
       EXPECT_LT(bytes - last, cap) << name << " bucket " << i;
-      if (i + 1 < b.size()) EXPECT_GE(bytes, cap) << name << " bucket " << i;
+      if (i + 1 < b.size()) {
+        EXPECT_GE(bytes, cap) << name << " bucket " << i;
+      }
     }
   }
   // VGG-19: classifier.6 + classifier.3 (20.9 M floats = 84 MB) pass 25 MiB together, and

@@ -218,7 +218,9 @@ TEST(EngineTest, Int32ExactUnderLossAndDuplication) {
     uint64_t retx = 0, dups = 0;
     for (auto& e : sim.engines_) { retx += e.stats().retransmissions; dups += e.stats().duplicates; }
     EXPECT_GT(retx, 0u);
-    if (seed == 3) EXPECT_GT(dups, 0u);
+    if (seed == 3) {
+      EXPECT_GT(dups, 0u);
+    }
   }
 }
 

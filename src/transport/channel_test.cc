@@ -126,7 +126,9 @@ TEST(GroupByDestinationTest, MoreThan256DestinationsLoseNothing) {
     ++seen[id];
     EXPECT_GT(static_cast<int>(id % 3), last_round[id / 3]);
     last_round[id / 3] = static_cast<int>(id % 3);
-    if (i < 256 * 3) EXPECT_EQ(id / 3, i / 3) << i;
+    if (i < 256 * 3) {
+      EXPECT_EQ(id / 3, i / 3) << i;
+    }
   }
   for (int n : seen) EXPECT_EQ(n, 1);
 }

@@ -488,8 +488,12 @@ TEST(UdpChannelTest, OffloadsDeliverEveryDatagramIntactInAnyCombination) {
     ASSERT_NE(a, nullptr);
     ASSERT_NE(r1, nullptr);
     ASSERT_NE(r2, nullptr);
-    if (gso) EXPECT_TRUE(a->gso_enabled());  // Linux >= 4.18
-    if (gro) EXPECT_TRUE(r1->gro_enabled());  // Linux >= 5.0
+    if (gso) {
+      EXPECT_TRUE(a->gso_enabled());  // Linux >= 4.18
+    }
+    if (gro) {
+      EXPECT_TRUE(r1->gro_enabled());  // Linux >= 5.0
+    }
     // 150 datagrams of 1034 bytes to r1 (more than one 64-segment message), then 7 to r2 of
     // which the last is shorter, then 3 empty ones to r1, then 5 alternating.
     struct Plan { Endpoint to; uint32_t size; int tag; };
