@@ -27,6 +27,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/backend.h"
+#include "bench/json_file.h"
 #include "bench/perf_metrics.h"
 #include "testing/exact_inputs.h"
 #include "tools/cli_util.h"
@@ -321,14 +322,12 @@ int Summarize(const std::vector<std::string>& files, const std::string& out_json
   std::vector<Run> runs;
   std::vector<std::string> labels;
   for (const std::string& path : files) {
-    std::ifstream f(path);
-    nlohmann::json j;
-    try {
-      f >> j;
-    } catch (const std::exception& e) {
-      std::cerr << "allreduce_perf summarize: error: cannot read " << path << ": " << e.what() << "\n";
+    StatusOr<nlohmann::json> parsed = ReadJsonFile(path);
+    if (!parsed.ok()) {
+      std::cerr << "allreduce_perf summarize: error: " << parsed.status().message() << "\n";
       return 1;
     }
+    const nlohmann::json& j = *parsed;
     Run r{j.value("label", path), j.value("workers", 0u), {}};
     for (const auto& row : j["rows"]) r.time_us[row.value("bytes", uint64_t{0})] = row.value("time_us", 0.0);
     if (std::find(labels.begin(), labels.end(), r.label) == labels.end()) labels.push_back(r.label);

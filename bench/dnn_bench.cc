@@ -39,6 +39,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/backend.h"
+#include "bench/json_file.h"
 #include "bench/dnn_models.h"
 #include "bench/perf_metrics.h"
 #include "testing/exact_inputs.h"
@@ -491,14 +492,12 @@ int Run(const DnnArgs& a) {
 int Summarize(const std::vector<std::string>& files, const std::string& out_json, const std::string& reference) {
   std::vector<nlohmann::json> runs;
   for (const std::string& path : files) {
-    std::ifstream f(path);
-    nlohmann::json j;
-    try {
-      f >> j;
-    } catch (const std::exception& e) {
-      std::cerr << "dnn_bench summarize: error: cannot read " << path << ": " << e.what() << "\n";
+    StatusOr<nlohmann::json> parsed = ReadJsonFile(path);
+    if (!parsed.ok()) {
+      std::cerr << "dnn_bench summarize: error: " << parsed.status().message() << "\n";
       return 1;
     }
+    nlohmann::json j = std::move(*parsed);
     if (!j.is_object() || !j.contains("model") || !j.contains("iteration_ms")) {
       std::cerr << "dnn_bench summarize: error: " << path << " is not the --json of a dnn_bench run\n";
       return 1;
