@@ -80,18 +80,8 @@ expect_exact() {
   pass "$name: every element right on every rank"
 }
 
-# restart_switch UDP_PORT CTL_PORT: like lib.sh's start_switch, on the given ports (a restart).
-restart_switch() {
-  rm -f "$WORK/ready"
-  "$SWITCHML" switch --bind 127.0.0.1 --port "$1" --controller-port "$2" --ready-file "$WORK/ready" \
-      > "$WORK/switch-restarted.log" 2>&1 &
-  SW_PID=$!
-  PIDS+=("$SW_PID")
-  for _ in $(seq 1 200); do [ -s "$WORK/ready" ] && break; sleep 0.05; done
-  [ -s "$WORK/ready" ] || { cat "$WORK/switch-restarted.log"; fail "switch did not restart on ports $1, $2"; }
-  UDP_PORT=$(json_get "$WORK/ready" "j['udp_port']")
-  CTL_PORT=$(json_get "$WORK/ready" "j['controller_port']")
-}
+# restart_switch UDP_PORT CTL_PORT: a switch on the given ports again (a restart).
+restart_switch() { start_switch_on "$1" "$2" switch-restarted.log; }
 
 # create_job CTL WORKERS [flags...]: sets JOB_ID and JOB_TOKEN.
 create_job() {

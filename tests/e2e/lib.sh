@@ -15,18 +15,24 @@ pass() { echo "ok: $*"; }
 # json_get FILE EXPR: evaluates a Python expression over the JSON document `j`.
 json_get() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
-# start_switch [extra flags...]: starts a switch on free ports; sets SW_PID, UDP_PORT, CTL_PORT.
-start_switch() {
+# start_switch_on UDP_PORT CTL_PORT LOG [extra flags...]: starts a switch on the given ports (0 =
+# a free one), output to $WORK/LOG; sets SW_PID, UDP_PORT, CTL_PORT.
+start_switch_on() {
+  local udp=$1 ctl=$2 log=$3
+  shift 3
   rm -f "$WORK/ready"
-  "$SWITCHML" switch --bind 127.0.0.1 --port 0 --controller-port 0 --ready-file "$WORK/ready" \
-      --counters-json "$WORK/switch-counters.json" "$@" > "$WORK/switch.log" 2>&1 &
+  "$SWITCHML" switch --bind 127.0.0.1 --port "$udp" --controller-port "$ctl" --ready-file "$WORK/ready" \
+      "$@" > "$WORK/$log" 2>&1 &
   SW_PID=$!
   PIDS+=("$SW_PID")
   for _ in $(seq 1 200); do [ -s "$WORK/ready" ] && break; sleep 0.05; done
-  [ -s "$WORK/ready" ] || { cat "$WORK/switch.log"; fail "switch did not start"; }
+  [ -s "$WORK/ready" ] || { cat "$WORK/$log"; fail "switch did not start (ports $udp, $ctl)"; }
   UDP_PORT=$(json_get "$WORK/ready" "j['udp_port']")
   CTL_PORT=$(json_get "$WORK/ready" "j['controller_port']")
 }
+
+# start_switch [extra flags...]: starts a switch on free ports, counters to switch-counters.json.
+start_switch() { start_switch_on 0 0 switch.log --counters-json "$WORK/switch-counters.json" "$@"; }
 
 stop_switch() {
   kill -TERM "$SW_PID"
