@@ -10,6 +10,7 @@
 // and the scalar fallback), so the SIMD speedup can be read off. Not a CTest test.
 //
 //   quantizer_bench --benchmark_filter='Memcpy|QuantizeDequantize'
+//   bench/run_quantizer.sh      (interleaved repetitions, medians and ratios to memcpy)
 
 #include <benchmark/benchmark.h>
 
@@ -105,6 +106,40 @@ void BM_QuantizeDequantize(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBufferBytes));
 }
 BENCHMARK(BM_QuantizeDequantize)->Apply(TargetArgs);
+
+// The same kernels in the order the client engine runs them (spec §5.8.2): the packet sent for
+// block p carries block p's exponent and block p - window's quantized data, and the result for
+// block p - window is dequantized when it returns. So the exponent scan runs `window` blocks
+// ahead of quantize and dequantize (window = 64 packets, the default).
+void BM_WorkerOrder(benchmark::State& state) {
+  ScopedTarget target(state);
+  Buffers& buf = Shared();
+  constexpr size_t kWindow = 64;
+  constexpr size_t kBlocks = kNumElements / kPacketElements;
+  alignas(64) uint8_t packet[4 * kPacketElements];
+  std::vector<float> scales(kWindow, 1.0f);
+  for (auto _ : state) {
+    for (size_t p = 0; p < kBlocks + kWindow; ++p) {
+      float next_scale = 1.0f;
+      if (p < kBlocks) {
+        int8_t e = 0;
+        BlockExponent(&buf.input[p * kPacketElements], kPacketElements, &e);
+        next_scale = ScaleForExponent(e, kWorkers);
+      }
+      if (p >= kWindow) {
+        const size_t b = p - kWindow;
+        const float s = scales[p % kWindow];
+        QuantizeToBE(&buf.input[b * kPacketElements], kPacketElements, s, kWorkers, packet);
+        DequantizeFromBE(packet, kPacketElements, s, &buf.output[b * kPacketElements]);
+      }
+      scales[p % kWindow] = next_scale;
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBufferBytes));
+}
+BENCHMARK(BM_WorkerOrder)->Apply(TargetArgs);
+
 
 void BM_BlockExponent(benchmark::State& state) {
   ScopedTarget target(state);
