@@ -113,17 +113,23 @@ const Options& Context::options() const { return impl_->options(); }
 
 namespace client {
 
-Status CheckFinite(const float* x, size_t n) {
-  constexpr size_t kChunk = 4096;
-  for (size_t off = 0; off < n; off += kChunk) {
-    const size_t len = std::min(kChunk, n - off);
-    int8_t e;
-    if (quant::BlockExponent(x + off, len, &e)) continue;
+Status BlockExponents(const float* x, size_t n, uint32_t block, int8_t* exps, size_t index_base) {
+  for (size_t off = 0, b = 0; off < n; off += block, ++b) {
+    const size_t len = std::min<size_t>(block, n - off);
+    if (quant::BlockExponent(x + off, len, &exps[b])) continue;
     for (size_t i = off; i < off + len; ++i) {
       if (!std::isfinite(x[i])) {
-        return InvalidArgumentError("float32 input element " + std::to_string(i) + " is " +
+        return InvalidArgumentError("float32 input element " + std::to_string(index_base + i) + " is " +
                                     (std::isnan(x[i]) ? "NaN" : "infinite") +
                                     "; SwitchML quantization needs finite values");
+      }
+    }
+    // Finite but |x| >= 2^127: its exponent does not fit the wire's int8 field.
+    for (size_t i = off; i < off + len; ++i) {
+      if (std::fabs(x[i]) >= 0x1p127f) {
+        return InvalidArgumentError("float32 input element " + std::to_string(index_base + i) + " is " +
+                                    std::to_string(x[i]) +
+                                    "; SwitchML quantization needs |x| < 2^127");
       }
     }
   }
@@ -312,22 +318,40 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
     if (a < b + bytes && b < a + bytes)
       return Failed(InvalidArgumentError("in and out overlap without being identical (use in == out for in place)"));
   }
-  if (type == DataType::kFloat32 && n > 0) {
-    if (Status s = CheckFinite(static_cast<const float*>(in), n); !s.ok()) return Failed(s);
-  }
   if (broken()) {
     return Failed(FailedPreconditionError("context unusable after an earlier failure: " + broken_status().ToString()));
   }
   auto job = std::make_shared<JobState>();
   const uint32_t threads = uint32_t(workers_.size());
+  // Slicing of spec §5.4: thread t gets the same elements on every worker.
+  const size_t base = n / threads, rem = n % threads;
+  auto slice_offset = [&](uint32_t t) { return t < rem ? t * (base + 1) : t * base + rem; };
+  auto slice_length = [&](uint32_t t) { return t < rem ? base + 1 : base; };
+  // float32: one pass over the input computes every block's exponent before anything is sent,
+  // and rejects Inf/NaN input as an argument error (nothing sent, the context stays usable).
+  // The engines use these exponents instead of scanning the input a second time.
+  std::vector<size_t> first_block(threads, 0);
+  if (type == DataType::kFloat32 && n > 0) {
+    const uint32_t block = options_.elements_per_packet;
+    size_t blocks = 0;
+    for (uint32_t t = 0; t < threads; ++t) {
+      first_block[t] = blocks;
+      blocks += (slice_length(t) + block - 1) / block;
+    }
+    job->exponents.resize(blocks);
+    for (uint32_t t = 0; t < threads; ++t) {
+      const size_t offset = slice_offset(t);
+      Status s = BlockExponents(static_cast<const float*>(in) + offset, slice_length(t), block,
+                                job->exponents.data() + first_block[t], offset);
+      if (!s.ok()) return Failed(s);
+    }
+  }
   std::lock_guard lock(submit_mu_);
   job->id = next_job_id_++;
   job->remaining_slices = int(threads);
-  // Slicing of spec §5.4: thread t gets the same elements on every worker.
-  const size_t base = n / threads, rem = n % threads;
   for (uint32_t t = 0; t < threads; ++t) {
-    const size_t len = t < rem ? base + 1 : base;
-    const size_t offset = t < rem ? t * (base + 1) : t * base + rem;
+    const size_t len = slice_length(t);
+    const size_t offset = slice_offset(t);
     SliceTask task;
     task.job = job;
     task.spec.job_id = job->id;
@@ -335,6 +359,7 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
     task.spec.in = static_cast<const uint8_t*>(in) + offset * 4;
     task.spec.out = static_cast<uint8_t*>(out) + offset * 4;
     task.spec.num_elements = len;
+    if (!job->exponents.empty()) task.spec.exponents = job->exponents.data() + first_block[t];
     if (n == 0) task.spec.in = task.spec.out = nullptr;
     workers_[t]->Enqueue(std::move(task));
   }

@@ -32,6 +32,7 @@ struct JobState {
   bool done = false;
   Status status;
   int remaining_slices = 0;  // guarded by mu
+  std::vector<int8_t> exponents;  // float32: every slice's block exponents (SliceSpec::exponents)
 };
 
 struct SliceTask {
@@ -118,7 +119,9 @@ class ContextImpl {
   std::atomic<uint64_t> jobs_submitted_{0}, jobs_completed_{0}, jobs_failed_{0};
 };
 
-// Returns INVALID_ARGUMENT naming the first element that is Inf or NaN, or OK.
-Status CheckFinite(const float* x, size_t n);
+// Computes the exponent of every block of `block` elements of x[0..n) into exps
+// (ceil(n / block) entries; quant::BlockExponent). Returns INVALID_ARGUMENT naming the first
+// element that is Inf or NaN (or too large to quantize) by its index plus index_base, or OK.
+Status BlockExponents(const float* x, size_t n, uint32_t block, int8_t* exps, size_t index_base);
 
 }  // namespace switchml::client

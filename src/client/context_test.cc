@@ -191,6 +191,28 @@ TEST(ContextTest, BadArgumentsAreReportedThroughTheHandle) {
   EXPECT_EQ(empty.Wait().code(), StatusCode::kFailedPrecondition);
 }
 
+TEST(ContextTest, NonFiniteInputInALaterSliceIsNamedByItsIndexInTheTensor) {
+  // Three threads: the tensor is cut into three slices, each scanned for its block exponents
+  // before anything is sent; the error names the element's index in the whole tensor.
+  LoopbackCluster c(1, FastOptions(3));
+  std::vector<float> buf(1000, 0.5f);
+  buf[901] = -std::numeric_limits<float>::infinity();
+  Status s = c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("element 901 is infinite"), std::string::npos) << s;
+  buf[901] = 3e38f;  // finite, but its exponent (128) does not fit the wire's int8
+  s = c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("element 901 is"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("2^127"), std::string::npos) << s;
+  // Nothing was sent: the context still works, and the result uses the scanned exponents.
+  buf[901] = 0.25f;
+  ASSERT_TRUE(c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32).ok());
+  EXPECT_EQ(buf[0], 0.5f);
+  EXPECT_EQ(buf[901], 0.25f);
+  EXPECT_EQ(buf[999], 0.5f);
+}
+
 TEST(ContextTest, MissingPeerTimesOutThenContextIsBroken) {
   // Two workers registered, only rank 0 submits: its job must fail within the job timeout.
   Options o = FastOptions();

@@ -73,11 +73,14 @@ void SliceEngine::BuildPacket(uint32_t p, TimePoint now) {
   h.set = s.set;
   uint8_t* payload = buf + wire::kPrefixBytes;
   const bool is_float = slice_.type == DataType::kFloat32;
-  if (is_float && p < blocks_) {
+  if (is_float && p < blocks_ && slice_.exponents != nullptr) {
+    h.exp0 = slice_.exponents[p];
+  } else if (is_float && p < blocks_) {
     int8_t e = 0;
     const float* x = static_cast<const float*>(slice_.in) + uint64_t{p} * n;
     if (!quant::BlockExponent(x, BlockLength(p), &e)) {
-      // Input is checked for finiteness at submission; reaching this means it changed since.
+      // ContextImpl::Submit checks the input and passes the exponents; an engine driven without
+      // them (tests, tools) fails the slice here.
       Finish(InvalidArgumentError("float32 input of job " + std::to_string(slice_.job_id) +
                                   " became non-finite while the job ran"));
       return;

@@ -59,6 +59,10 @@ struct SliceSpec {
   const void* in = nullptr;  // first element of the slice
   void* out = nullptr;
   size_t num_elements = 0;
+  // float32 only, optional: the exponent of every block (ceil(num_elements / elements_per_packet)
+  // entries), computed before the job started (ContextImpl::Submit does, in the same pass that
+  // rejects Inf/NaN input). Null: the engine computes each block's exponent when it sends it.
+  const int8_t* exponents = nullptr;
 };
 
 struct EngineStats {
