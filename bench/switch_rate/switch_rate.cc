@@ -12,12 +12,12 @@
 //    other set bit (round r uses set r & 1, tsi r), so contract C4 holds and every packet is
 //    aggregated without retransmissions. Packets are built once (payload = k+1 in every int32
 //    element); only the 10-byte prefix is rewritten per send.
-//  * --mode switch: an in-process dataplane::SwitchServer (the production I/O loop: RecvBurst(32)
+//  * --mode switch: an in-process dataplane::SwitchServer (the production I/O loop: RecvBurstNoCopy(32)
 //    → SwitchCore::ProcessBurst → GroupByDestination → SendBurst) with a UdpChannel; the workers
 //    register as ranks of the reference session (job 0) in port mode. A round of slot s
 //    completes when all n workers' packets arrived; each worker then gets the sum n(n+1)/2.
 //  * --mode forward: a plain forwarder thread with the same I/O method (a UdpChannel with the same
-//    options, RecvBurst(32) → echo every datagram to its sender → GroupByDestination →
+//    options, RecvBurstNoCopy(32) → echo every datagram to its sender → GroupByDestination →
 //    SendBurst): the limit of that I/O path on this machine. Each echo is a completed "round".
 // Both modes report requests/s into the switch (forwarder), responses/s out of it, the CPU time
 // of its thread per request, and its syscalls per request; the switch/forwarder request-rate
@@ -245,17 +245,15 @@ class ForwarderDut final : public DeviceUnderTest {
     tid_.store(GetTid(), std::memory_order_release);
     auto bytes = std::make_unique<uint8_t[]>(kRxBurst * wire::kMaxPacketBytes);
     std::array<RxDatagram, kRxBurst> rx{};
-    for (size_t i = 0; i < kRxBurst; ++i) {
-      rx[i].data = bytes.get() + i * wire::kMaxPacketBytes;
-      rx[i].capacity = uint32_t(wire::kMaxPacketBytes);
-    }
     std::vector<TxDatagram> tx;
     std::vector<TxDatagram> grouped;
     tx.reserve(kRxBurst);
     uint64_t received = 0;
     uint64_t sent = 0;
     while (!stop_.load(std::memory_order_acquire)) {
-      StatusOr<size_t> got = channel_->RecvBurst(rx, dataplane::SwitchServer::kRecvTimeout);
+      // As SwitchServer::Run: in place (views valid until the next receive, after the echo).
+      transport::PointAt(rx, bytes.get(), uint32_t(wire::kMaxPacketBytes));
+      StatusOr<size_t> got = channel_->RecvBurstNoCopy(rx, dataplane::SwitchServer::kRecvTimeout);
       if (!got.ok()) {
         std::cerr << "forwarder: " << got.status() << "\n";
         std::this_thread::sleep_for(std::chrono::milliseconds(1));

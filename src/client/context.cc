@@ -206,10 +206,6 @@ Status Worker::RunSlice(SliceTask& task) {
   transport::RxDatagram rx[kBurst];
   static thread_local std::vector<uint8_t> rx_storage;
   rx_storage.resize(kBurst * wire::kMaxPacketBytes);
-  for (size_t i = 0; i < kBurst; ++i) {
-    rx[i].data = rx_storage.data() + i * wire::kMaxPacketBytes;
-    rx[i].capacity = uint32_t(wire::kMaxPacketBytes);
-  }
   uint64_t iterations = 0;
   while (engine_.active()) {
     if (stop_.load(std::memory_order_acquire)) {
@@ -242,7 +238,10 @@ Status Worker::RunSlice(SliceTask& task) {
     const TimePoint now = Clock::now();
     auto wait = std::chrono::duration_cast<std::chrono::microseconds>(engine_.NextDeadline() - now);
     wait = std::clamp(wait, std::chrono::microseconds(0), std::chrono::microseconds(stalled ? 50 : 100000));
-    auto got = channel_->RecvBurst(rx, wait);
+    // In place where the channel stages datagrams (UDP GRO): OnDatagram reads each result once,
+    // straight from the channel's buffer, into the output tensor.
+    transport::PointAt(rx, rx_storage.data(), uint32_t(wire::kMaxPacketBytes));
+    auto got = channel_->RecvBurstNoCopy(rx, wait);
     if (!got.ok()) {
       engine_.Abort(got.status().WithContext("receiving from the switch"));
       break;

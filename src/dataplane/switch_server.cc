@@ -168,7 +168,10 @@ void SwitchServer::Run() {
       last_sweep = now;
       ExpireIdleJobs(now);
     }
-    StatusOr<size_t> got = channel_->RecvBurst(rx_, kRecvTimeout);
+    // In place where the channel stages datagrams itself (UDP GRO): no copy per datagram. The
+    // views stay valid through ProcessBurst, which copies what it keeps into the aggregators.
+    transport::PointAt(rx_, rx_bytes_.get(), uint32_t(wire::kMaxPacketBytes));
+    StatusOr<size_t> got = channel_->RecvBurstNoCopy(rx_, kRecvTimeout);
     if (!got.ok()) {
       ++io_counters_.recv_errors;
       RecordError(got.status());

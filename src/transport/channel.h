@@ -70,6 +70,17 @@ class Channel {
   virtual StatusOr<size_t> RecvBurst(std::span<RxDatagram> batch,
                                      std::chrono::microseconds timeout) = 0;
 
+  // Like RecvBurst, but a channel that stages datagrams in its own memory (UdpChannel with GRO)
+  // may hand them out in place instead of copying each into the caller's buffer: on return
+  // batch[i].data may point into the channel, valid until the next receive call on this
+  // channel. Sizes and truncation are as with copying (at most `capacity` bytes). The caller sets up its own buffers as for RecvBurst (used
+  // where no staging is involved) and must point the batch back at them before every call
+  // (PointAt below). The default implementation is RecvBurst.
+  virtual StatusOr<size_t> RecvBurstNoCopy(std::span<RxDatagram> batch,
+                                           std::chrono::microseconds timeout) {
+    return RecvBurst(batch, timeout);
+  }
+
   // The address peers send to in order to reach this channel.
   virtual Endpoint local_endpoint() const = 0;
 
@@ -82,6 +93,15 @@ class Channel {
   // "udp 127.0.0.1:40001" — for logs and error messages.
   virtual std::string Describe() const = 0;
 };
+
+// Points batch[i] at storage + i * capacity with that capacity: the caller's own receive
+// buffers, before each RecvBurstNoCopy.
+inline void PointAt(std::span<RxDatagram> batch, uint8_t* storage, uint32_t capacity) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    batch[i].data = storage + i * size_t{capacity};
+    batch[i].capacity = capacity;
+  }
+}
 
 // Reorders `batch` into `out` so that datagrams to the same destination are adjacent (the order
 // of first appearance of each destination, and the order among one destination's datagrams,

@@ -397,9 +397,14 @@ size_t UdpChannel::DrainStaged(std::span<RxDatagram> batch) {
     const uint32_t segment = staged_segment_[m] != 0 ? staged_segment_[m] : std::max(len, 1u);
     const uint32_t piece = std::min(segment, len - staged_offset_);  // 0 for an empty datagram
     RxDatagram& d = batch[n++];
-    const uint8_t* src = staging_.get() + size_t{m} * kGroBufferBytes + staged_offset_;
+    uint8_t* src = staging_.get() + size_t{m} * kGroBufferBytes + staged_offset_;
+    // Lending keeps the copy's semantics: at most `capacity` bytes, longer ones flagged.
     d.size = std::min(piece, d.capacity);
-    if (d.size > 0) memcpy(d.data, src, d.size);
+    if (lend_) {
+      d.data = src;
+    } else if (d.size > 0) {
+      memcpy(d.data, src, d.size);
+    }
     d.truncated = piece > d.capacity || (rx_msgs_[m].msg_hdr.msg_flags & MSG_TRUNC) != 0;
     d.from = FromSockaddr(rx_addr_[m]);
     stats_.truncated += d.truncated ? 1 : 0;
@@ -420,8 +425,8 @@ StatusOr<size_t> UdpChannel::RecvOnce(std::span<RxDatagram> batch) {
   if (gro_enabled_) {
     // What the last recvmmsg left in the staging buffers goes first, without a syscall.
     got = DrainStaged(batch);
-    if (got == batch.size()) {
-      last_recv_full_ = true;
+    if (got == batch.size() || (lend_ && got > 0)) {
+      last_recv_full_ = got == batch.size() || staged_next_ < staged_count_;
       return got;
     }
     n = gro_slots_;
@@ -559,12 +564,21 @@ StatusOr<size_t> UdpChannel::RecvBurst(std::span<RxDatagram> batch,
     }
   }
   // The batch is larger than one syscall moves and the last call came back full: take what
-  // else is already queued, without waiting.
-  while (got < batch.size() && last_recv_full_) {
+  // else is already queued, without waiting (not when lending: that would refill the staging
+  // buffers under the datagrams just handed out).
+  while (got < batch.size() && last_recv_full_ && !lend_) {
     SWITCHML_ASSIGN_OR_RETURN(size_t more, RecvOnce(batch.subspan(got)));
     if (more == 0) break;
     got += more;
   }
+  return got;
+}
+
+StatusOr<size_t> UdpChannel::RecvBurstNoCopy(std::span<RxDatagram> batch,
+                                             std::chrono::microseconds timeout) {
+  lend_ = gro_enabled_;
+  StatusOr<size_t> got = RecvBurst(batch, timeout);
+  lend_ = false;
   return got;
 }
 

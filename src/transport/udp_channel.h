@@ -13,7 +13,8 @@
 //    datagrams: receivers without GRO, and the reference switch, see no difference.
 //  * GRO (UDP_GRO, Linux ≥ 5.0): the receiving socket accepts such runs whole (and the runs GRO
 //    coalesced in the driver); RecvBurst splits them at the segment size given in the UDP_GRO
-//    control message, copying each datagram into the caller's buffer.
+//    control message, copying each datagram into the caller's buffer, and RecvBurstNoCopy
+//    hands out pointers into the staging buffers instead.
 // Both are on by default and switch themselves off when the kernel lacks them; GSO also falls
 // back, per datagram size, when the kernel or the device refuses it (for example a datagram that
 // needs IP fragmentation on the path). The socket is non-blocking: SendBurst never waits (it
@@ -125,6 +126,14 @@ class UdpChannel final : public Channel {
   StatusOr<size_t> RecvBurst(std::span<RxDatagram> batch,
                              std::chrono::microseconds timeout) override;
 
+  // With GRO on, hands out datagrams in place in the staging buffers instead of copying them
+  // (one memcpy of every received byte less); see Channel::RecvBurstNoCopy. Datagrams already
+  // staged are returned without a syscall, and a call makes at most one recvmmsg, after which
+  // it hands out only what that call received (the staging buffers are not refilled while
+  // views into them are out). Without GRO, the same as RecvBurst.
+  StatusOr<size_t> RecvBurstNoCopy(std::span<RxDatagram> batch,
+                                   std::chrono::microseconds timeout) override;
+
   // The bound address (getsockname): the actual port even if an ephemeral one was asked for.
   // ipv4 is 0 when bound to any address; use LocalIpv4For() for the address peers should use.
   Endpoint local_endpoint() const override { return local_; }
@@ -166,7 +175,8 @@ class UdpChannel final : public Channel {
   // run (or per datagram). Returns the number of messages; tx_segs_[m] = datagrams in message m.
   uint32_t BuildMessages(std::span<const TxDatagram> rest);
   // One recvmmsg(MSG_DONTWAIT) into batch (at most max_burst) — or, with GRO, into the staging
-  // buffers, after first handing out what an earlier call left there. Returns datagrams stored
+  // buffers, after first handing out what an earlier call left there (when lending, only that:
+  // no recvmmsg over staged datagrams already handed out). Returns datagrams stored
   // in batch (0 = none queued) or an error. Sets last_recv_full_ when the syscall came back
   // with every message slot filled (more may be queued).
   StatusOr<size_t> RecvOnce(std::span<RxDatagram> batch);
@@ -190,6 +200,8 @@ class UdpChannel final : public Channel {
   // GSO is used only for datagrams of at most this size (lowered when the kernel refuses one).
   uint32_t gso_max_datagram_ = 0;
   bool last_recv_full_ = false;
+  // Set during RecvBurstNoCopy: DrainStaged lends staging memory instead of copying.
+  bool lend_ = false;
 
   // Scratch for one syscall, max_burst_ entries each, allocated once: messages, one iovec per
   // datagram, one address and one control buffer per message.

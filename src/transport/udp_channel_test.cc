@@ -474,10 +474,15 @@ TEST(UdpChannelTest, FloodNeverBlocksTheSender) {
 // Datagrams of mixed sizes and destinations, one SendBurst: each receiver gets exactly its own,
 // in order, byte for byte, whether sender and receiver use the offloads or not. Runs include a
 // shorter last datagram, empty datagrams and runs longer than one GSO message.
+// Every combination of GSO, GRO, copying or in-place receive (RecvBurstNoCopy) and receive
+// batch size (small: GRO runs are handed out over several calls; large: one call would take
+// more than one recvmmsg returns).
 TEST(UdpChannelTest, OffloadsDeliverEveryDatagramIntactInAnyCombination) {
-  for (int mode = 0; mode < 4; ++mode) {
-    const bool gso = (mode & 1) != 0, gro = (mode & 2) != 0;
-    SCOPED_TRACE("gso " + std::to_string(gso) + " gro " + std::to_string(gro));
+  for (int mode = 0; mode < 16; ++mode) {
+    const bool gso = (mode & 1) != 0, gro = (mode & 2) != 0, nocopy = (mode & 4) != 0;
+    const size_t batch = (mode & 8) != 0 ? 300 : 5;
+    SCOPED_TRACE("gso " + std::to_string(gso) + " gro " + std::to_string(gro) + " nocopy " +
+                 std::to_string(nocopy) + " batch " + std::to_string(batch));
     UdpChannelOptions so, ro;
     so.gso = gso;
     so.max_burst = 256;
@@ -531,15 +536,20 @@ TEST(UdpChannelTest, OffloadsDeliverEveryDatagramIntactInAnyCombination) {
       for (size_t k = 0; k < plan.size(); ++k) {
         if (plan[k].tag == tag) expect.push_back(k);
       }
-      std::vector<std::vector<uint8_t>> rb(5, std::vector<uint8_t>(5000));
-      std::vector<RxDatagram> rx(5);
-      size_t got = 0;
+      std::vector<uint8_t> storage(batch * 5000);
+      std::vector<RxDatagram> rx(batch);
+      size_t got = 0, lent = 0;
       const auto deadline = std::chrono::steady_clock::now() + 2s;
       while (got < expect.size() && std::chrono::steady_clock::now() < deadline) {
-        for (size_t q = 0; q < rx.size(); ++q) rx[q] = Buffer(rb[q].data(), 5000);
-        auto n = rcv->RecvBurst(rx, 100ms);
+        PointAt(rx, storage.data(), 5000);
+        auto n = nocopy ? rcv->RecvBurstNoCopy(rx, 100ms) : rcv->RecvBurst(rx, 100ms);
         ASSERT_TRUE(n.ok()) << n.status();
+        // Checked after the call returned: datagrams handed out in place must not have been
+        // overwritten by anything the same call received.
         for (size_t q = 0; q < *n; ++q, ++got) {
+          const bool in_place = rx[q].data < storage.data() ||
+                                rx[q].data >= storage.data() + storage.size();
+          lent += in_place ? 1 : 0;
           ASSERT_LT(got, expect.size());
           const Plan& p = plan[expect[got]];
           ASSERT_EQ(rx[q].size, p.size) << "datagram " << got;
@@ -552,6 +562,12 @@ TEST(UdpChannelTest, OffloadsDeliverEveryDatagramIntactInAnyCombination) {
       }
       EXPECT_EQ(got, expect.size());
       EXPECT_EQ(rcv->stats().received, expect.size());
+      // In place exactly when asked for and GRO stages the datagrams.
+      if (nocopy && gro) {
+        EXPECT_EQ(lent, expect.size());
+      } else {
+        EXPECT_EQ(lent, 0u);
+      }
       // Over loopback a GSO run reaches a GRO socket whole; without GRO the kernel splits it.
       if (gso && gro) {
         EXPECT_GT(rcv->stats().gro_messages, 0u);
@@ -583,6 +599,20 @@ TEST(UdpChannelTest, GroRunIntoSmallBuffersTruncatesEachDatagramSeparately) {
     EXPECT_EQ(rx[k].data[599], Pattern(4, k, 599));
   }
   EXPECT_EQ(b->stats().truncated, 10u);
+  // In place, the same: the caller's capacity bounds the size and longer datagrams are flagged.
+  SendAll(*a, b->local_endpoint(), 5, 10, 1000);
+  for (size_t k = 0; k < rx.size(); ++k) rx[k] = Buffer(bufs[k].data(), 600);
+  n = b->RecvBurstNoCopy(rx, 1s);
+  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_EQ(*n, 10u);
+  for (uint32_t k = 0; k < 10; ++k) {
+    EXPECT_EQ(rx[k].size, 600u);
+    EXPECT_TRUE(rx[k].truncated);
+    EXPECT_NE(rx[k].data, bufs[k].data());  // handed out in place
+    EXPECT_EQ(rx[k].data[0], Pattern(5, k, 0));
+    EXPECT_EQ(rx[k].data[599], Pattern(5, k, 599));
+  }
+  EXPECT_EQ(b->stats().truncated, 20u);
 }
 
 // A path MTU below the datagram size makes the kernel refuse GSO (a segment would need IP
