@@ -24,6 +24,7 @@ OUT=""
 WORKERS="2 4"
 BACKENDS="switchml,gloo,mpi,mpi-tuned"
 MIN=4KiB MAX=64MiB FACTOR=4 ITERS=5 WARMUP=1 TYPE=float32 TIMEOUT=900
+ELEMENTS=1024  # lo's MTU is 64 KiB: jumbo payloads (size code 5) fit
 EXTRA=()
 
 usage() {
@@ -35,6 +36,8 @@ Options:
   --backends LIST       comma separated: switchml,gloo,mpi,mpi-tuned (default: all four)
   --min-bytes S --max-bytes S --step-factor F --iters N --warmup N --type float32|int32
   --timeout S           kill a run after S seconds (default $TIMEOUT)
+  --elements-per-packet N   SwitchML packet payload: 64, 256, 512 or 1024 elements (default
+                        $ELEMENTS: lo's 64 KiB MTU carries jumbo payloads; 256 is the reference's)
   --perf BIN --switchml BIN --mpirun BIN   binaries (default: build/allreduce_perf, build/switchml)
   --out DIR             JSON, logs and summary go here (default: a new directory under /tmp)
   --perf-arg ARG        extra flag for every allreduce_perf rank (repeatable; also --perf-arg=ARG)
@@ -53,6 +56,7 @@ while [ $# -gt 0 ]; do
     --warmup) WARMUP="$2"; shift ;;
     --type) TYPE="$2"; shift ;;
     --timeout) TIMEOUT="$2"; shift ;;
+    --elements-per-packet) ELEMENTS="$2"; shift ;;
     --perf) PERF="$2"; shift ;;
     --switchml) SWITCHML="$2"; shift ;;
     --mpirun) MPIRUN="$2"; shift ;;
@@ -70,7 +74,8 @@ done
 mkdir -p "$OUT/logs"
 rm -f "$OUT"/*.json
 
-common=(-b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -d "$TYPE" --iface lo "${EXTRA[@]}")
+common=(-b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -d "$TYPE" --iface lo
+        --elements-per-packet "$ELEMENTS" "${EXTRA[@]}")
 SCENARIO=loopback
 SWITCH_IP=127.0.0.1
 SWITCH_FLAGS=()
@@ -83,7 +88,7 @@ mpi_prefix() { "$@"; }
 source "$here/scenario_lib.sh"
 
 echo "# loopback scenario: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)," \
-     "workers {${WORKERS}}, backends {${BACKENDS}}, $MIN..$MAX x$FACTOR, $ITERS iterations, output in $OUT"
+     "workers {${WORKERS}}, backends {${BACKENDS}}, $MIN..$MAX x$FACTOR, $ITERS iterations, SwitchML $ELEMENTS elements per packet, output in $OUT"
 
 IFS=',' read -r -a backend_list <<<"$BACKENDS"
 for n in $WORKERS; do

@@ -99,6 +99,13 @@ int Run(const AllReduceArgs& a) {
     uint64_t checksum = 0;
     for (uint32_t it = 0; it < a.job.warmup + a.job.iters; ++it) {
       if (a.inplace && it > 0) fill();
+      // Barrier (a one-element all-reduce completes only after every worker contributed): a
+      // worker still verifying the previous iteration must not steal CPU from the others'
+      // timed iteration on a shared host, nor count as their time.
+      int32_t one = 1, ready = 0;
+      if (Status s = (*ctx)->AllReduce(&one, &ready, 1, DataType::kInt32); !s.ok() || ready != int32_t(a.workers))
+        return fail("barrier before iteration " + std::to_string(it) + ": " +
+                    (s.ok() ? "sum " + std::to_string(ready) + ", want " + std::to_string(a.workers) : s.ToString()));
       const auto t0 = std::chrono::steady_clock::now();
       Status s = (*ctx)->AllReduce(in.data(), out, count, type);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
