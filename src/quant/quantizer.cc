@@ -120,6 +120,26 @@ HWY_INLINE hn::Vec<DI32> RoundAndClamp(DI32 di32, VF p, hn::Vec<DI32> v_limit,
 #endif
 }
 
+#undef SWITCHML_QUANT_RAW_CVT  // defined once per target
+#if HWY_ARCH_X86 && (HWY_TARGET <= HWY_AVX3 || HWY_TARGET == HWY_AVX2 || \
+                     HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3)
+#define SWITCHML_QUANT_RAW_CVT 1
+// cvtps2dq without Highway's overflow fix-up (an out-of-range lane gives INT32_MIN): for
+// callers that make positive overflow impossible first.
+template <class VF>
+HWY_INLINE auto RawNearestInt(VF p) {
+#if HWY_TARGET <= HWY_AVX3
+  return hn::Vec512<int32_t>{_mm512_cvtps_epi32(p.raw)};
+#elif HWY_TARGET == HWY_AVX2
+  return hn::Vec256<int32_t>{_mm256_cvtps_epi32(p.raw)};
+#else
+  return hn::Vec128<int32_t>{_mm_cvtps_epi32(p.raw)};
+#endif
+}
+#else
+#define SWITCHML_QUANT_RAW_CVT 0
+#endif
+
 // Calls `full(i)` for whole vectors starting at element i and `part(i, count)` (count < lanes)
 // for the elements around them, so that every `full` call's access to `align_to` (4-byte
 // elements: the output, or the input of a kernel without one) is vector-aligned: a head of
@@ -241,20 +261,38 @@ void QuantizeToBEImpl(const float* HWY_RESTRICT x, size_t n, float scale, uint32
   const auto v_neg_limit = hn::Set(di, -limit);
 
   // q = clamp(rne(x * s), ±limit); ±Inf products (x beyond the contract) give ±limit too.
-  auto quantize = [&](hn::Vec<decltype(df)> v) {
-    const auto product = hn::Mul(v, v_scale);
-    const auto q = RoundAndClamp(di, product, v_limit, v_neg_limit, v_limit_f, v_neg_limit_f);
-    return ToFromBE32(du, hn::BitCast(du, q));
+  auto run = [&](auto round_and_clamp) {
+    auto quantize = [&](hn::Vec<decltype(df)> v) {
+      return ToFromBE32(du, hn::BitCast(du, round_and_clamp(hn::Mul(v, v_scale))));
+    };
+    ForEachVector(
+        n, lanes, dst,
+        [&](size_t i) {
+          PrefetchNext<false>(x, i + n);
+          StoreBytesU(quantize(hn::LoadU(df, x + i)), du, dst + 4 * i);
+        },
+        [&](size_t i, size_t count) {
+          StoreBytesPart(quantize(LoadPart(df, x + i, count)), du, dst + 4 * i, count);
+        });
   };
-  ForEachVector(
-      n, lanes, dst,
-      [&](size_t i) {
-        PrefetchNext<false>(x, i + n);
-        StoreBytesU(quantize(hn::LoadU(df, x + i)), du, dst + 4 * i);
-      },
-      [&](size_t i, size_t count) {
-        StoreBytesPart(quantize(LoadPart(df, x + i, count)), du, dst + 4 * i, count);
-      });
+#if SWITCHML_QUANT_RAW_CVT
+  constexpr float kBelow2p31 = 2147483520.0f;  // the largest float below 2^31
+  if (num_workers >= 2) {  // limit <= 2^30 - 1 < kBelow2p31
+    // Three instructions fewer per vector than RoundAndClamp, same results: products are capped
+    // at kBelow2p31 (> limit) so the conversion cannot overflow upwards, one below -2^31 gives
+    // INT32_MIN, and the integer clamp maps both to ±limit. (With one worker limit = INT32_MAX
+    // lies above kBelow2p31 and a product >= 2^31 must give INT32_MAX, so it takes the other
+    // path.)
+    const auto v_cvt_max = hn::Set(df, kBelow2p31);
+    run([&](hn::Vec<decltype(df)> p) {
+      return hn::Min(hn::Max(RawNearestInt(hn::Min(p, v_cvt_max)), v_neg_limit), v_limit);
+    });
+    return;
+  }
+#endif
+  run([&](hn::Vec<decltype(df)> p) {
+    return RoundAndClamp(di, p, v_limit, v_neg_limit, v_limit_f, v_neg_limit_f);
+  });
 }
 
 // y = float(sum) / scale. When scale is a power of two whose reciprocal is a float,

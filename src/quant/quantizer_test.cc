@@ -388,6 +388,15 @@ TEST_P(QuantTarget, ClampsValuesBeyondTheExponent) {
       {-inf, 1.0f, 2, -(INT32_MAX / 2)},
       {1e-20f, FLT_MAX, 1, INT32_MAX},             // product 3.4e18
       {-1e38f, FLT_MAX, 256, -(INT32_MAX / 256)},  // product overflows to -Inf
+      // Around the int32 conversion's range with several workers (the x86 fast path caps
+      // products just below 2^31 before converting).
+      {2147483520.0f, 1.0f, 2, INT32_MAX / 2},
+      {2147483648.0f, 1.0f, 2, INT32_MAX / 2},
+      {3e9f, 1.0f, 4, INT32_MAX / 4},
+      {-2147483648.0f, 1.0f, 2, -(INT32_MAX / 2)},
+      {-3e9f, 1.0f, 4, -(INT32_MAX / 4)},
+      {1073741760.0f, 1.0f, 2, 1073741760},  // largest float <= floor(INT32_MAX / 2): exact
+      {1073741824.0f, 1.0f, 2, INT32_MAX / 2},  // 2^30: one above the bound
   };
   for (const Case& c : cases) {
     uint8_t be[4];
