@@ -224,6 +224,40 @@ HWY_INLINE void PrefetchNext(const T* base, size_t index) {
 #endif
 }
 
+// dst (4 bytes per element) = f(vector of x) for every vector of x[0..n), whole-vector stores
+// aligned to dst, prefetching one block ahead in x. f returns uint32 lanes in wire byte order.
+template <class D, typename T, class F>
+HWY_INLINE void MapToBytes(D d, const T* HWY_RESTRICT x, size_t n, uint8_t* HWY_RESTRICT dst,
+                           const F& f) {
+  const hn::RebindToUnsigned<D> du;
+  ForEachVector(
+      n, hn::Lanes(d), dst,
+      [&](size_t i) {
+        PrefetchNext<false>(x, i + n);
+        StoreBytesU(f(hn::LoadU(d, x + i)), du, dst + 4 * i);
+      },
+      [&](size_t i, size_t count) {
+        StoreBytesPart(f(LoadPart(d, x + i, count)), du, dst + 4 * i, count);
+      });
+}
+
+// y[0..n) = f(uint32 lanes of src, 4 bytes per element), whole-vector stores aligned to y,
+// prefetching (for writing) one block ahead in y. f returns lanes of D.
+template <class D, typename T, class F>
+HWY_INLINE void MapFromBytes(D d, const uint8_t* HWY_RESTRICT src, size_t n, T* HWY_RESTRICT y,
+                             const F& f) {
+  const hn::RebindToUnsigned<D> du;
+  ForEachVector(
+      n, hn::Lanes(d), y,
+      [&](size_t i) {
+        PrefetchNext<true>(y, i + n);
+        hn::StoreU(f(LoadBytesU(du, src + 4 * i)), d, y + i);
+      },
+      [&](size_t i, size_t count) {
+        StorePart(f(LoadBytesPart(du, src + 4 * i, count)), d, y + i, count);
+      });
+}
+
 uint32_t MaxAbsBitsImpl(const float* HWY_RESTRICT x, size_t n) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
@@ -250,7 +284,6 @@ void QuantizeToBEImpl(const float* HWY_RESTRICT x, size_t n, float scale, uint32
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::RebindToUnsigned<decltype(df)> du;
-  const size_t lanes = hn::Lanes(df);
 
   const int32_t limit = internal::ClampLimit(num_workers);
   const float limit_f = internal::LargestFloatAtMost(limit);  // <= 2^31 - 128
@@ -262,18 +295,9 @@ void QuantizeToBEImpl(const float* HWY_RESTRICT x, size_t n, float scale, uint32
 
   // q = clamp(rne(x * s), ±limit); ±Inf products (x beyond the contract) give ±limit too.
   auto run = [&](auto round_and_clamp) {
-    auto quantize = [&](hn::Vec<decltype(df)> v) {
+    MapToBytes(df, x, n, dst, [&](hn::Vec<decltype(df)> v) {
       return ToFromBE32(du, hn::BitCast(du, round_and_clamp(hn::Mul(v, v_scale))));
-    };
-    ForEachVector(
-        n, lanes, dst,
-        [&](size_t i) {
-          PrefetchNext<false>(x, i + n);
-          StoreBytesU(quantize(hn::LoadU(df, x + i)), du, dst + 4 * i);
-        },
-        [&](size_t i, size_t count) {
-          StoreBytesPart(quantize(LoadPart(df, x + i, count)), du, dst + 4 * i, count);
-        });
+    });
   };
 #if SWITCHML_QUANT_RAW_CVT
   constexpr float kBelow2p31 = 2147483520.0f;  // the largest float below 2^31
@@ -304,19 +328,8 @@ void DequantizeFromBEImpl(const uint8_t* HWY_RESTRICT src, size_t n, float scale
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::RebindToUnsigned<decltype(df)> du;
-  const size_t lanes = hn::Lanes(df);
 
-  auto run = [&](auto dequantize) {
-    ForEachVector(
-        n, lanes, y,
-        [&](size_t i) {
-          PrefetchNext<true>(y, i + n);
-          hn::StoreU(dequantize(LoadBytesU(du, src + 4 * i)), df, y + i);
-        },
-        [&](size_t i, size_t count) {
-          StorePart(dequantize(LoadBytesPart(du, src + 4 * i, count)), df, y + i, count);
-        });
-  };
+  auto run = [&](auto dequantize) { MapFromBytes(df, src, n, y, dequantize); };
   if (reciprocal != 0.0f) {
     const auto v_reciprocal = hn::Set(df, reciprocal);
     run([&](hn::Vec<decltype(du)> be) {
@@ -333,33 +346,15 @@ void DequantizeFromBEImpl(const uint8_t* HWY_RESTRICT src, size_t n, float scale
 void Int32ToBEImpl(const int32_t* HWY_RESTRICT x, size_t n, uint8_t* HWY_RESTRICT dst) {
   const hn::ScalableTag<uint32_t> du;
   const hn::RebindToSigned<decltype(du)> di;
-  const size_t lanes = hn::Lanes(du);
-  auto convert = [&](hn::Vec<decltype(di)> v) { return ToFromBE32(du, hn::BitCast(du, v)); };
-  ForEachVector(
-      n, lanes, dst,
-      [&](size_t i) {
-        PrefetchNext<false>(x, i + n);
-        StoreBytesU(convert(hn::LoadU(di, x + i)), du, dst + 4 * i);
-      },
-      [&](size_t i, size_t count) {
-        StoreBytesPart(convert(LoadPart(di, x + i, count)), du, dst + 4 * i, count);
-      });
+  MapToBytes(di, x, n, dst,
+             [&](hn::Vec<decltype(di)> v) { return ToFromBE32(du, hn::BitCast(du, v)); });
 }
 
 void BEToInt32Impl(const uint8_t* HWY_RESTRICT src, size_t n, int32_t* HWY_RESTRICT y) {
   const hn::ScalableTag<uint32_t> du;
   const hn::RebindToSigned<decltype(du)> di;
-  const size_t lanes = hn::Lanes(du);
-  auto convert = [&](hn::Vec<decltype(du)> be) { return hn::BitCast(di, ToFromBE32(du, be)); };
-  ForEachVector(
-      n, lanes, y,
-      [&](size_t i) {
-        PrefetchNext<true>(y, i + n);
-        hn::StoreU(convert(LoadBytesU(du, src + 4 * i)), di, y + i);
-      },
-      [&](size_t i, size_t count) {
-        StorePart(convert(LoadBytesPart(du, src + 4 * i, count)), di, y + i, count);
-      });
+  MapFromBytes(di, src, n, y,
+               [&](hn::Vec<decltype(du)> be) { return hn::BitCast(di, ToFromBE32(du, be)); });
 }
 
 void AddBEIntoImpl(int32_t* HWY_RESTRICT acc, const uint8_t* HWY_RESTRICT src, size_t n) {
