@@ -83,14 +83,41 @@ MPI_BASE=(--allow-run-as-root --oversubscribe --bind-to none --mca btl tcp,self)
 MPI_TUNED=(--mca btl_tcp_flags send,inplace,need-ack,need-csum --mca mpi_yield_when_idle 1
            --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4)
 
+# Seconds mpirun may take to start every rank (rank 0's first output line); see run_mpi.
+MPI_LAUNCH_TIMEOUT=${MPI_LAUNCH_TIMEOUT:-90}
+
 run_mpi() {  # n label [mpirun flags...]
-  local n=$1 label=$2 tag="$2-n$1" rc=0 launch args
+  local n=$1 label=$2 tag="$2-n$1" rc=0 launch args attempt job waited
   shift 2
   [ -n "$MPIRUN" ] || { echo "$SCENARIO: mpirun.openmpi not found (install openmpi-bin)" >&2; return 1; }
   mapfile -t launch < <(mpi_launch "$n")
   mapfile -t args < <(rank_args 0)
-  mpi_prefix timeout "$TIMEOUT" "$MPIRUN" "${MPI_BASE[@]}" "$@" "${launch[@]}" -np "$n" "$PERF" --backend mpi \
-      --label "$label" --json "$OUT/$tag.json" "${common[@]}" "${args[@]}" >"$OUT/logs/$tag.log" 2>&1 || rc=1
+  for attempt in 1 2; do
+    rc=0
+    mpi_prefix timeout "$TIMEOUT" "$MPIRUN" "${MPI_BASE[@]}" "$@" "${launch[@]}" -np "$n" "$PERF" --backend mpi \
+        --label "$label" --json "$OUT/$tag.json" "${common[@]}" "${args[@]}" >"$OUT/logs/$tag.log" 2>&1 &
+    job=$!
+    pids+=("$job")
+    # Launch watchdog: mpirun first starts one daemon per host; when one never reports back (seen
+    # now and then through the emulated cluster's rsh agent) it waits, silently, until the run's
+    # timeout. Rank 0 prints its header once MPI_Init returned everywhere; without it after
+    # MPI_LAUNCH_TIMEOUT seconds the launch is killed and tried once more.
+    waited=0
+    while kill -0 "$job" 2>/dev/null && ! grep -q '^# allreduce_perf' "$OUT/logs/$tag.log" &&
+          [ "$waited" -lt "$MPI_LAUNCH_TIMEOUT" ]; do
+      sleep 1
+      waited=$((waited + 1))
+    done
+    if kill -0 "$job" 2>/dev/null && ! grep -q '^# allreduce_perf' "$OUT/logs/$tag.log"; then
+      pkill -TERM -f -- "--json $OUT/$tag.json" 2>/dev/null
+      wait "$job" 2>/dev/null
+      echo "# $tag: mpirun started no rank within $MPI_LAUNCH_TIMEOUT s (attempt $attempt of 2)"
+      rc=1
+      continue
+    fi
+    wait "$job" || rc=1
+    break
+  done
   cat "$OUT/logs/$tag.log"
   return $rc
 }
