@@ -27,6 +27,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/backend.h"
+#include "bench/backend_flags.h"
 #include "bench/json_file.h"
 #include "bench/perf_metrics.h"
 #include "testing/exact_inputs.h"
@@ -272,9 +273,7 @@ int Run(const PerfArgs& a) {
       j["type"] = a.type;
       j["iters"] = a.iters;
       j["warmup"] = a.warmup;
-      if (cfg.backend == "switchml")
-        j["switchml"] = {{"threads", cfg.threads}, {"window", cfg.window},
-                         {"elements_per_packet", cfg.elements_per_packet}};
+      AddBackendJson(cfg, j);
       j["iface"] = a.iface;
       j["iface_shared"] = shared;
       j["rows"] = nlohmann::json::array();
@@ -394,14 +393,7 @@ int main(int argc, char** argv) {
   app.add_option("-n,--iters", a.iters, "Timed iterations per size")->capture_default_str();
   app.add_option("-w,--warmup", a.warmup, "Untimed warm-up iterations per size")->capture_default_str();
   app.add_option("-d,--type", a.type, "float32 or int32")->capture_default_str();
-  app.add_option("-t,--threads", c.threads, "switchml: worker threads per rank")->capture_default_str();
-  app.add_option("--window", c.window, "switchml: packets in flight per rank")->capture_default_str();
-  app.add_option("--elements-per-packet", c.elements_per_packet, "switchml: 64, 256, 512 or 1024")
-      ->capture_default_str();
-  app.add_option("--controller", c.controller, "switchml: controller address host:port")->capture_default_str();
-  app.add_option("--bind-ip", c.bind_ip, "switchml: local IPv4 for the data sockets");
-  app.add_option("--advertise-ip", c.advertise_ip, "switchml: IPv4 registered with the switch");
-  app.add_option("--rendezvous-dir", c.rendezvous_dir, "gloo: directory for the FileStore rendezvous (fresh per job)");
+  AddBackendFlags(app, c);
   app.add_option("--rendezvous-prefix", c.rendezvous_prefix, "gloo: key prefix within the directory")
       ->capture_default_str();
   app.add_option("--host", c.host, "gloo: address to bind the TCP transport to (default: --iface's address)");

@@ -39,6 +39,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/backend.h"
+#include "bench/backend_flags.h"
 #include "bench/json_file.h"
 #include "bench/dnn_models.h"
 #include "bench/perf_metrics.h"
@@ -453,9 +454,7 @@ int Run(const DnnArgs& a) {
       j["verify"] = a.verify;
       j["iterations"] = a.iterations;
       j["warmup"] = a.warmup;
-      if (cfg.backend == "switchml")
-        j["switchml"] = {{"threads", cfg.threads}, {"window", cfg.window},
-                         {"elements_per_packet", cfg.elements_per_packet}};
+      AddBackendJson(cfg, j);
       j["iteration_ms"] = mean.iter_ms;
       j["min_iteration_ms"] = min_iter;
       j["max_iteration_ms"] = max_iter;
@@ -605,14 +604,7 @@ int main(int argc, char** argv) {
                  "Write the per-layer times in --layer-times format to FILE, then exit");
   app.add_option("--corrupt-rank", a.corrupt_rank,
                  "Testing aid: this rank adds 1 to the last gradient element after every iteration (the run must FAIL)");
-  app.add_option("-t,--threads", c.threads, "switchml: worker threads per rank")->capture_default_str();
-  app.add_option("--window", c.window, "switchml: packets in flight per rank")->capture_default_str();
-  app.add_option("--elements-per-packet", c.elements_per_packet, "switchml: 64, 256, 512 or 1024")
-      ->capture_default_str();
-  app.add_option("--controller", c.controller, "switchml: controller address host:port")->capture_default_str();
-  app.add_option("--bind-ip", c.bind_ip, "switchml: local IPv4 for the data sockets");
-  app.add_option("--advertise-ip", c.advertise_ip, "switchml: IPv4 registered with the switch");
-  app.add_option("--rendezvous-dir", c.rendezvous_dir, "gloo: directory for the FileStore rendezvous (fresh per job)");
+  AddBackendFlags(app, c);
   app.add_option("--host", c.host, "gloo: address to bind the TCP transport to (default 127.0.0.1)");
   std::vector<std::string> files;
   std::string summary_json, reference = "gloo";
