@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -127,9 +128,10 @@ Status BlockExponents(const float* x, size_t n, uint32_t block, int8_t* exps, si
     // Finite but |x| >= 2^127: its exponent does not fit the wire's int8 field.
     for (size_t i = off; i < off + len; ++i) {
       if (std::fabs(x[i]) >= 0x1p127f) {
+        char value[32];
+        std::snprintf(value, sizeof value, "%g", double(x[i]));
         return InvalidArgumentError("float32 input element " + std::to_string(index_base + i) + " is " +
-                                    std::to_string(x[i]) +
-                                    "; SwitchML quantization needs |x| < 2^127");
+                                    value + "; SwitchML quantization needs |x| < 2^127");
       }
     }
   }
