@@ -158,10 +158,14 @@ std::string FormatMib(double mib) {
 double Ms(nanoseconds d) { return double(d.count()) * 1e-6; }
 double Ms(uint64_t ns) { return double(ns) * 1e-6; }
 
-// Counts elements of out[begin, end) that differ from the exact sum want[i] by more than `tol`.
-void Check(const float* out, const float* want, uint64_t begin, uint64_t end, double tol, testing::Verification& v) {
+// Counts elements of out[begin, end) that differ from the exact sum want[i] by more than their
+// bound: 0 without block exponents (exact backends), else the quantization bound of element i's
+// block (exps[i]: its switch-wide exponent) for n workers.
+void Check(const float* out, const float* want, const int8_t* exps, uint32_t n, uint64_t begin, uint64_t end,
+           testing::Verification& v) {
   for (uint64_t i = begin; i < end; ++i) {
     const double err = std::abs(double(out[i]) - double(want[i]));
+    const double tol = exps ? testing::Float32Bound(n, exps[i], double(want[i])) : 0.0;
     if (!(err <= tol)) {  // NaN counts as wrong
       if (v.wrong++ == 0) v.first_wrong = i;
       v.max_abs_error = std::max(v.max_abs_error, std::isnan(err) ? 1e30 : err);
@@ -268,7 +272,7 @@ int Run(const DnnArgs& a) {
   Backend& b = **backend_or;
   const uint32_t rank = b.rank(), n = b.num_workers();
   const std::string who = label + ", rank " + std::to_string(rank);
-  const double tol = b.quantizes_float32() ? testing::Float32Tolerance(n) : 0.0;
+  const bool quantizes = b.quantizes_float32();
   const bool spin = a.compute_mode == "spin";
   const uint64_t total = model.TotalParams();
 
@@ -291,20 +295,32 @@ int Run(const DnnArgs& a) {
                 a.verify == "all"      ? "every gradient element on every rank"
                 : a.verify == "layers" ? "the first and last 256 elements of every layer on every rank"
                                        : "nothing (--verify none)",
-                tol > 0 ? ("within the quantization bound " + std::to_string(tol)).c_str() : "sums exact");
+                quantizes ? "within the quantization bound of each element's block" : "sums exact");
     std::printf("#%9s %12s %12s %12s %12s %8s %8s\n", "iteration", "time(ms)", "compute(ms)", "comm(ms)", "exposed(ms)",
                 "#wrong", "retx(%)");
     std::fflush(stdout);
   }
 
   std::vector<float> grad(total), out(total), want;
+  std::vector<int8_t> exps;  // SwitchML: each element's block exponent (switch-wide)
+  double tol = 0;            // the largest per-element bound, for the JSON
   testing::FillFloat32(rank, 0, grad.data(), total);
   if (a.verify != "none") {
-    // The exact sums, once: multiples of 1/8 below 2^15 (at most 18 significant bits) are exact
-    // in float32, and comparing against a buffer keeps the per-iteration check memory-bound.
+    // The exact sums, once: every sum of the inputs fits 23 bits (testing/exact_inputs.h), so
+    // it is exact in float32, and comparing against a buffer keeps the per-iteration check
+    // memory-bound. With SwitchML also the block exponents: one all-reduce call per bucket,
+    // which the library cuts into `threads` slices of elements_per_packet blocks.
     want.resize(total);
     for (uint64_t i = 0; i < total; ++i) want[i] = float(testing::Float32ExpectedSum(n, i));
+    if (quantizes) {
+      exps.resize(total);
+      const testing::BlockLayout layout{cfg.elements_per_packet, cfg.threads};
+      for (const GradientBucket& g : buckets)
+        testing::Float32BlockExponents(n, g.offset, g.num_elements, layout, exps.data() + g.offset);
+      for (uint64_t i = 0; i < total; ++i) tol = std::max(tol, testing::Float32Bound(n, exps[i], double(want[i])));
+    }
   }
+  const int8_t* const exps_or_null = exps.empty() ? nullptr : exps.data();
   CommThread comm(b);
 
   std::vector<IterResult> timed;
@@ -350,16 +366,16 @@ int Run(const DnnArgs& a) {
     const Clock::time_point t_end = Clock::now();
     if (!first_error.ok()) return Fail(who, "iteration " + std::to_string(it) + ": " + first_error.ToString());
     const std::optional<PacketCounters> c1 = b.Counters();
-    if (int(rank) == a.corrupt_rank) out[total - 1] += 1.0f;  // proves the check below catches it
+    if (int(rank) == a.corrupt_rank) out[total - 1] = testing::Float32WrongResult(n, total - 1);  // must be caught
 
     testing::Verification v;
     if (a.verify == "all") {
-      Check(out.data(), want.data(), 0, total, tol, v);
+      Check(out.data(), want.data(), exps_or_null, n, 0, total, v);
     } else if (a.verify == "layers") {
       for (size_t l = 0; l < model.layers.size(); ++l) {
         const uint64_t begin = model.Offset(l), end = begin + model.layers[l].num_params;
-        Check(out.data(), want.data(), begin, std::min(end, begin + 256), tol, v);
-        Check(out.data(), want.data(), std::max(begin + 256, end > 256 ? end - 256 : 0), end, tol, v);
+        Check(out.data(), want.data(), exps_or_null, n, begin, std::min(end, begin + 256), v);
+        Check(out.data(), want.data(), exps_or_null, n, std::max(begin + 256, end > 256 ? end - 256 : 0), end, v);
       }
     }
     if (v.wrong > 0)

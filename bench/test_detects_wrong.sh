@@ -6,7 +6,7 @@
 set -u
 perf=$1 switchml=$2 out=$3 backends=$4
 log="$out.log"
-bash "$(dirname "$0")/run_loopback.sh" --workers 2 --backends "$backends" --min-bytes 4KiB --max-bytes 16KiB \
+bash "$(dirname "$0")/run_loopback.sh" --workers 3 --backends "$backends" --min-bytes 4KiB --max-bytes 16KiB \
     --iters 2 --timeout 60 --perf "$perf" --switchml "$switchml" --out "$out" --perf-arg=--corrupt-rank=1 >"$log" 2>&1
 rc=$?
 cat "$log"

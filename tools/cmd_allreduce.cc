@@ -112,7 +112,8 @@ int Run(const AllReduceArgs& a) {
       if (!s.ok()) return fail(std::to_string(count) + " elements, iteration " + std::to_string(it) + ": " + s.ToString());
       testing::Verification v =
           type == DataType::kFloat32
-              ? testing::VerifyFloat32(static_cast<const float*>(out), count, a.workers)
+              ? testing::VerifyFloat32(static_cast<const float*>(out), count, a.workers, 0,
+                                       testing::BlockLayout{a.job.elements_per_packet, a.job.threads})
               : testing::VerifyInt32(static_cast<const int32_t*>(out), count, a.workers);
       if (v.wrong > worst.wrong || (worst.wrong == 0 && v.max_abs_error > worst.max_abs_error)) worst = v;
       worst.tolerance = v.tolerance;
@@ -142,7 +143,8 @@ int Run(const AllReduceArgs& a) {
     std::fflush(stdout);
     if (worst.wrong) {
       all_ok = false;
-      std::fprintf(stderr, "rank %u: %llu wrong elements of %llu, first at index %llu (max abs error %g, tolerance %g)\n",
+      std::fprintf(stderr, "rank %u: %llu wrong elements of %llu, first at index %llu (max abs error %g, largest per-element "
+                   "bound %g)\n",
                    a.rank, (unsigned long long)worst.wrong, (unsigned long long)count,
                    (unsigned long long)worst.first_wrong, worst.max_abs_error, worst.tolerance);
     }

@@ -10,14 +10,35 @@
 //   ... overlap work ...
 //   if (!h.Wait().ok()) ...
 //
-// Contracts (as in the reference, spec §0): every worker of a job issues the same sequence of
-// all-reduce calls (same counts, types, order). Results are element-wise sums over workers:
-// exact for int32 (with 32-bit wrap-around), within the quantization bound for float32
-// (docs/design.md). Inputs are read and outputs written by the library's threads until the
-// job's handle reports completion; the caller keeps both buffers alive until then.
+// Contracts. Every worker of a job issues the same sequence of all-reduce calls (same counts,
+// types, order). This is checked, not assumed: each call carries a small descriptor (element
+// count, type, call number) that the switch sums like data, and a call whose descriptor differs
+// on any worker fails on every worker with INVALID_ARGUMENT naming what differs, never with a
+// result. Results are element-wise sums over workers: exact for int32 (with 32-bit
+// wrap-around), within the quantization bound for float32 (docs/design.md).
 //
-// Thread-safety: a Context may be used from several threads, but the order of submission
-// defines the job order, which must match across workers.
+// Ordering (stream semantics, as NCCL's operations on one stream): the all-reduces submitted to
+// one Context behave as if they ran one after another in submission order. A call whose input is
+// the output of an earlier call that has not finished sees that call's result; a call that
+// writes a buffer an earlier unfinished call reads or writes waits for it. So
+//   for (int i = 0; i < 4; ++i) h[i] = ctx->AllReduceAsync(buf, buf, n, kFloat32);
+// sums four times in a row. Calls on disjoint buffers do not wait for each other: they stream
+// back to back through the switch. Overlap is decided on byte ranges, per Context.
+//
+// Buffers: inputs are read and outputs written by the library's threads until the call's handle
+// reports completion; the caller keeps both alive and does not write them until then. (A float32
+// input that changes after submission so that its data exceeds the exponent taken from it fails
+// the call instead of being clamped into a wrong sum.)
+//
+// Backpressure: at most Options::max_jobs_in_flight calls are queued or running; a further
+// AllReduceAsync blocks until the oldest finishes.
+//
+// Errors: after a call fails for any reason other than its arguments (timeouts, disagreeing
+// workers, a dependency that failed), the context is unusable and later calls fail at once with
+// FAILED_PRECONDITION carrying the first error: the workers' slot state may no longer agree.
+//
+// Thread-safety: a Context may be used from several threads; the order in which calls enter
+// AllReduceAsync defines the job order, which must match across workers.
 #pragma once
 
 #include <chrono>
@@ -73,7 +94,9 @@ class Context {
   // writing the result to `out` (`in == out` is allowed; otherwise they must not overlap).
   // Argument errors (null pointers, overlapping buffers, non-finite float32 input, a context
   // already broken by an earlier failure) are reported through the returned handle, which is
-  // then already done.
+  // then already done. Blocks only while max_jobs_in_flight calls are pending. Non-finite input
+  // that is the output of an earlier unfinished call can only be seen when this call starts: its
+  // handle then fails with INVALID_ARGUMENT and the context becomes unusable.
   AllReduceHandle AllReduceAsync(const void* in, void* out, size_t num_elements, DataType type,
                                  ReduceOp op = ReduceOp::kSum);
   // AllReduceAsync + Wait.

@@ -40,8 +40,13 @@ struct Options {
 
   // Worker threads (1..64). Each owns a socket and a disjoint range of `window_packets /
   // num_worker_threads` switch slots, and streams the matching slice of every tensor.
-  // Every worker of a job must use the same num_worker_threads, window_packets and
-  // elements_per_packet (reference contract C2).
+  // Every worker of a job must use the same num_workers, num_worker_threads, window_packets
+  // and elements_per_packet (reference contract C2). Each worker registers them, with its
+  // client's protocol version; the job's first registration (rank 0's, for the reference
+  // session) fixes them, and Context::Create of a worker that differs fails with
+  // FAILED_PRECONDITION naming the field, both values and both ranks, e.g. "rank 1 registered
+  // num_worker_threads=2, but rank 0 registered num_worker_threads=1 for job 3; ...". The
+  // workers already waiting in the job's barrier fail at once with the same message.
   uint32_t num_worker_threads = 1;
   // Packets in flight per worker (the reference's max_outstanding_packets), split among threads.
   uint32_t window_packets = 256;
@@ -70,6 +75,11 @@ struct Options {
   // polls its socket for up to this long before it sleeps. Lower latency for more CPU; only
   // worth it with a core per worker thread.
   std::chrono::microseconds busy_poll{0};
+  // All-reduces submitted and not finished, at most (1..65536). AllReduceAsync blocks while
+  // this many are queued or running, until the oldest finishes (each finishes or fails within
+  // its job_timeout), so a caller that submits faster than the network drains keeps memory
+  // flat. 256 is far more than a training step overlaps (DDP buckets, per-layer calls).
+  uint32_t max_jobs_in_flight = 256;
   // A job fails with DEADLINE_EXCEEDED when no result arrives for this long.
   std::chrono::milliseconds job_timeout{std::chrono::seconds(10)};
   // Deadline of each controller call (session setup, barrier).

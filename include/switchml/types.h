@@ -25,6 +25,10 @@ struct Stats {
   uint64_t malformed = 0;        // datagrams that failed to decode
   uint64_t timeouts = 0;         // retransmission timer expiries
   uint64_t send_stalls = 0;      // bursts the transport could not take at once
+  // float32 values clamped to ±floor(INT32_MAX / num_workers) when quantized: a product just
+  // below the bound that rounds up (off by at most one quantum). A value beyond its block's
+  // exponent is never clamped silently: its all-reduce fails instead.
+  uint64_t quantization_clamps = 0;
 };
 
 }  // namespace switchml

@@ -50,6 +50,8 @@ Status Options::Validate() const {
                std::to_string(CountUs(max_rto)) + "] us, got " + std::to_string(CountUs(initial_rto)) + " us");
   if (job_timeout.count() <= 0) return bad("job_timeout must be > 0 ms, got " + std::to_string(job_timeout.count()));
   if (rpc_timeout.count() <= 0) return bad("rpc_timeout must be > 0 ms, got " + std::to_string(rpc_timeout.count()));
+  if (max_jobs_in_flight < 1 || max_jobs_in_flight > 65536)
+    return bad("max_jobs_in_flight must be in [1, 65536], got " + std::to_string(max_jobs_in_flight));
   if (busy_poll.count() < 0 || busy_poll > std::chrono::seconds(1))
     return bad("busy_poll must be in [0, 1000000] us, got " + std::to_string(busy_poll.count()) + " us");
   if (job_id != 0 && job_token.empty())
@@ -197,7 +199,42 @@ void Worker::Run() {
   }
 }
 
+Status Worker::PrepareSlice(SliceTask& task) {
+  JobState& job = *task.job;
+  for (const auto& weak : job.deps) {
+    const std::shared_ptr<JobState> dep = weak.lock();
+    if (!dep) continue;  // gone: it finished and nobody holds it any more
+    const AllReduceHandle h = ContextImpl::MakeHandle(dep);
+    // Its slices are ahead of ours in every worker's queue, so it finishes (or fails by its own
+    // timeout); the short waits only let a stopping context leave promptly.
+    while (!h.WaitFor(std::chrono::milliseconds(20))) {
+      if (stop_.load(std::memory_order_acquire)) {
+        return CancelledError("context destroyed while job " + std::to_string(job.id) + " waited for job " +
+                              std::to_string(dep->id));
+      }
+    }
+    if (Status st = h.status(); !st.ok()) {
+      return AbortedError("job " + std::to_string(job.id) + " not started: job " + std::to_string(dep->id) +
+                          ", whose buffers it shares, failed: " + st.ToString());
+    }
+  }
+  if (job.exponents_at_start && task.spec.num_elements > 0) {
+    // The input is an earlier job's output, final only now: take the exponents from it.
+    Status st = BlockExponents(static_cast<const float*>(task.spec.in), task.spec.num_elements,
+                               owner_->options().elements_per_packet, job.exponents.data() + task.first_block,
+                               task.element_offset);
+    if (!st.ok()) {
+      return InvalidArgumentError(st.message() + " (the input of job " + std::to_string(job.id) +
+                                  " is the output of an earlier job, so it was checked only when the job "
+                                  "started, after other slices may have been sent: this context is now "
+                                  "unusable and the other workers' job fails by its timeout)");
+    }
+  }
+  return OkStatus();
+}
+
 Status Worker::RunSlice(SliceTask& task) {
+  if (Status st = PrepareSlice(task); !st.ok()) return st;
   if (owner_->broken()) {
     return AbortedError("job " + std::to_string(task.job->id) +
                         " not started: " + owner_->broken_status().ToString());
@@ -323,48 +360,95 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
     return Failed(FailedPreconditionError("context unusable after an earlier failure: " + broken_status().ToString()));
   }
   auto job = std::make_shared<JobState>();
+  if (n > 0) {
+    job->in_begin = reinterpret_cast<uintptr_t>(in);
+    job->in_end = job->in_begin + bytes;
+    job->out_begin = reinterpret_cast<uintptr_t>(out);
+    job->out_end = job->out_begin + bytes;
+  }
   const uint32_t threads = uint32_t(workers_.size());
   // Slicing of spec §5.4: thread t gets the same elements on every worker.
   const size_t base = n / threads, rem = n % threads;
   auto slice_offset = [&](uint32_t t) { return t < rem ? t * (base + 1) : t * base + rem; };
   auto slice_length = [&](uint32_t t) { return t < rem ? base + 1 : base; };
+  const uint32_t block = options_.elements_per_packet;
+  std::vector<size_t> first_block(threads, 0);
+  size_t blocks = 0;
+  for (uint32_t t = 0; t < threads; ++t) {
+    first_block[t] = blocks;
+    blocks += (slice_length(t) + block - 1) / block;
+  }
+
+  // Submission order is job order: everything below happens under submit_mu_.
+  std::lock_guard lock(submit_mu_);
+  if (Status st = WaitForInflightRoom(); !st.ok()) return Failed(st);
+  // Stream semantics: depend on every unfinished earlier job whose buffers conflict with ours.
+  std::erase_if(pending_, [](const std::shared_ptr<JobState>& j) {
+    std::lock_guard l(j->mu);
+    return j->done;
+  });
+  auto overlaps = [](uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) { return a0 < b1 && b0 < a1; };
+  bool reads_pending_output = false;
+  for (const auto& p : pending_) {
+    const bool raw = overlaps(job->in_begin, job->in_end, p->out_begin, p->out_end);
+    const bool waw = overlaps(job->out_begin, job->out_end, p->out_begin, p->out_end);
+    const bool war = overlaps(job->out_begin, job->out_end, p->in_begin, p->in_end);
+    if (raw || waw || war) job->deps.push_back(p);
+    reads_pending_output |= raw;
+  }
   // float32: one pass over the input computes every block's exponent before anything is sent,
   // and rejects Inf/NaN input as an argument error (nothing sent, the context stays usable).
-  // The engines use these exponents instead of scanning the input a second time.
-  std::vector<size_t> first_block(threads, 0);
+  // The engines use these exponents instead of scanning the input a second time. When the
+  // input is an earlier unfinished job's output, each slice does this when it starts instead.
   if (type == DataType::kFloat32 && n > 0) {
-    const uint32_t block = options_.elements_per_packet;
-    size_t blocks = 0;
-    for (uint32_t t = 0; t < threads; ++t) {
-      first_block[t] = blocks;
-      blocks += (slice_length(t) + block - 1) / block;
-    }
     job->exponents.resize(blocks);
-    for (uint32_t t = 0; t < threads; ++t) {
+    job->exponents_at_start = reads_pending_output;
+    for (uint32_t t = 0; t < threads && !reads_pending_output; ++t) {
       const size_t offset = slice_offset(t);
       Status s = BlockExponents(static_cast<const float*>(in) + offset, slice_length(t), block,
                                 job->exponents.data() + first_block[t], offset);
       if (!s.ok()) return Failed(s);
     }
   }
-  std::lock_guard lock(submit_mu_);
   job->id = next_job_id_++;
   job->remaining_slices = int(threads);
+  {
+    std::lock_guard l(inflight_mu_);
+    ++inflight_;
+  }
+  pending_.push_back(job);
   for (uint32_t t = 0; t < threads; ++t) {
     const size_t len = slice_length(t);
     const size_t offset = slice_offset(t);
     SliceTask task;
     task.job = job;
+    task.element_offset = offset;
+    task.first_block = first_block[t];
     task.spec.job_id = job->id;
     task.spec.type = type;
     task.spec.in = static_cast<const uint8_t*>(in) + offset * 4;
     task.spec.out = static_cast<uint8_t*>(out) + offset * 4;
     task.spec.num_elements = len;
+    // Every call is checked on every worker: each non-empty slice, and thread 0 even when the
+    // call has no elements (so a worker that passes 0 where another passes n is caught too).
+    task.spec.send_descriptor = len > 0 || t == 0;
+    task.spec.call_elements = n;
     if (!job->exponents.empty()) task.spec.exponents = job->exponents.data() + first_block[t];
     if (n == 0) task.spec.in = task.spec.out = nullptr;
     workers_[t]->Enqueue(std::move(task));
   }
   return AllReduceHandle(job);
+}
+
+Status ContextImpl::WaitForInflightRoom() {
+  std::unique_lock l(inflight_mu_);
+  // Every queued job finishes or fails within its own job timeout, so this wait ends; a broken
+  // context fails its queued jobs at once.
+  inflight_cv_.wait(l, [&] { return inflight_ < options_.max_jobs_in_flight || broken(); });
+  if (inflight_ >= options_.max_jobs_in_flight) {
+    return FailedPreconditionError("context unusable after an earlier failure: " + broken_status().ToString());
+  }
+  return OkStatus();
 }
 
 void ContextImpl::OnSliceDone(const std::shared_ptr<JobState>& job, const Status& slice_status) {
@@ -380,6 +464,10 @@ void ContextImpl::OnSliceDone(const std::shared_ptr<JobState>& job, const Status
       broken_.store(true, std::memory_order_release);
     }
   }
+  if (!s.ok() && s.code() != StatusCode::kAborted) {
+    { std::lock_guard l(inflight_mu_); }  // a submitter waiting for room re-checks broken()
+    inflight_cv_.notify_all();
+  }
   bool finished = false;
   {
     std::lock_guard lock(job->mu);
@@ -390,6 +478,11 @@ void ContextImpl::OnSliceDone(const std::shared_ptr<JobState>& job, const Status
   if (finished) {
     (job->status.ok() ? jobs_completed_ : jobs_failed_).fetch_add(1, std::memory_order_relaxed);
     job->cv.notify_all();
+    {
+      std::lock_guard l(inflight_mu_);
+      --inflight_;
+    }
+    inflight_cv_.notify_all();
   }
 }
 
@@ -406,6 +499,7 @@ Stats ContextImpl::GetStats() const {
     s.duplicates += e.duplicates;
     s.malformed += e.malformed;
     s.timeouts += e.timeouts;
+    s.quantization_clamps += e.clamped;
     s.send_stalls += w->send_stalls();
   }
   return s;

@@ -8,6 +8,13 @@
 // After any slice fails, the slot/set state of this worker may no longer match the other
 // workers' (contract C4), so the context becomes "broken": running slices are aborted and new
 // jobs fail at once with FAILED_PRECONDITION carrying the first error.
+//
+// Stream semantics: jobs behave as if run one after another in submission order. A job whose
+// buffers overlap those of an earlier job that has not finished (it reads what that job writes,
+// or writes what it reads or writes) records that job as a dependency; each of its slices waits
+// for its dependencies before it starts. When it reads an earlier job's output, its float32
+// block exponents are taken by each slice when it starts, from the final data, instead of at
+// submission. Jobs on disjoint buffers still stream back to back without waiting.
 #pragma once
 
 #include <atomic>
@@ -33,11 +40,18 @@ struct JobState {
   Status status;
   int remaining_slices = 0;  // guarded by mu
   std::vector<int8_t> exponents;  // float32: every slice's block exponents (SliceSpec::exponents)
+
+  // Ordering (set by Submit before the slices are queued, then read-only).
+  uintptr_t in_begin = 0, in_end = 0, out_begin = 0, out_end = 0;  // byte ranges of the buffers
+  std::vector<std::weak_ptr<JobState>> deps;  // earlier jobs that must finish first (expired = done)
+  bool exponents_at_start = false;  // float32 input written by a dependency: scan it at slice start
 };
 
 struct SliceTask {
   std::shared_ptr<JobState> job;
   SliceSpec spec;
+  size_t element_offset = 0;  // of the slice in the job's tensor (for messages)
+  size_t first_block = 0;     // of the slice in JobState::exponents
 };
 
 class ContextImpl;
@@ -58,6 +72,10 @@ class Worker {
  private:
   void Run();
   Status RunSlice(SliceTask& task);
+  // Waits until the job's dependencies finished and, when the job reads one's output, takes the
+  // slice's block exponents. Errors: CANCELLED (context stopping), ABORTED (a dependency
+  // failed), INVALID_ARGUMENT (non-finite input).
+  Status PrepareSlice(SliceTask& task);
   void PublishStats();
 
   ContextImpl* owner_;
@@ -105,12 +123,21 @@ class ContextImpl {
  private:
   ContextImpl(const Options& options, transport::Endpoint switch_endpoint);
   AllReduceHandle Failed(Status s);
+  // Blocks until fewer than max_jobs_in_flight jobs are queued or running. FAILED_PRECONDITION
+  // if the context broke meanwhile.
+  Status WaitForInflightRoom();
 
   Options options_;
   transport::Endpoint switch_endpoint_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::mutex submit_mu_;     // job ids and slice order are assigned atomically per job
   uint64_t next_job_id_ = 0;
+  // Jobs submitted and maybe not finished, in order (guarded by submit_mu_; done ones are
+  // dropped at the next submission). At most options_.max_jobs_in_flight entries.
+  std::deque<std::shared_ptr<JobState>> pending_;
+  std::mutex inflight_mu_;   // taken by OnSliceDone, never while holding submit_mu_ for long
+  std::condition_variable inflight_cv_;
+  uint32_t inflight_ = 0;    // jobs queued or running (guarded by inflight_mu_)
   std::atomic<bool> broken_{false};
   mutable std::mutex broken_mu_;
   Status broken_status_;

@@ -6,57 +6,23 @@
 
 #include <thread>
 
-#include "client/context_impl.h"
-#include "dataplane/switch_server.h"
 #include "testing/exact_inputs.h"
+#include "testing/loopback_cluster.h"
 #include "transport/loopback.h"
 
 namespace switchml {
 namespace {
 
-constexpr transport::Endpoint kSwitchEp{0x7F000001, 48864};
+using testing::LoopbackCluster;
 
-class LoopbackCluster {
- public:
-  LoopbackCluster(uint32_t n, Options base, transport::FaultOptions faults = {}, bool late_duplicate_guard = false) {
-    transport::LoopbackOptions lo;
-    lo.faults = faults;
-    fabric_ = std::move(transport::LoopbackFabric::Create(lo)).value();
-    dataplane::SwitchConfig sc;
-    sc.num_slots = 512;
-    sc.late_duplicate_guard = late_duplicate_guard;
-    auto sw_channel = fabric_->CreateChannel(kSwitchEp);
-    EXPECT_TRUE(sw_channel.ok());
-    server_ = std::move(dataplane::SwitchServer::Create(sc, std::move(*sw_channel))).value();
-    EXPECT_TRUE(server_->Start().ok());
-    for (uint32_t r = 0; r < n; ++r) {
-      Options o = base;
-      o.rank = r;
-      o.num_workers = n;
-      EXPECT_TRUE(o.Validate().ok()) << o.Validate();
-      controller::WorkerRegistration reg;
-      reg.rank = r;
-      reg.num_workers = n;
-      reg.ipv4 = 0x0A000001 + r;
-      std::vector<std::unique_ptr<transport::Channel>> chans;
-      for (uint32_t t = 0; t < o.num_worker_threads; ++t) {
-        auto ch = fabric_->CreateChannel({reg.ipv4, uint16_t(6000 + t)});
-        EXPECT_TRUE(ch.ok());
-        reg.udp_ports.push_back(uint16_t(6000 + t));
-        chans.push_back(std::move(*ch));
-      }
-      EXPECT_TRUE(server_->RegisterWorker(reg).ok());
-      contexts_.push_back(client::ContextImpl::CreateWithChannels(o, std::move(chans), kSwitchEp));
-    }
-  }
-  Context& ctx(uint32_t r) { return *contexts_[r]; }
-  dataplane::SwitchServer& server() { return *server_; }
-  uint32_t size() const { return uint32_t(contexts_.size()); }
-
-  std::unique_ptr<transport::LoopbackFabric> fabric_;
-  std::unique_ptr<dataplane::SwitchServer> server_;
-  std::vector<std::unique_ptr<Context>> contexts_;
-};
+// Rank contexts over a loopback fabric and an in-process switch (testing/loopback_cluster.h);
+// aborts the test binary with the harness's error message if the cluster cannot be built.
+std::unique_ptr<LoopbackCluster> Cluster(uint32_t n, const Options& base, transport::FaultOptions faults = {},
+                                         bool late_duplicate_guard = false) {
+  dataplane::SwitchConfig sc = LoopbackCluster::DefaultSwitchConfig();
+  sc.late_duplicate_guard = late_duplicate_guard;
+  return LoopbackCluster::Create(n, base, faults, sc).value();
+}
 
 Options FastOptions(uint32_t threads = 1) {
   Options o;
@@ -72,7 +38,8 @@ Options FastOptions(uint32_t threads = 1) {
 
 TEST(ContextTest, SeveralAsyncJobsSeveralThreadsInt32AndFloat32) {
   const uint32_t n = 3;
-  LoopbackCluster c(n, FastOptions(3));
+  auto cluster = Cluster(n, FastOptions(3));
+  LoopbackCluster& c = *cluster;
   const std::vector<size_t> sizes = {0, 1, 2, 100, 5000, 777};
   std::vector<std::vector<std::vector<int32_t>>> in(n), out(n);
   std::vector<std::vector<std::vector<float>>> fin(n), fout(n);
@@ -117,7 +84,8 @@ TEST(ContextTest, InPlaceWithLossAndDuplication) {
   f.reorder = 0.0;  // reordering a retransmission behind a newer packet breaks contract C6
   f.seed = 5;
   const uint32_t n = 4;
-  LoopbackCluster c(n, FastOptions(2), f);
+  auto cluster = Cluster(n, FastOptions(2), f);
+  LoopbackCluster& c = *cluster;
   const size_t count = 20000;
   std::vector<std::vector<int32_t>> data(n, std::vector<int32_t>(count));
   std::vector<AllReduceHandle> h;
@@ -143,7 +111,8 @@ TEST(ContextTest, LossDuplicationAndReorderingWithTheLateDuplicateGuard) {
   f.reorder = 0.05;
   f.seed = 11;
   const uint32_t n = 3;
-  LoopbackCluster c(n, FastOptions(2), f, /*late_duplicate_guard=*/true);
+  auto cluster = Cluster(n, FastOptions(2), f, /*late_duplicate_guard=*/true);
+  LoopbackCluster& c = *cluster;
   for (int job = 0; job < 4; ++job) {
     const size_t count = 3000 + 4000 * job;
     std::vector<std::vector<int32_t>> data(n, std::vector<int32_t>(count));
@@ -161,11 +130,12 @@ TEST(ContextTest, LossDuplicationAndReorderingWithTheLateDuplicateGuard) {
       EXPECT_EQ(testing::VerifyFloat32(fdata[r].data(), count, n, job).wrong, 0u) << "job " << job;
     }
   }
-  EXPECT_GT(c.fabric_->counters().reordered, 0u);
+  EXPECT_GT(c.fabric().counters().reordered, 0u);
 }
 
 TEST(ContextTest, BadArgumentsAreReportedThroughTheHandle) {
-  LoopbackCluster c(1, FastOptions());
+  auto cluster = Cluster(1, FastOptions());
+  LoopbackCluster& c = *cluster;
   std::vector<float> buf(100, 1.0f);
   auto h = c.ctx(0).AllReduceAsync(nullptr, buf.data(), 10, DataType::kFloat32);
   ASSERT_TRUE(h.IsDone());
@@ -194,7 +164,8 @@ TEST(ContextTest, BadArgumentsAreReportedThroughTheHandle) {
 TEST(ContextTest, NonFiniteInputInALaterSliceIsNamedByItsIndexInTheTensor) {
   // Three threads: the tensor is cut into three slices, each scanned for its block exponents
   // before anything is sent; the error names the element's index in the whole tensor.
-  LoopbackCluster c(1, FastOptions(3));
+  auto cluster = Cluster(1, FastOptions(3));
+  LoopbackCluster& c = *cluster;
   std::vector<float> buf(1000, 0.5f);
   buf[901] = -std::numeric_limits<float>::infinity();
   Status s = c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32);
@@ -217,7 +188,8 @@ TEST(ContextTest, MissingPeerTimesOutThenContextIsBroken) {
   // Two workers registered, only rank 0 submits: its job must fail within the job timeout.
   Options o = FastOptions();
   o.job_timeout = std::chrono::milliseconds(300);
-  LoopbackCluster c(2, o);
+  auto cluster = Cluster(2, o);
+  LoopbackCluster& c = *cluster;
   std::vector<int32_t> buf(1000, 1);
   const auto t0 = std::chrono::steady_clock::now();
   Status s = c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kInt32);
@@ -232,11 +204,12 @@ TEST(ContextTest, MissingPeerTimesOutThenContextIsBroken) {
 }
 
 TEST(ContextTest, DestroyingContextCancelsQueuedJobs) {
-  LoopbackCluster c(2, FastOptions());
+  auto cluster = Cluster(2, FastOptions());
+  LoopbackCluster& c = *cluster;
   std::vector<int32_t> buf(100000, 1);
   auto h1 = c.ctx(0).AllReduceAsync(buf.data(), buf.data(), buf.size(), DataType::kInt32);
   auto h2 = c.ctx(0).AllReduceAsync(buf.data(), buf.data(), buf.size(), DataType::kInt32);
-  c.contexts_[0].reset();  // rank 1 never participates
+  c.DestroyContext(0);  // rank 1 never participates
   ASSERT_TRUE(h1.IsDone());
   ASSERT_TRUE(h2.IsDone());
   EXPECT_FALSE(h1.status().ok());

@@ -1,10 +1,12 @@
 #include "client/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
 #include "quant/quantizer.h"
+#include "wire/call_descriptor.h"
 #include "wire/packet.h"
 
 namespace switchml::client {
@@ -35,8 +37,17 @@ void SliceEngine::Begin(const SliceSpec& slice, TimePoint now) {
   job_number_ = uint8_t(slice.job_id & 0xFF);
   const uint64_t n = config_.elements_per_packet;
   blocks_ = (slice.num_elements + n - 1) / n;
-  batch_ = uint32_t(std::min<uint64_t>(config_.window, blocks_));
-  total_ = blocks_ + (slice.type == DataType::kFloat32 ? batch_ : 0);
+  float_layout_ = slice.type == DataType::kFloat32 && blocks_ > 0;
+  if (float_layout_) {
+    // The descriptor rides in packet 0, an exponent-only packet.
+    batch_ = uint32_t(std::min<uint64_t>(config_.window, blocks_));
+    data_offset_ = batch_;
+    total_ = blocks_ + batch_;
+  } else {
+    data_offset_ = slice.send_descriptor ? 1 : 0;  // one descriptor-only packet leads
+    total_ = blocks_ + data_offset_;
+    batch_ = uint32_t(std::min<uint64_t>(config_.window, total_));
+  }
   completed_ = 0;
   queue_head_ = queue_size_ = 0;
   next_timer_ = TimePoint::max();
@@ -72,10 +83,9 @@ void SliceEngine::BuildPacket(uint32_t p, TimePoint now) {
   h.slot = uint16_t(config_.slot_base + i);
   h.set = s.set;
   uint8_t* payload = buf + wire::kPrefixBytes;
-  const bool is_float = slice_.type == DataType::kFloat32;
-  if (is_float && p < blocks_ && slice_.exponents != nullptr) {
+  if (float_layout_ && p < blocks_ && slice_.exponents != nullptr) {
     h.exp0 = slice_.exponents[p];
-  } else if (is_float && p < blocks_) {
+  } else if (float_layout_ && p < blocks_) {
     int8_t e = 0;
     const float* x = static_cast<const float*>(slice_.in) + uint64_t{p} * n;
     if (!quant::BlockExponent(x, BlockLength(p), &e)) {
@@ -90,17 +100,37 @@ void SliceEngine::BuildPacket(uint32_t p, TimePoint now) {
   wire::EncodePrefix(h, buf);
 
   // Which data block this packet carries, if any.
-  const int64_t block = is_float ? int64_t{p} - int64_t{batch_} : int64_t{p};
+  const int64_t block = int64_t{p} - int64_t(data_offset_);
   uint32_t len = 0;
   if (block >= 0 && uint64_t(block) < blocks_) {
     len = BlockLength(uint64_t(block));
     const uint64_t offset = uint64_t(block) * n;
-    if (is_float) {
-      quant::QuantizeToBE(static_cast<const float*>(slice_.in) + offset, len, s.scale,
-                          config_.num_workers, payload);
+    if (float_layout_) {
+      const float* x = static_cast<const float*>(slice_.in) + offset;
+      const float max_product = quant::QuantizeToBE(x, len, s.scale, config_.num_workers, payload);
+      if (max_product >= float(quant::QuantizeLimit(config_.num_workers))) {
+        // Rare: something may have been clamped. Data beyond the switch-wide exponent means the
+        // input changed after its exponent was taken (its sum would be silently wrong).
+        const float bound = std::ldexp(1.0f, s.max_exp);
+        for (uint32_t k = 0; k < len; ++k) {
+          if (!(std::fabs(x[k]) < bound)) {
+            Finish(FailedPreconditionError(
+                "float32 input element " + std::to_string(offset + k) + " of this slice of all-reduce #" +
+                std::to_string(slice_.job_id) + " changed while the all-reduce ran (it is " +
+                std::to_string(x[k]) + ", beyond the block exponent 2^" + std::to_string(s.max_exp) +
+                " taken from the data before it was sent); the input must not be written until the "
+                "all-reduce's handle completes"));
+            return;
+          }
+        }
+        stats_.clamped += quant::CountClamped(x, len, s.scale, config_.num_workers);
+      }
     } else {
       quant::Int32ToBE(static_cast<const int32_t*>(slice_.in) + offset, len, payload);
     }
+  } else if (p == 0 && slice_.send_descriptor) {
+    wire::EncodeDescriptor({slice_.job_id, slice_.call_elements, uint8_t(slice_.type)}, payload);
+    len = wire::kDescriptorElements;
   }
   // Deterministic padding (the reference sends whatever the buffer held).
   std::memset(payload + 4 * size_t{len}, 0, 4 * size_t{n - len});
@@ -194,15 +224,28 @@ void SliceEngine::OnDatagram(std::span<const uint8_t> bytes, TimePoint now) {
   ++stats_.results_received;
   if (!s.resent && s.sent_once) SampleRtt(now - s.sent_at);
   const uint32_t n = config_.elements_per_packet;
-  if (slice_.type == DataType::kFloat32) {
-    if (p >= batch_) {
-      const uint64_t block = p - batch_;
+  if (p == 0 && slice_.send_descriptor) {
+    const wire::CallDescriptor mine{slice_.job_id, slice_.call_elements, uint8_t(slice_.type)};
+    if (std::string why = wire::CheckDescriptor(mine, v.payload, config_.num_workers); !why.empty()) {
+      Finish(InvalidArgumentError("the workers' all-reduce calls #" + std::to_string(slice_.job_id) +
+                                  " do not match: " + why +
+                                  "; every worker must make the same calls (same element counts and "
+                                  "types) in the same order"));
+      return;
+    }
+  }
+  if (p >= data_offset_) {
+    const uint64_t block = p - data_offset_;
+    if (float_layout_) {
       quant::DequantizeFromBE(v.payload, BlockLength(block), s.scale,
                               static_cast<float*>(slice_.out) + block * n);
+    } else {
+      quant::BEToInt32(v.payload, BlockLength(block), static_cast<int32_t*>(slice_.out) + block * n);
     }
-    if (p < blocks_) s.scale = quant::ScaleForExponent(h.exp0, config_.num_workers);
-  } else {
-    quant::BEToInt32(v.payload, BlockLength(p), static_cast<int32_t*>(slice_.out) + uint64_t{p} * n);
+  }
+  if (float_layout_ && p < blocks_) {
+    s.scale = quant::ScaleForExponent(h.exp0, config_.num_workers);
+    s.max_exp = h.exp0;
   }
   ++completed_;
   last_progress_ = now;

@@ -25,7 +25,15 @@
 //
 // Float32 (spec §5.8.2): B extra leading packets carry only block exponents; packet p >= B
 // carries block p − B quantized with the scale derived from the switch-wide max exponent that
-// came back with packet p − B (same slot, so the scale is kept per slot).
+// came back with packet p − B (same slot, so the scale is kept per slot). A block whose data
+// reaches beyond that exponent (the input changed after its exponent was taken) fails the slice
+// instead of being clamped into a wrong sum; clamps at the rounding boundary are counted.
+//
+// Call descriptor (wire/call_descriptor.h): packet 0 of the slice carries the call's
+// descriptor, in the payload of the first exponent packet (float32) or in one extra leading
+// packet (int32, and the empty slice of a call with no elements). When its sum comes back, a
+// descriptor that differs on any worker (element count, type, call number) fails the slice with
+// INVALID_ARGUMENT on every worker, so workers that disagree never get a result.
 //
 // Not thread-safe: used by its worker thread only (stats are copied out by that thread).
 #pragma once
@@ -63,6 +71,11 @@ struct SliceSpec {
   // entries), computed before the job started (ContextImpl::Submit does, in the same pass that
   // rejects Inf/NaN input). Null: the engine computes each block's exponent when it sends it.
   const int8_t* exponents = nullptr;
+  // Send the call descriptor (wire::CallDescriptor) in packet 0 and check it on return. The
+  // context sets it for every non-empty slice and for thread 0's slice of every call, so each
+  // call is checked on every worker even when it has no elements.
+  bool send_descriptor = false;
+  uint64_t call_elements = 0;  // elements of the whole call (the descriptor's count)
 };
 
 struct EngineStats {
@@ -72,6 +85,7 @@ struct EngineStats {
   uint64_t duplicates = 0;
   uint64_t malformed = 0;
   uint64_t timeouts = 0;
+  uint64_t clamped = 0;  // float32 values clamped at the quantization boundary
 };
 
 class SliceEngine {
@@ -119,6 +133,7 @@ class SliceEngine {
     bool resent = false;       // sent more than once: no RTT sample (Karn)
     bool sent_once = false;    // sent_at is valid
     float scale = 0.0f;        // float32: scale of the block this slot carries next
+    int8_t max_exp = 0;        // float32: the switch-wide exponent behind `scale`
     Duration rto{};
     TimePoint sent_at{};
     TimePoint deadline = TimePoint::max();
@@ -148,7 +163,9 @@ class SliceEngine {
   uint8_t job_number_ = 0;
   uint64_t blocks_ = 0;      // M: data packets
   uint32_t batch_ = 0;       // B: slots in use
-  uint64_t total_ = 0;       // packets including the float32 exponent batch
+  uint64_t data_offset_ = 0; // packet that carries block 0 (B for float32, else 0 or 1)
+  bool float_layout_ = false;  // float32 with data: exponent packets lead
+  uint64_t total_ = 0;       // packets including the float32 exponent batch and descriptor
   uint64_t completed_ = 0;
   TimePoint last_progress_{};
   TimePoint next_timer_ = TimePoint::max();

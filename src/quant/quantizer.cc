@@ -279,8 +279,8 @@ uint32_t MaxAbsBitsImpl(const float* HWY_RESTRICT x, size_t n) {
   return hn::GetLane(hn::MaxOfLanes(du, max_bits));
 }
 
-void QuantizeToBEImpl(const float* HWY_RESTRICT x, size_t n, float scale, uint32_t num_workers,
-                      uint8_t* HWY_RESTRICT dst) {
+float QuantizeToBEImpl(const float* HWY_RESTRICT x, size_t n, float scale, uint32_t num_workers,
+                       uint8_t* HWY_RESTRICT dst) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::RebindToUnsigned<decltype(df)> du;
@@ -294,10 +294,16 @@ void QuantizeToBEImpl(const float* HWY_RESTRICT x, size_t n, float scale, uint32
   const auto v_neg_limit = hn::Set(di, -limit);
 
   // q = clamp(rne(x * s), ±limit); ±Inf products (x beyond the contract) give ±limit too.
+  // The largest |x * s| rides along (two instructions per vector; zero-filled tail lanes do
+  // not raise it) so the caller can tell whether anything was clamped without a second pass.
+  auto v_max_abs = hn::Zero(df);
   auto run = [&](auto round_and_clamp) {
     MapToBytes(df, x, n, dst, [&](hn::Vec<decltype(df)> v) {
-      return ToFromBE32(du, hn::BitCast(du, round_and_clamp(hn::Mul(v, v_scale))));
+      const auto p = hn::Mul(v, v_scale);
+      v_max_abs = hn::Max(v_max_abs, hn::Abs(p));
+      return ToFromBE32(du, hn::BitCast(du, round_and_clamp(p)));
     });
+    return hn::GetLane(hn::MaxOfLanes(df, v_max_abs));
   };
 #if SWITCHML_QUANT_RAW_CVT
   constexpr float kBelow2p31 = 2147483520.0f;  // the largest float below 2^31
@@ -308,13 +314,12 @@ void QuantizeToBEImpl(const float* HWY_RESTRICT x, size_t n, float scale, uint32
     // lies above kBelow2p31 and a product >= 2^31 must give INT32_MAX, so it takes the other
     // path.)
     const auto v_cvt_max = hn::Set(df, kBelow2p31);
-    run([&](hn::Vec<decltype(df)> p) {
+    return run([&](hn::Vec<decltype(df)> p) {
       return hn::Min(hn::Max(RawNearestInt(hn::Min(p, v_cvt_max)), v_neg_limit), v_limit);
     });
-    return;
   }
 #endif
-  run([&](hn::Vec<decltype(df)> p) {
+  return run([&](hn::Vec<decltype(df)> p) {
     return RoundAndClamp(di, p, v_limit, v_neg_limit, v_limit_f, v_neg_limit_f);
   });
 }
@@ -443,9 +448,21 @@ float ScaleForExponent(int8_t max_exp, uint32_t num_workers) {
   return scale >= static_cast<double>(FLT_MAX) ? FLT_MAX : static_cast<float>(scale);
 }
 
-void QuantizeToBE(const float* x, size_t n, float scale, uint32_t num_workers, uint8_t* dst) {
-  if (n == 0) return;
-  HWY_DYNAMIC_DISPATCH(QuantizeToBEImpl)(x, n, scale, num_workers, dst);
+float QuantizeToBE(const float* x, size_t n, float scale, uint32_t num_workers, uint8_t* dst) {
+  if (n == 0) return 0.0f;
+  return HWY_DYNAMIC_DISPATCH(QuantizeToBEImpl)(x, n, scale, num_workers, dst);
+}
+
+int32_t QuantizeLimit(uint32_t num_workers) { return internal::ClampLimit(num_workers); }
+
+size_t CountClamped(const float* x, size_t n, float scale, uint32_t num_workers) {
+  const double limit = internal::ClampLimit(num_workers);
+  size_t clamped = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float p = x[i] * scale;  // the kernel's float multiply
+    if (std::isnan(p) || std::fabs(std::nearbyint(static_cast<double>(p))) > limit) ++clamped;
+  }
+  return clamped;
 }
 
 void DequantizeFromBE(const uint8_t* src, size_t n, float scale, float* y) {

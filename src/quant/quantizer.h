@@ -46,7 +46,18 @@ float ScaleForExponent(int8_t max_exp, uint32_t num_workers);
 // (integer division; x[i] * scale is a float32 multiply, as in the reference). dst holds 4 * n
 // bytes, any alignment. Values beyond the exponent's range, including ±Inf, clamp to the
 // bound; NaN gives an unspecified value (BlockExponent rejects NaN blocks first).
-void QuantizeToBE(const float* x, size_t n, float scale, uint32_t num_workers, uint8_t* dst);
+// Returns max |x[i] * scale| (0 for n == 0). Nothing was clamped if it is below
+// QuantizeLimit(num_workers); otherwise CountClamped tells how many were (a rare, slow check).
+float QuantizeToBE(const float* x, size_t n, float scale, uint32_t num_workers, uint8_t* dst);
+
+// The clamp bound of QuantizeToBE: floor(INT32_MAX / num_workers) (0 is treated as 1).
+int32_t QuantizeLimit(uint32_t num_workers);
+
+// How many of x[0..n) QuantizeToBE clamps (|rne(x[i] * scale)| > QuantizeLimit), scalar. With
+// the block's own exponent in the scale at most one unit of the boundary is ever clamped (a
+// product just below INT32_MAX / num_workers that rounds up); more means |x| >= 2^max_exp, i.e.
+// the exponent did not cover the data.
+size_t CountClamped(const float* x, size_t n, float scale, uint32_t num_workers);
 
 // y[i] = float(int32 from big-endian src[i]) / scale.
 void DequantizeFromBE(const uint8_t* src, size_t n, float scale, float* y);

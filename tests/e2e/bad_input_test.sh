@@ -78,9 +78,9 @@ C="$WORK/switch-counters.json"
 [ "$(json_get "$C" "j['unknown_sender']")" -ge 1 ] || fail "unregistered sender not counted"
 pass "malformed datagrams dropped and counted: $(json_get "$C" "{k: v for k, v in j.items() if v and ('decode' in k or 'unknown' in k or 'trunc' in k)}")"
 
-# Workers that disagree on the tensor size (contract C1): the one waiting for packets the other
-# never sends gets an error within the job timeout instead of hanging. (Rank 0's smaller job
-# uses only slots rank 1 also fills, so it completes.)
+# Workers that disagree on the tensor size (contract C1): the call descriptor that every call
+# carries makes the call fail on BOTH ranks, naming the two counts, well within the job timeout
+# (the reference would hang one rank and give the other a partial result with status OK).
 start_switch
 for r in 0 1; do
   "$SWITCHML" allreduce --rank $r --workers 2 --controller 127.0.0.1:$CTL_PORT --type int32 \
@@ -91,7 +91,10 @@ done
 rc0=0; rc1=0
 wait "$M0" || rc0=$?
 wait "$M1" || rc1=$?
-[ $rc0 -le 1 ] && [ $rc1 -eq 1 ] || { cat "$WORK/m0.log" "$WORK/m1.log"; fail "mismatched sizes: exit codes $rc0 $rc1"; }
-grep -q "DEADLINE_EXCEEDED" "$WORK/m1.log" || { cat "$WORK/m1.log"; fail "mismatched sizes: no deadline error"; }
-pass "mismatched sizes: $(grep -m1 DEADLINE "$WORK/m1.log")"
+[ $rc0 -eq 1 ] && [ $rc1 -eq 1 ] || { cat "$WORK/m0.log" "$WORK/m1.log"; fail "mismatched sizes: exit codes $rc0 $rc1"; }
+for r in 0 1; do
+  grep -q "INVALID_ARGUMENT.*the element count differs (this worker: $((1000 + 500 * r)); the other worker: $((1500 - 500 * r)))" "$WORK/m$r.log" ||
+    { cat "$WORK/m$r.log"; fail "mismatched sizes: rank $r does not name both counts"; }
+done
+pass "mismatched sizes: $(grep -m1 -o "the element count differs[^;]*;[^)]*)" "$WORK/m1.log")"
 stop_switch

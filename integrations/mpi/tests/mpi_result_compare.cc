@@ -6,9 +6,10 @@
 // Files hold "call type value" lines. Both must list the same calls and types in the same
 // order; int and double values must be identical, float values within the SwitchML
 // quantization bound for NUM_WORKERS workers. mpi_allreduce_check's float inputs are
-// multiples of 1/8 in [-125, 125], the same range as testing::Float32Input, so
-// testing::Float32Tolerance (derived from quant::QuantizationErrorBound with block exponent 7
-// and |sum| <= 125 * NUM_WORKERS) is the bound. Exit status 0 iff everything matches.
+// multiples of 1/8 in [-125, 125] (its own pattern, not testing::Float32Input), so
+// testing::UniformFloat32Tolerance(NUM_WORKERS, 125) (quant::QuantizationErrorBound for every
+// block exponent up to 7 and |sum| <= 125 * NUM_WORKERS) is the bound. Exit status 0 iff
+// everything matches.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,16 +20,23 @@
 
 #include "testing/exact_inputs.h"
 
+namespace {
+constexpr double kMaxAbsInput = 125.0;  // mpi_allreduce_check's FloatInput range
+double Tolerance(const char* workers) {
+  return switchml::testing::UniformFloat32Tolerance(uint32_t(std::atoi(workers)), kMaxAbsInput);
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--tolerance") {
-    std::printf("%.17g\n", switchml::testing::Float32Tolerance(uint32_t(std::atoi(argv[2]))));
+    std::printf("%.17g\n", Tolerance(argv[2]));
     return 0;
   }
   if (argc != 4) {
     std::cerr << "usage: " << argv[0] << " BASELINE CANDIDATE NUM_WORKERS | --tolerance NUM_WORKERS\n";
     return 2;
   }
-  const double tol = switchml::testing::Float32Tolerance(uint32_t(std::atoi(argv[3])));
+  const double tol = Tolerance(argv[3]);
   std::ifstream a(argv[1]), b(argv[2]);
   if (!a || !b) {
     std::cerr << "cannot open " << (!a ? argv[1] : argv[2]) << "\n";

@@ -1,0 +1,56 @@
+#include "testing/loopback_cluster.h"
+
+#include <string>
+#include <utility>
+
+#include "client/context_impl.h"
+#include "controller/session_sink.h"
+
+namespace switchml::testing {
+
+dataplane::SwitchConfig LoopbackCluster::DefaultSwitchConfig() {
+  dataplane::SwitchConfig sc;
+  sc.num_slots = 512;
+  return sc;
+}
+
+StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
+    uint32_t num_workers, const Options& options, const transport::FaultOptions& faults,
+    const dataplane::SwitchConfig& switch_config) {
+  if (num_workers == 0) return InvalidArgumentError("num_workers must be >= 1, got 0");
+  std::unique_ptr<LoopbackCluster> c(new LoopbackCluster());
+  transport::LoopbackOptions lo;
+  lo.faults = faults;
+  SWITCHML_ASSIGN_OR_RETURN(c->fabric_, transport::LoopbackFabric::Create(lo));
+  SWITCHML_ASSIGN_OR_RETURN(auto switch_channel, c->fabric_->CreateChannel(kSwitchEndpoint));
+  SWITCHML_ASSIGN_OR_RETURN(c->server_,
+                            dataplane::SwitchServer::Create(switch_config, std::move(switch_channel)));
+  SWITCHML_RETURN_IF_ERROR(c->server_->Start());
+  for (uint32_t r = 0; r < num_workers; ++r) {
+    Options o = options;
+    o.rank = r;
+    o.num_workers = num_workers;
+    if (Status s = o.Validate(); !s.ok()) return s.WithContext("options of rank " + std::to_string(r));
+    controller::WorkerRegistration reg;
+    reg.rank = r;
+    reg.num_workers = num_workers;
+    reg.ipv4 = 0x0A000001 + r;
+    std::vector<std::unique_ptr<transport::Channel>> channels;
+    for (uint32_t t = 0; t < o.num_worker_threads; ++t) {
+      const uint16_t port = uint16_t(6000 + t);
+      SWITCHML_ASSIGN_OR_RETURN(auto channel, c->fabric_->CreateChannel({reg.ipv4, port}));
+      reg.udp_ports.push_back(port);
+      channels.push_back(std::move(channel));
+    }
+    SWITCHML_RETURN_IF_ERROR(c->server_->RegisterWorker(reg));
+    c->contexts_.push_back(client::ContextImpl::CreateWithChannels(o, std::move(channels), kSwitchEndpoint));
+  }
+  return c;
+}
+
+LoopbackCluster::~LoopbackCluster() {
+  contexts_.clear();
+  if (server_) server_->Stop();
+}
+
+}  // namespace switchml::testing

@@ -1,0 +1,74 @@
+// testing/loopback_cluster.h — a whole SwitchML job in one process, for tests: a real
+// SwitchServer and n Contexts (one per rank) joined by the in-process loopback fabric
+// (transport/loopback.h) instead of sockets, without the controller or other processes.
+//
+//   Options o;  o.num_worker_threads = 2;  o.window_packets = 32;  o.elements_per_packet = 64;
+//   transport::FaultOptions f;  f.loss = 0.01;  f.seed = 3;        // fabric faults (optional)
+//   dataplane::SwitchConfig sc = LoopbackCluster::DefaultSwitchConfig();
+//   sc.ingress_drop_probability = 0.01;                          // switch drop simulator
+//   auto c = LoopbackCluster::Create(/*num_workers=*/3, o, f, sc).value();
+//   c->ctx(1).AllReduce(in, out, n, DataType::kInt32);   // each rank from its own thread
+//
+// The switch listens at kSwitchEndpoint (127.0.0.1:48864 on the fabric); worker r's thread t
+// sends from 10.0.0.(1+r):(6000+t). The workers are registered with the switch's reference
+// session (SwitchServer::RegisterWorker, per-thread ports), exactly as Context::Create would
+// through the controller. Contexts are built with client::ContextImpl::CreateWithChannels from
+// `options` with rank and num_workers filled in.
+//
+// Destruction order: contexts first (their jobs end with CANCELLED), then the switch, then
+// the fabric. Thread-safety: ctx(r) may be used from any thread (Context's own rules); the
+// accessors themselves are not synchronised with DestroyContext.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dataplane/switch_config.h"
+#include "dataplane/switch_server.h"
+#include "switchml/context.h"
+#include "switchml/options.h"
+#include "switchml/status.h"
+#include "transport/loopback.h"
+
+namespace switchml::testing {
+
+class LoopbackCluster {
+ public:
+  static constexpr transport::Endpoint kSwitchEndpoint{0x7F000001, 48864};
+
+  // The switch configuration used when none is given: defaults with 512 slots (enough for any
+  // window a test uses, and small).
+  static dataplane::SwitchConfig DefaultSwitchConfig();
+
+  // Builds the fabric (with `faults` on every datagram), the switch (`switch_config`, which
+  // carries the drop simulator and the late-duplicate guard) and `num_workers` contexts.
+  // Errors: INVALID_ARGUMENT naming the bad field (num_workers 0, options that fail
+  // Options::Validate for some rank, fault probabilities, switch config), or whatever the
+  // switch returns for the registration (e.g. a window beyond its slots).
+  static StatusOr<std::unique_ptr<LoopbackCluster>> Create(
+      uint32_t num_workers, const Options& options, const transport::FaultOptions& faults = {},
+      const dataplane::SwitchConfig& switch_config = DefaultSwitchConfig());
+
+  ~LoopbackCluster();
+  LoopbackCluster(const LoopbackCluster&) = delete;
+  LoopbackCluster& operator=(const LoopbackCluster&) = delete;
+
+  // Rank r's context (r < size(); it must not have been destroyed).
+  Context& ctx(uint32_t r) { return *contexts_[r]; }
+  // Destroys rank r's context now (its queued and running jobs fail with CANCELLED).
+  void DestroyContext(uint32_t r) { contexts_[r].reset(); }
+  uint32_t size() const { return uint32_t(contexts_.size()); }
+
+  dataplane::SwitchServer& server() { return *server_; }
+  transport::LoopbackFabric& fabric() { return *fabric_; }
+
+ private:
+  LoopbackCluster() = default;
+
+  std::unique_ptr<transport::LoopbackFabric> fabric_;
+  std::unique_ptr<dataplane::SwitchServer> server_;
+  std::vector<std::unique_ptr<Context>> contexts_;
+};
+
+}  // namespace switchml::testing
