@@ -37,7 +37,7 @@ BUILD_DIR=${BUILD_DIR:-$default_dir}
 JOBS=${JOBS:-$(nproc)}
 # gtest names of the controller's gRPC service tests (SessionService*, Controller*, ...): they
 # run grpc++ in-process; see the header comment.
-TSAN_EXCLUDE=${TSAN_EXCLUDE-'^(SessionService|Controller|StandaloneController|SessionClient|JobService|JobClient|Bootstrap|Grpc)'}
+TSAN_EXCLUDE=${TSAN_EXCLUDE-'^(SessionService|Controller|StandaloneController|StandaloneAuth|SessionClient|JobService|JobClient|JobAuth|AgreedParams|Bootstrap|Grpc)'}
 
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
   -DSWITCHML_SANITIZE="$kind" -DSWITCHML_BUILD_BENCH=OFF

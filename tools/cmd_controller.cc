@@ -4,6 +4,11 @@
 // (controller/remote_switches.h). Runs until SIGINT/SIGTERM.
 //
 //   switchml controller --listen 0.0.0.0:50099 --switch 10.0.0.10:50099 --switch 10.0.0.11:50099
+//
+// Credentials: the operator credential (--operator-token-file FILE, which wins, or
+// SWITCHML_OPERATOR_TOKEN) is required. It authenticates this controller's operators and is
+// what the controller presents to its switches, unless --switch-operator-token-file gives the
+// switches' own; the switches are checked at start.
 #include <signal.h>
 
 #include <chrono>
@@ -15,6 +20,7 @@
 #include "controller/remote_switches.h"
 #include "controller/session_service.h"
 #include "tools/commands.h"
+#include "tools/job_flags.h"
 
 namespace switchml::tools {
 namespace {
@@ -24,6 +30,9 @@ struct ControllerArgs {
   std::vector<std::string> switches;
   uint32_t rpc_timeout_ms = 5000;
   std::string ready_file;
+  OperatorTokenFlag operator_token;
+  std::string switch_operator_token_file;
+  double job_idle_timeout_s = 600;
 };
 
 int Run(const ControllerArgs& a) {
@@ -37,15 +46,37 @@ int Run(const ControllerArgs& a) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
+  if (!(a.job_idle_timeout_s >= 0) || a.job_idle_timeout_s > 4e6) {
+    return fail("--job-idle-timeout-s must be in [0, 4e6], got " +
+                std::to_string(a.job_idle_timeout_s));
+  }
+  auto cred = a.operator_token.Resolve("switchml controller");
+  if (!cred.ok()) return fail(cred.status().message());
+  if (cred->token.empty()) {
+    return fail(std::string("no operator credential: a standalone controller needs one (it "
+                            "authenticates operators and is presented to the switches): ") +
+                controller::kOperatorTokenHelp);
+  }
+  std::string switch_token = cred->token;
+  if (!a.switch_operator_token_file.empty()) {
+    auto sc = controller::ReadOperatorTokenFile(a.switch_operator_token_file);
+    if (!sc.ok()) return fail("--switch-operator-token-file: " + sc.status().message());
+    if (!sc->warning.empty()) std::cerr << "switchml controller: " << sc->warning << "\n";
+    switch_token = sc->token;
+  }
   auto remote = controller::RemoteSwitches::Connect(
-      a.switches, std::chrono::milliseconds(a.rpc_timeout_ms));
+      a.switches, std::chrono::milliseconds(a.rpc_timeout_ms), switch_token);
   if (!remote.ok()) return fail(remote.status().ToString());
   controller::ServerOptions so;
   so.listen_address = a.listen;
+  so.operator_token = cred->token;
+  so.default_job_idle_timeout = std::chrono::milliseconds(int64_t(a.job_idle_timeout_s * 1000));
   auto ctl = controller::ControllerServer::Start(so, remote->get(), remote->get());
   if (!ctl.ok()) return fail(ctl.status().ToString());
-  std::printf("switchml controller: serving on %s (port %d), driving %zu switch(es)\n",
-              a.listen.c_str(), (*ctl)->port(), (*remote)->num_switches());
+  std::printf("switchml controller: serving on %s (port %d), driving %zu switch(es); operator "
+              "credential from %s%s\n",
+              a.listen.c_str(), (*ctl)->port(), (*remote)->num_switches(), cred->source.c_str(),
+              a.switch_operator_token_file.empty() ? " (also presented to the switches)" : "");
   std::fflush(stdout);
   if (!a.ready_file.empty()) {
     const std::string tmp = a.ready_file + ".tmp";
@@ -73,6 +104,13 @@ Runner AddControllerCommand(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--ready-file", a->ready_file,
                  "Write {\"controller_port\"} as JSON to FILE once serving");
+  a->operator_token.Register(app, "(required): authenticates job administration here and, "
+                                  "unless --switch-operator-token-file is given, at the switches");
+  app.add_option("--switch-operator-token-file", a->switch_operator_token_file,
+                 "File holding the switches' operator credential, when it differs from ours");
+  app.add_option("--job-idle-timeout-s", a->job_idle_timeout_s,
+                 "Idle timeout of a job created without one (0 = such jobs never expire)")
+      ->capture_default_str();
   return [a] { return Run(*a); };
 }
 

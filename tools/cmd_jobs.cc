@@ -1,14 +1,17 @@
 // `switchml jobs ...`: drive a controller's switchml.v1.JobService (several jobs per switch).
 //
-//   switchml jobs create --controller H:P --workers 4 --slots 256 [--idle-timeout-s 60]
+//   switchml jobs create --controller H:P --workers 4 --slots 256 [--idle-timeout-s 60 |
+//                        --no-idle-timeout]
 //       prints SWITCHML_JOB_ID=<id> and SWITCHML_JOB_TOKEN=<token> (shell syntax, so a launch
 //       script can `eval "$(switchml jobs create ...)"`), or JSON with --json
 //   switchml jobs list   --controller H:P [--json]      jobs, free slots, switch drop counters
-//   switchml jobs show   ID --controller H:P [--json]   one job: workers, counters, state
+//   switchml jobs show   ID --controller H:P [--token T]  one job: workers, counters, state
 //   switchml jobs delete ID --token T --controller H:P  frees the job's slots at once
 //   switchml jobs slots  ID [--first S] [--count N]     bitmaps/counters per slot and set (like
 //                                                        the reference CLI's show_bitmap);
 //                                                        ID 0 = the reference session
+// Every command but `show --token` needs the operator credential: --operator-token-file FILE
+// (wins) or SWITCHML_OPERATOR_TOKEN (controller/operator_auth.h), sent as gRPC metadata.
 // Errors print the controller's message and exit 1.
 #include <cstdio>
 #include <iostream>
@@ -18,6 +21,7 @@
 
 #include "controller/job_client.h"
 #include "tools/commands.h"
+#include "tools/job_flags.h"
 
 namespace switchml::tools {
 namespace {
@@ -32,6 +36,8 @@ struct JobsArgs {
   uint32_t elements_per_packet = 256;
   std::string type = "unspecified";
   double idle_timeout_s = 0;
+  bool no_idle_timeout = false;
+  OperatorTokenFlag operator_token;
   std::string token;
   std::string name;
   // show / delete / slots
@@ -94,10 +100,13 @@ int Fail(const std::string& what, const Status& s) {
 }
 
 int Run(const std::string& cmd, const JobsArgs& a) {
+  auto cred = a.operator_token.Resolve("switchml jobs " + cmd);
+  if (!cred.ok()) return Fail(cmd, cred.status());
   auto client = controller::JobClient::Connect(a.controller,
                                                std::chrono::milliseconds(a.rpc_timeout_ms));
   if (!client.ok()) return Fail(cmd, client.status());
   controller::JobClient& c = **client;
+  c.set_operator_token(cred->token);
 
   if (cmd == "create") {
     controller::JobSpec spec;
@@ -116,7 +125,14 @@ int Run(const std::string& cmd, const JobsArgs& a) {
       return Fail(cmd, InvalidArgumentError("--idle-timeout-s must be in [0, 4e6], got " +
                                             std::to_string(a.idle_timeout_s)));
     }
-    spec.idle_timeout = std::chrono::milliseconds(int64_t(a.idle_timeout_s * 1000));
+    if (a.no_idle_timeout && a.idle_timeout_s != 0) {
+      return Fail(cmd, InvalidArgumentError("--no-idle-timeout and --idle-timeout-s " +
+                                            std::to_string(a.idle_timeout_s) +
+                                            " contradict each other"));
+    }
+    spec.idle_timeout = a.no_idle_timeout
+                            ? controller::JobClient::kNoIdleTimeout
+                            : std::chrono::milliseconds(int64_t(a.idle_timeout_s * 1000));
     spec.token = a.token;
     spec.name = a.name;
     auto job = c.CreateJob(spec);
@@ -174,7 +190,7 @@ int Run(const std::string& cmd, const JobsArgs& a) {
     return 0;
   }
   if (cmd == "show") {
-    auto job = c.GetJob(a.job_id);
+    auto job = c.GetJob(a.job_id, a.token);
     if (!job.ok()) return Fail(cmd, job.status());
     std::cout << ToJson(*job).dump(2) << "\n";
     return 0;
@@ -227,6 +243,8 @@ Runner AddJobsCommand(CLI::App& app) {
         ->capture_default_str();
     sub->add_option("--rpc-timeout-ms", a->rpc_timeout_ms, "Deadline of each controller call")
         ->capture_default_str();
+    a->operator_token.Register(*sub, "to send to the controller (gRPC metadata "
+                                     "x-switchml-operator-token)");
   };
   auto* create = app.add_subcommand("create", "Create a job; prints its id and token");
   common(create);
@@ -239,8 +257,11 @@ Runner AddJobsCommand(CLI::App& app) {
       ->capture_default_str();
   create->add_option("--type", a->type, "int32 or float32 (informative)")->capture_default_str();
   create->add_option("--idle-timeout-s", a->idle_timeout_s,
-                     "Tear the job down after this long without datagrams (0 = never)")
+                     "Tear the job down after this long without datagrams (0 = the switch's or "
+                     "controller's default, 600 s unless it was started with another)")
       ->capture_default_str();
+  create->add_flag("--no-idle-timeout", a->no_idle_timeout,
+                   "Keep the job until it is deleted (no idle timeout)");
   create->add_option("--token", a->token, "Token to use (default: a random one)");
   create->add_option("--name", a->name, "Informative name");
   create->add_flag("--json", a->json, "Print the job as JSON");
@@ -250,6 +271,8 @@ Runner AddJobsCommand(CLI::App& app) {
   auto* show = app.add_subcommand("show", "Show one job (workers, counters, state)");
   common(show);
   show->add_option("job_id", a->job_id, "Job id")->required();
+  show->add_option("--token", a->token,
+                   "The job's token: lets a job's user look without the operator credential");
   auto* del = app.add_subcommand("delete", "Delete a job; frees its slots at once");
   common(del);
   del->add_option("job_id", a->job_id, "Job id")->required();

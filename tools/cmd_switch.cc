@@ -2,10 +2,18 @@
 // the reference Session/Sync services (one UdpSession job) and the switchml.v1.JobService
 // (several jobs, each with its own slots, workers and token; `switchml jobs ...` drives it).
 // Runs until SIGINT/SIGTERM, then prints its counters.
+//
+// Job administration needs the operator credential (controller/operator_auth.h): from
+// --operator-token-file FILE (wins) or SWITCHML_OPERATOR_TOKEN; with neither the switch
+// generates one, writes it to a new private file (/tmp/switchml-switch.XXXXXX/operator-token,
+// mode 0600) that it names in its log and in the ready file ("operator_token_file"), and
+// removes that file when it exits.
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -14,6 +22,7 @@
 #include "dataplane/switch_server.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
+#include "tools/job_flags.h"
 #include "transport/udp_channel.h"
 
 namespace switchml::tools {
@@ -36,6 +45,18 @@ struct SwitchArgs {
   bool late_duplicate_guard = false;
   bool no_udp_offload = false;
   uint32_t busy_poll_us = 0;
+  OperatorTokenFlag operator_token;
+  double job_idle_timeout_s = 600;
+};
+
+// Removes a generated token file and its private directory at exit.
+struct TokenFileCleanup {
+  std::string path;
+  ~TokenFileCleanup() {
+    if (path.empty()) return;
+    std::remove(path.c_str());
+    ::rmdir(path.substr(0, path.rfind('/')).c_str());
+  }
 };
 
 int Run(const SwitchArgs& a) {
@@ -60,6 +81,23 @@ int Run(const SwitchArgs& a) {
   cfg.late_duplicate_guard = a.late_duplicate_guard;
   cfg.advertised_ipv4 = bind->ipv4;
   if (Status s = cfg.Validate(); !s.ok()) return fail(s.message());
+  if (!(a.job_idle_timeout_s >= 0) || a.job_idle_timeout_s > 4e6) {
+    return fail("--job-idle-timeout-s must be in [0, 4e6], got " +
+                std::to_string(a.job_idle_timeout_s));
+  }
+  auto cred = a.operator_token.Resolve("switchml switch");
+  if (!cred.ok()) return fail(cred.status().message());
+  TokenFileCleanup generated;
+  if (cred->token.empty()) {
+    cred->token = controller::GenerateOperatorToken();
+    const char* tmpdir = std::getenv("TMPDIR");
+    const std::string dir = std::string(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp") +
+                            "/switchml-switch.XXXXXX";
+    auto path = controller::WritePrivateTokenFile(dir, cred->token);
+    if (!path.ok()) return fail("cannot store the generated operator credential: " + path.status().message());
+    generated.path = *path;
+    cred->source = "generated, in " + *path;
+  }
 
   // Signals are taken synchronously by this thread: block them before any thread starts so
   // every thread inherits the mask.
@@ -83,6 +121,8 @@ int Run(const SwitchArgs& a) {
 
   controller::ServerOptions so;
   so.listen_address = a.bind + ":" + std::to_string(a.controller_port);
+  so.operator_token = cred->token;
+  so.default_job_idle_timeout = std::chrono::milliseconds(int64_t(a.job_idle_timeout_s * 1000));
   // The switch is both the session sink (reference UdpSession) and the job sink (JobService).
   auto ctl = controller::ControllerServer::Start(so, server->get(), server->get());
   if (!ctl.ok()) return fail("session service: " + ctl.status().ToString());
@@ -92,15 +132,23 @@ int Run(const SwitchArgs& a) {
               a.bind.c_str(), udp_port, a.bind.c_str(), (*ctl)->port(), cfg.num_slots, cfg.max_elements_per_packet,
               cfg.max_workers);
   std::printf("switchml switch: job service (switchml.v1) on the same port; jobs share a pool of %u "
-              "slots\n",
-              cfg.num_slots);
+              "slots; default job idle timeout %g s\n",
+              cfg.num_slots, a.job_idle_timeout_s);
+  std::printf("switchml switch: operator credential: %s\n", cred->source.c_str());
+  if (!generated.path.empty()) {
+    std::printf("switchml switch: `switchml jobs` needs it: --operator-token-file %s (or "
+                "export SWITCHML_OPERATOR_TOKEN=$(cat %s)); the file is removed at exit\n",
+                generated.path.c_str(), generated.path.c_str());
+  }
   if (a.ingress_drop > 0 || a.egress_drop > 0)
     std::printf("switchml switch: drop simulator on: ingress %g, egress %g, seed %llu\n", a.ingress_drop,
                 a.egress_drop, (unsigned long long)a.drop_seed);
   std::fflush(stdout);
   if (!a.ready_file.empty()) {
     const std::string tmp = a.ready_file + ".tmp";
-    std::ofstream(tmp) << nlohmann::json{{"udp_port", udp_port}, {"controller_port", (*ctl)->port()}}.dump() << "\n";
+    nlohmann::json ready{{"udp_port", udp_port}, {"controller_port", (*ctl)->port()}};
+    if (!generated.path.empty()) ready["operator_token_file"] = generated.path;
+    std::ofstream(tmp) << ready.dump() << "\n";
     std::rename(tmp.c_str(), a.ready_file.c_str());
   }
 
@@ -157,7 +205,9 @@ Runner AddSwitchCommand(CLI::App& app) {
   app.add_option("--egress-drop", a->egress_drop, "Drop simulator: probability to drop all responses of a packet")
       ->capture_default_str();
   app.add_option("--drop-seed", a->drop_seed, "Seed of the drop simulator")->capture_default_str();
-  app.add_option("--ready-file", a->ready_file, "Write {\"udp_port\",\"controller_port\"} as JSON to FILE once serving");
+  app.add_option("--ready-file", a->ready_file,
+                 "Write {\"udp_port\",\"controller_port\"} (and \"operator_token_file\" when the "
+                 "credential was generated) as JSON to FILE once serving");
   app.add_option("--stats-interval", a->stats_interval_s, "Print counters every N seconds (0 = only at exit)")
       ->capture_default_str();
   app.add_option("--counters-json", a->counters_json, "Write the final counters as JSON to FILE at exit");
@@ -165,6 +215,11 @@ Runner AddSwitchCommand(CLI::App& app) {
                "Drop late duplicates reordered behind a worker's next packet (not in the reference)");
   app.add_flag("--no-udp-offload", a->no_udp_offload,
                "Send and receive one datagram per message (no UDP GSO/GRO), for comparison");
+  a->operator_token.Register(app, "to authenticate job administration (`switchml jobs`); "
+                             "with neither, a random one is generated and its file named in the log");
+  app.add_option("--job-idle-timeout-s", a->job_idle_timeout_s,
+                 "Idle timeout of a job created without one (0 = such jobs never expire)")
+      ->capture_default_str();
   app.add_option("--busy-poll-us", a->busy_poll_us,
                  "Poll the socket this long before sleeping when idle (0 = off, max 1000000); costs a core")
       ->capture_default_str();

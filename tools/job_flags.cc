@@ -1,5 +1,8 @@
 #include "tools/job_flags.h"
 
+#include <cstdlib>
+#include <iostream>
+
 #include "tools/cli_util.h"
 
 namespace switchml::tools {
@@ -47,6 +50,18 @@ std::vector<std::string> JobFlags::ToArgs(const std::vector<uint64_t>& c) const 
   return {"--counts", list, "--type", type, "--iters", std::to_string(iters), "--warmup", std::to_string(warmup),
           "--threads", std::to_string(threads), "--window", std::to_string(window), "--elements-per-packet",
           std::to_string(elements_per_packet), "--job-timeout-ms", std::to_string(job_timeout_ms)};
+}
+
+void OperatorTokenFlag::Register(CLI::App& app, const std::string& role) {
+  app.add_option("--operator-token-file", file,
+                 "File holding the operator credential (16..1024 printable characters; wins over "
+                 "the environment variable SWITCHML_OPERATOR_TOKEN) " + role);
+}
+
+StatusOr<controller::OperatorCredential> OperatorTokenFlag::Resolve(const std::string& who) const {
+  auto cred = controller::ResolveOperatorToken(file, std::getenv(controller::kOperatorTokenEnv));
+  if (cred.ok() && !cred->warning.empty()) std::cerr << who << ": " << cred->warning << "\n";
+  return cred;
 }
 
 }  // namespace switchml::tools

@@ -1,5 +1,6 @@
 // tools/job_flags.h — the job-shape flags shared by `switchml allreduce` and `switchml demo`
-// (the demo forwards them to its workers), declared once.
+// (the demo forwards them to its workers), declared once; and the operator-credential flag
+// shared by `switchml switch`, `switchml controller` and `switchml jobs`.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/operator_auth.h"
 #include "switchml/status.h"
 #include "switchml/types.h"
 
@@ -35,6 +37,19 @@ struct JobFlags {
 
   // The same flags as arguments for `switchml allreduce`, with the tensor sizes given.
   std::vector<std::string> ToArgs(const std::vector<uint64_t>& counts) const;
+};
+
+// --operator-token-file FILE, or else the environment variable SWITCHML_OPERATOR_TOKEN
+// (controller/operator_auth.h): the operator credential of the job service.
+struct OperatorTokenFlag {
+  std::string file;
+
+  // `role` ends the flag's help, e.g. "to authenticate operators".
+  void Register(CLI::App& app, const std::string& role);
+  // The flag's file wins over the environment; token empty if neither is given. Errors name
+  // the file or the variable (unreadable, empty, malformed). A warning (e.g. a file other
+  // users can read) is printed to stderr prefixed with `who`.
+  StatusOr<controller::OperatorCredential> Resolve(const std::string& who) const;
 };
 
 }  // namespace switchml::tools

@@ -102,6 +102,12 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options) {
   reg.rank = options.rank;
   reg.num_workers = options.num_workers;
   reg.ipv4 = advertise_ip;
+  // What every worker of the job must share: the controller refuses a registration that
+  // differs from the first one, naming the field (instead of wrong sums or a bare timeout).
+  reg.protocol_version = controller::kClientProtocolVersion;
+  reg.num_worker_threads = options.num_worker_threads;
+  reg.window_packets = options.window_packets;
+  reg.elements_per_packet = options.elements_per_packet;
   for (uint32_t t = 0; t < options.num_worker_threads; ++t) {
     transport::UdpChannelOptions uo;
     uo.local = transport::Endpoint{bind_ip, 0};

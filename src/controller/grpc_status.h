@@ -17,7 +17,7 @@ inline grpc::Status ToGrpcStatus(const Status& s) {
 
 inline StatusCode FromGrpcCode(grpc::StatusCode code) {
   const int c = static_cast<int>(code);
-  if (c < 0 || c > static_cast<int>(StatusCode::kDataLoss)) return StatusCode::kUnknown;
+  if (c < 0 || c > static_cast<int>(StatusCode::kUnauthenticated)) return StatusCode::kUnknown;
   return static_cast<StatusCode>(c);
 }
 

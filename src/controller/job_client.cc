@@ -8,6 +8,7 @@
 
 #include "controller/grpc_client.h"
 #include "controller/grpc_status.h"
+#include "controller/operator_auth.h"
 #include "switchml_v1.grpc.pb.h"
 
 namespace switchml::controller {
@@ -76,6 +77,13 @@ SlotSetInfo FromProto(const v1::SlotSet& p) {
 
 struct JobClient::Impl : ControllerConnection {
   std::unique_ptr<v1::JobService::Stub> stub;
+  std::string operator_token;  // sent as metadata when set
+
+  // Hides ControllerConnection::Prepare: also attaches the operator credential.
+  void Prepare(grpc::ClientContext* context) const {
+    ControllerConnection::Prepare(context);
+    if (!operator_token.empty()) context->AddMetadata(kOperatorTokenMetadataKey, operator_token);
+  }
 
   Status MapError(const char* rpc, const grpc::Status& s) const {
     return ControllerConnection::MapError(
@@ -98,6 +106,7 @@ JobClient::~JobClient() = default;
 const std::string& JobClient::address() const { return impl_->address; }
 
 void JobClient::set_wait_for_ready(bool wait) { impl_->wait_for_ready = wait; }
+void JobClient::set_operator_token(std::string token) { impl_->operator_token = std::move(token); }
 
 StatusOr<JobInfo> JobClient::CreateJob(const JobSpec& spec) {
   v1::CreateJobRequest request;
@@ -106,12 +115,17 @@ StatusOr<JobInfo> JobClient::CreateJob(const JobSpec& spec) {
   p->set_num_slots(spec.num_slots);
   p->set_elements_per_packet(spec.elements_per_packet);
   p->set_data_type(static_cast<v1::DataType>(spec.data_type));
-  const auto ms = spec.idle_timeout.count();
-  if (ms < 0 || ms > std::numeric_limits<uint32_t>::max()) {
-    return InvalidArgumentError("CreateJob: idle_timeout must be in [0, 2^32) ms, got " +
-                                std::to_string(ms));
+  if (spec.idle_timeout == kNoIdleTimeout) {
+    p->set_no_idle_timeout(true);
+  } else {
+    const auto ms = spec.idle_timeout.count();
+    if (ms < 0 || ms > std::numeric_limits<uint32_t>::max()) {
+      return InvalidArgumentError("CreateJob: idle_timeout must be in [0, 2^32) ms (0 = the "
+                                  "controller's default) or kNoIdleTimeout, got " +
+                                  std::to_string(ms));
+    }
+    p->set_idle_timeout_ms(static_cast<uint32_t>(ms));
   }
-  p->set_idle_timeout_ms(static_cast<uint32_t>(ms));
   p->set_token(spec.token);
   p->set_name(spec.name);
   v1::CreateJobResponse response;
@@ -176,6 +190,10 @@ StatusOr<JobWorkerGrant> JobClient::RegisterWorker(const JobRegistration& reg) {
   request.set_ipv4(reg.worker.ipv4);
   request.set_mac(reg.worker.mac);
   for (uint16_t p : reg.worker.udp_ports) request.add_udp_ports(p);
+  request.set_protocol_version(reg.worker.protocol_version);
+  request.set_num_worker_threads(reg.worker.num_worker_threads);
+  request.set_window_packets(reg.worker.window_packets);
+  request.set_elements_per_packet(reg.worker.elements_per_packet);
   v1::RegisterWorkerResponse response;
   grpc::ClientContext context;
   impl_->Prepare(&context);

@@ -10,6 +10,11 @@
 //                       .worker = {.rank = r, .ipv4 = my_ip, .udp_ports = my_ports}};
 //   StatusOr<JobWorkerGrant> grant = JobBootstrap(**client, reg);   // all registered after
 //
+// Operators' calls (CreateJob, DeleteJob, ListJobs, InspectSlots, GetJob without a token) need
+// the operator credential (operator_auth.h): set_operator_token() makes every call send it as
+// gRPC metadata; without it they fail with Unauthenticated. Workers need only their job's
+// token.
+//
 // Every RPC has a deadline of rpc_timeout and waits for the channel to (re)connect until then.
 // Errors are switchml::Status with the controller's code (job_sink.h lists them) and a message
 // prefixed with the controller address and the RPC; "not connected" becomes Unavailable,
@@ -31,6 +36,11 @@ namespace switchml::controller {
 
 class JobClient {
  public:
+  // CreateJob: JobSpec::idle_timeout = kNoIdleTimeout asks for a job without idle timeout;
+  // 0 asks for the controller's default (10 minutes unless configured). In answers
+  // (JobInfo::spec) 0 means the job has none.
+  static constexpr std::chrono::milliseconds kNoIdleTimeout = std::chrono::milliseconds::max();
+
   // Errors: InvalidArgument (empty address, rpc_timeout <= 0), Unavailable (no connection
   // within rpc_timeout). Blocks.
   static StatusOr<std::unique_ptr<JobClient>> Connect(const std::string& controller_address,
@@ -39,7 +49,7 @@ class JobClient {
   JobClient(const JobClient&) = delete;
   JobClient& operator=(const JobClient&) = delete;
 
-  // The answer carries the token (JobInfo::token).
+  // The answer carries the token (JobInfo::token). spec.idle_timeout: see kNoIdleTimeout.
   StatusOr<JobInfo> CreateJob(const JobSpec& spec);
   Status DeleteJob(uint32_t job_id, const std::string& token);
   // With a non-empty token the controller also checks it (PermissionDenied, or
@@ -48,6 +58,7 @@ class JobClient {
   // Also fills *switch_counters (name, value) when non-null.
   StatusOr<JobList> ListJobs(std::vector<std::pair<std::string, uint64_t>>* switch_counters =
                                  nullptr);
+  // Sends every field of reg.worker, including the agreed parameters.
   // grant.switch_info.ipv4 == 0 means "where the controller is".
   StatusOr<JobWorkerGrant> RegisterWorker(const JobRegistration& reg);
   // Job-scoped rendezvous: returns once every rank of the job has called Barrier.
@@ -66,6 +77,10 @@ class JobClient {
   // Call before sharing the client between threads.
   void set_wait_for_ready(bool wait);
 
+  // The operator credential to send with every call (empty = none). Call before sharing the
+  // client between threads.
+  void set_operator_token(std::string token);
+
  private:
   struct Impl;
   explicit JobClient(std::unique_ptr<Impl> impl);
@@ -74,7 +89,10 @@ class JobClient {
 
 // A worker's job set-up: RegisterWorker, then the job's Barrier (after which every rank is
 // registered and the job is running). Errors from either step, prefixed with
-// "job J rank R: registration" / "...: barrier". Blocks up to about 2 x rpc_timeout.
+// "job J rank R: registration" / "...: barrier". A rank refused because it disagrees with
+// the job's first registration (FailedPrecondition naming the field, both values and both
+// ranks) makes the ranks waiting in the barrier fail at once with the same message
+// (job_service.h). Blocks up to about 2 x rpc_timeout.
 StatusOr<JobWorkerGrant> JobBootstrap(JobClient& client, const JobRegistration& reg);
 
 }  // namespace switchml::controller

@@ -2,13 +2,19 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <condition_variable>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
 
 #include "controller/grpc_status.h"
 #include "controller/grpc_wait.h"
+#include "controller/operator_auth.h"
 #include "controller/sync_coordinator.h"
 #include "switchml_v1.grpc.pb.h"
 
@@ -34,6 +40,7 @@ void ToProto(const JobInfo& j, v1::JobInfo* out) {
   spec->set_elements_per_packet(j.spec.elements_per_packet);
   spec->set_data_type(static_cast<v1::DataType>(j.spec.data_type));
   spec->set_idle_timeout_ms(static_cast<uint32_t>(j.spec.idle_timeout.count()));
+  spec->set_no_idle_timeout(j.spec.idle_timeout.count() == 0);
   spec->set_name(j.spec.name);
   out->set_state(ToProto(j.state));
   out->set_slot_base(j.slot_base);
@@ -73,14 +80,23 @@ grpc::Status Error(StatusCode code, const std::string& message) {
   return ToGrpcStatus(Status(code, message));
 }
 
+#define SWITCHML_RETURN_IF_ERROR_GRPC(expr)  \
+  do {                                       \
+    const ::switchml::Status _st = (expr);   \
+    if (!_st.ok()) return ToGrpcStatus(_st); \
+  } while (0)
+
 }  // namespace
 
 class JobService::Impl final : public v1::JobService::Service {
  public:
-  explicit Impl(JobSink* sink) : sink_(sink) {}
+  Impl(JobSink* sink, JobServiceOptions options)
+      : sink_(sink), options_(std::move(options)), sweeper_([this] { SweepLoop(); }) {}
+  ~Impl() override { StopSweep(); }
 
-  grpc::Status CreateJob(grpc::ServerContext*, const v1::CreateJobRequest* request,
+  grpc::Status CreateJob(grpc::ServerContext* context, const v1::CreateJobRequest* request,
                          v1::CreateJobResponse* response) override {
+    SWITCHML_RETURN_IF_ERROR_GRPC(CheckOperator(*context, "CreateJob"));
     const v1::JobSpec& p = request->spec();
     if (p.data_type() < v1::DATA_TYPE_UNSPECIFIED || p.data_type() > v1::FLOAT32) {
       return Error(StatusCode::kInvalidArgument,
@@ -91,7 +107,15 @@ class JobService::Impl final : public v1::JobService::Service {
     spec.num_slots = p.num_slots();
     spec.elements_per_packet = p.elements_per_packet();
     spec.data_type = static_cast<JobDataType>(p.data_type());
-    spec.idle_timeout = std::chrono::milliseconds(p.idle_timeout_ms());
+    if (p.no_idle_timeout() && p.idle_timeout_ms() != 0) {
+      return Error(StatusCode::kInvalidArgument,
+                   "CreateJob: idle_timeout_ms must be 0 when no_idle_timeout is set, got " +
+                       std::to_string(p.idle_timeout_ms()));
+    }
+    // 0 = the default; only no_idle_timeout asks for none (0 in the sink's terms).
+    spec.idle_timeout = p.no_idle_timeout()         ? std::chrono::milliseconds(0)
+                        : p.idle_timeout_ms() == 0 ? options_.default_idle_timeout
+                                                   : std::chrono::milliseconds(p.idle_timeout_ms());
     spec.token = p.token();
     spec.name = p.name();
     StatusOr<JobInfo> job = sink_->CreateJob(spec);
@@ -101,19 +125,23 @@ class JobService::Impl final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* request,
+  grpc::Status DeleteJob(grpc::ServerContext* context, const v1::DeleteJobRequest* request,
                          v1::DeleteJobResponse*) override {
+    SWITCHML_RETURN_IF_ERROR_GRPC(CheckOperator(*context, "DeleteJob"));
     const Status s = sink_->DeleteJob(request->job_id(), request->token());
     if (!s.ok()) return ToGrpcStatus(s);
     ForgetSync(request->job_id());
     return grpc::Status::OK;
   }
 
-  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                       v1::GetJobResponse* response) override {
     if (!request->token().empty()) {
       const Status access = sink_->CheckJobAccess(request->job_id(), request->token());
       if (!access.ok()) return ToGrpcStatus(access);
+    } else {
+      // Without the job's token only an operator may look.
+      SWITCHML_RETURN_IF_ERROR_GRPC(CheckOperator(*context, "GetJob without the job's token"));
     }
     StatusOr<JobInfo> job = sink_->GetJob(request->job_id());
     if (!job.ok()) return ToGrpcStatus(job.status());
@@ -121,8 +149,9 @@ class JobService::Impl final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest*,
                         v1::ListJobsResponse* response) override {
+    SWITCHML_RETURN_IF_ERROR_GRPC(CheckOperator(*context, "ListJobs"));
     const JobList list = sink_->ListJobs();
     for (const JobInfo& j : list.jobs) ToProto(j, response->add_jobs());
     response->set_pool_slots(list.pool_slots);
@@ -143,6 +172,10 @@ class JobService::Impl final : public v1::JobService::Service {
     reg.worker.num_workers = request->num_workers();
     reg.worker.ipv4 = request->ipv4();
     reg.worker.mac = request->mac();
+    reg.worker.protocol_version = request->protocol_version();
+    reg.worker.num_worker_threads = request->num_worker_threads();
+    reg.worker.window_packets = request->window_packets();
+    reg.worker.elements_per_packet = request->elements_per_packet();
     for (int i = 0; i < request->udp_ports_size(); ++i) {
       const uint32_t port = request->udp_ports(i);
       if (port == 0 || port > std::numeric_limits<uint16_t>::max()) {
@@ -153,7 +186,10 @@ class JobService::Impl final : public v1::JobService::Service {
       reg.worker.udp_ports.push_back(static_cast<uint16_t>(port));
     }
     StatusOr<JobWorkerGrant> grant = sink_->RegisterJobWorker(reg);
-    if (!grant.ok()) return ToGrpcStatus(grant.status());
+    if (!grant.ok()) {
+      RecordRefusal(reg.job_id, reg.token, grant.status());
+      return ToGrpcStatus(grant.status());
+    }
     response->set_switch_ipv4(grant->switch_info.ipv4);
     response->set_switch_udp_port(grant->switch_info.udp_port);
     response->set_switch_mac(grant->switch_info.mac);
@@ -170,6 +206,7 @@ class JobService::Impl final : public v1::JobService::Service {
     StatusOr<std::shared_ptr<SyncCoordinator>> sync =
         SyncFor(request->job_id(), request->token(), request->rank(), &num_workers);
     if (!sync.ok()) return ToGrpcStatus(sync.status());
+    SyncUse use(this, request->job_id(), *sync);
     const Status s = (*sync)->Barrier(num_workers, JobWait(context, request->job_id(),
                                                             request->token()));
     return ToGrpcStatus(Explain(s, "Barrier", request->job_id(), request->token()));
@@ -181,6 +218,7 @@ class JobService::Impl final : public v1::JobService::Service {
     StatusOr<std::shared_ptr<SyncCoordinator>> sync =
         SyncFor(request->job_id(), request->token(), request->rank(), &num_workers);
     if (!sync.ok()) return ToGrpcStatus(sync.status());
+    SyncUse use(this, request->job_id(), *sync);
     StatusOr<uint64_t> value =
         (*sync)->Broadcast(request->value(), request->rank(), num_workers, request->root(),
                            JobWait(context, request->job_id(), request->token()));
@@ -192,8 +230,9 @@ class JobService::Impl final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status InspectSlots(grpc::ServerContext*, const v1::InspectSlotsRequest* request,
+  grpc::Status InspectSlots(grpc::ServerContext* context, const v1::InspectSlotsRequest* request,
                             v1::InspectSlotsResponse* response) override {
+    SWITCHML_RETURN_IF_ERROR_GRPC(CheckOperator(*context, "InspectSlots"));
     StatusOr<std::vector<SlotInfo>> slots =
         sink_->InspectSlots(request->job_id(), request->first_slot(), request->count());
     if (!slots.ok()) return ToGrpcStatus(slots.status());
@@ -207,12 +246,133 @@ class JobService::Impl final : public v1::JobService::Service {
   }
 
   void Shutdown() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      shut_down_ = true;
+      for (auto& [id, entry] : syncs_) entry.sync->Shutdown();
+    }
+    StopSweep();
+  }
+
+  size_t NumSyncStates() const {
     std::lock_guard<std::mutex> lock(mu_);
-    shut_down_ = true;
-    for (auto& [id, sync] : syncs_) sync->Shutdown();
+    return syncs_.size();
+  }
+  size_t NumBlockedCallers() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t n = 0;
+    for (const auto& [id, entry] : syncs_) {
+      n += entry.sync->NumBarrierWaiters() + entry.sync->NumBroadcastWaiters();
+    }
+    return n;
   }
 
  private:
+  // A job's coordinator and how many handlers are using it (between SyncFor and the end of
+  // their call); guarded by mu_.
+  struct SyncEntry {
+    std::shared_ptr<SyncCoordinator> sync;
+    uint32_t users = 0;
+  };
+  // Ends a handler's use of its job's coordinator (RAII): drops it when nobody uses it and it
+  // holds nothing.
+  class SyncUse {
+   public:
+    SyncUse(Impl* impl, uint32_t job_id, std::shared_ptr<SyncCoordinator> sync)
+        : impl_(impl), job_id_(job_id), sync_(std::move(sync)) {}
+    ~SyncUse() { impl_->Release(job_id_, sync_); }
+    SyncUse(const SyncUse&) = delete;
+    SyncUse& operator=(const SyncUse&) = delete;
+
+   private:
+    Impl* const impl_;
+    const uint32_t job_id_;
+    const std::shared_ptr<SyncCoordinator> sync_;
+  };
+
+  // OK if the call carries the operator credential; the errors say how to pass it.
+  Status CheckOperator(const grpc::ServerContext& context, const std::string& rpc) const {
+    if (options_.operator_token.empty()) {
+      return PermissionDeniedError(
+          rpc + ": job administration is disabled: this switch or controller was started "
+                "without an operator credential (start it with --operator-token-file FILE "
+                "or SWITCHML_OPERATOR_TOKEN)");
+    }
+    const auto& metadata = context.client_metadata();
+    const auto it = metadata.find(kOperatorTokenMetadataKey);
+    if (it == metadata.end()) {
+      return UnauthenticatedError(rpc + " needs the operator credential (gRPC metadata " +
+                                  kOperatorTokenMetadataKey + "), and none was sent: " +
+                                  kOperatorTokenHelp);
+    }
+    if (!ConstantTimeEquals(std::string_view(it->second.data(), it->second.size()),
+                            options_.operator_token)) {
+      return PermissionDeniedError(rpc + ": wrong operator credential: " + kOperatorTokenHelp);
+    }
+    return OkStatus();
+  }
+
+  void Release(uint32_t job_id, const std::shared_ptr<SyncCoordinator>& sync) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = syncs_.find(job_id);
+    // Forgotten (or replaced) meanwhile: nothing to count.
+    if (it == syncs_.end() || it->second.sync != sync) return;
+    if (--it->second.users == 0 && it->second.sync->Idle()) syncs_.erase(it);
+  }
+
+  // Drops the sync state of every job that has ended (or is unknown), unless a handler is
+  // using it; asks the sink without holding mu_.
+  void Sweep() {
+    std::vector<uint32_t> candidates;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, entry] : syncs_) {
+        if (entry.users == 0) candidates.push_back(id);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(refusal_mu_);
+      for (const auto& [id, refusal] : refusals_) candidates.push_back(id);
+    }
+    for (uint32_t id : candidates) {
+      const StatusOr<JobInfo> job = sink_->GetJob(id);
+      const bool ended = job.ok() ? job->state == JobState::kEnded
+                                  : job.status().code() == StatusCode::kNotFound;
+      if (!ended) continue;
+      ForgetRefusal(id);
+      std::shared_ptr<SyncCoordinator> sync;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = syncs_.find(id);
+        if (it == syncs_.end() || it->second.users != 0) continue;
+        sync = std::move(it->second.sync);
+        syncs_.erase(it);
+      }
+      sync->Reset();
+    }
+  }
+
+  void SweepLoop() {
+    std::unique_lock<std::mutex> lock(sweep_mu_);
+    while (!stop_sweep_) {
+      sweep_cv_.wait_for(lock, options_.sweep_interval);
+      if (stop_sweep_) break;
+      lock.unlock();
+      Sweep();
+      lock.lock();
+    }
+  }
+
+  void StopSweep() {
+    {
+      std::lock_guard<std::mutex> lock(sweep_mu_);
+      stop_sweep_ = true;
+    }
+    sweep_cv_.notify_all();
+    std::lock_guard<std::mutex> lock(join_mu_);
+    if (sweeper_.joinable()) sweeper_.join();
+  }
+
   // The job's coordinator, after checking the token and the rank.
   StatusOr<std::shared_ptr<SyncCoordinator>> SyncFor(uint32_t job_id, const std::string& token,
                                                      uint32_t rank, uint32_t* num_workers) {
@@ -226,14 +386,30 @@ class JobService::Impl final : public v1::JobService::Service {
     *num_workers = job.spec.num_workers;
     std::lock_guard<std::mutex> lock(mu_);
     if (shut_down_) return UnavailableError("the controller is shutting down");
-    std::shared_ptr<SyncCoordinator>& sync = syncs_[job_id];
-    if (sync == nullptr) sync = std::make_shared<SyncCoordinator>();
-    return sync;
+    auto it = syncs_.find(job_id);
+    if (it == syncs_.end()) {
+      if (syncs_.size() >= kMaxSyncStates) {
+        return ResourceExhaustedError(
+            "job " + std::to_string(job_id) + ": " + std::to_string(kMaxSyncStates) +
+            " jobs already have barrier/broadcast state on this controller (the most it "
+            "keeps); retry once some have finished");
+      }
+      SyncLimits limits;
+      limits.max_pending_broadcasts = kMaxPendingBroadcastsPerJob;
+      // Each rank blocks in one call at a time; twice that leaves room for retries.
+      limits.max_waiters = 2 * job.spec.num_workers;
+      it = syncs_.emplace(job_id, SyncEntry{std::make_shared<SyncCoordinator>(limits), 0}).first;
+    }
+    ++it->second.users;
+    return it->second.sync;
   }
 
-  // Waits until the call's deadline, and gives up (Cancelled) as soon as the job ends.
+  // Waits until the call's deadline, and gives up (Cancelled) as soon as the job ends or a
+  // registration of the job is refused (RecordRefusal).
   WaitControl JobWait(grpc::ServerContext* context, uint32_t job_id, const std::string& token) {
-    return WaitFor(context, [this, job_id, token] { return !sink_->CheckJobAccess(job_id, token).ok(); });
+    return WaitFor(context, [this, job_id, token] {
+      return Refused(job_id, token).has_value() || !sink_->CheckJobAccess(job_id, token).ok();
+    });
   }
 
   // A wait that ended because the job ended says so (Aborted with the reason).
@@ -246,31 +422,85 @@ class JobService::Impl final : public v1::JobService::Service {
         return AbortedError(std::string(rpc) + ": job " + std::to_string(job_id) +
                             " ended while this worker waited: " + access.message());
       }
+      if (std::optional<std::string> refusal = Refused(job_id, token)) {
+        return FailedPreconditionError(std::string(rpc) + ": job " + std::to_string(job_id) +
+                                       " cannot start: a registration was refused: " +
+                                       *refusal);
+      }
     }
     return s.WithContext("job " + std::to_string(job_id));
   }
 
+  // A registration refused with FailedPrecondition for a live job (a worker that disagrees
+  // with the job's first registration, job_sink.h) means the job's barrier can never
+  // complete: its waiting and later Barrier/Broadcast calls fail with the refusal's message
+  // (JobWait, Explain). Only a caller with the job's token can cause this, and only callers
+  // with that token see it (a standalone controller's job ids repeat when a switch restarts;
+  // the new job has a new token).
+  void RecordRefusal(uint32_t job_id, const std::string& token, const Status& refusal) {
+    if (refusal.code() != StatusCode::kFailedPrecondition) return;
+    if (!sink_->CheckJobAccess(job_id, token).ok()) return;  // ended: waiters learn that
+    std::lock_guard<std::mutex> lock(refusal_mu_);
+    if (refusals_.count(job_id) != 0) return;  // the first refusal explains the job's failure
+    if (refusals_.size() >= kMaxRefusals) refusals_.erase(refusals_.begin());  // oldest id
+    refusals_.emplace(job_id, Refusal{token, refusal.message()});
+  }
+  // The refusal's message, if a registration with `token` for job `job_id` was refused.
+  std::optional<std::string> Refused(uint32_t job_id, const std::string& token) const {
+    std::lock_guard<std::mutex> lock(refusal_mu_);
+    auto it = refusals_.find(job_id);
+    if (it == refusals_.end() || it->second.token != token) return std::nullopt;
+    return it->second.message;
+  }
+
+  void ForgetRefusal(uint32_t job_id) {
+    std::lock_guard<std::mutex> lock(refusal_mu_);
+    refusals_.erase(job_id);
+  }
+
   void ForgetSync(uint32_t job_id) {
+    ForgetRefusal(job_id);
     std::shared_ptr<SyncCoordinator> sync;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = syncs_.find(job_id);
       if (it == syncs_.end()) return;
-      sync = std::move(it->second);
+      sync = std::move(it->second.sync);
       syncs_.erase(it);
     }
     sync->Reset();  // blocked callers return Aborted; they hold their own reference
   }
 
   JobSink* const sink_;
-  std::mutex mu_;
+  const JobServiceOptions options_;
+  mutable std::mutex mu_;
   bool shut_down_ = false;
-  std::map<uint32_t, std::shared_ptr<SyncCoordinator>> syncs_;  // guarded by mu_
+  std::map<uint32_t, SyncEntry> syncs_;  // guarded by mu_; at most kMaxSyncStates
+  // Refused registrations by job id (RecordRefusal); dropped when the job ends (ForgetSync,
+  // Sweep); at most kMaxRefusals, the oldest ids forgotten first.
+  static constexpr size_t kMaxRefusals = 1024;
+  struct Refusal {
+    std::string token;
+    std::string message;
+  };
+  mutable std::mutex refusal_mu_;
+  std::map<uint32_t, Refusal> refusals_;  // guarded by refusal_mu_
+
+  // The sweep of ended jobs' sync state (Sweep). Declared last: the thread starts in the
+  // constructor, once every other member exists.
+  std::mutex sweep_mu_;
+  std::condition_variable sweep_cv_;
+  bool stop_sweep_ = false;  // guarded by sweep_mu_
+  std::mutex join_mu_;
+  std::thread sweeper_;
 };
 
-JobService::JobService(JobSink* sink) : impl_(std::make_unique<Impl>(sink)) {}
+JobService::JobService(JobSink* sink, JobServiceOptions options)
+    : impl_(std::make_unique<Impl>(sink, std::move(options))) {}
 JobService::~JobService() = default;
 grpc::Service* JobService::grpc_service() { return impl_.get(); }
 void JobService::Shutdown() { impl_->Shutdown(); }
+size_t JobService::NumSyncStates() const { return impl_->NumSyncStates(); }
+size_t JobService::NumBlockedCallers() const { return impl_->NumBlockedCallers(); }
 
 }  // namespace switchml::controller

@@ -8,10 +8,38 @@
 // token is checked first, and a caller blocked while its job ends (deleted or idle timeout)
 // returns ABORTED with the job's end reason within one poll interval (10 ms).
 //
+// Agreement: a RegisterWorker the sink refuses with FAILED_PRECONDITION while the job is live
+// (the worker disagrees with the job's first registration: num_workers or an agreed parameter,
+// job_sink.h) means the job can never start, so the job's Barrier/Broadcast callers with its
+// token, blocked and later ones, get FAILED_PRECONDITION "<rpc>: job J cannot start: a
+// registration was refused: <the refusal>" (within one poll interval). At most 1024 refused
+// jobs are remembered, the lowest ids forgotten first.
+//
+// Access control (operator_auth.h): CreateJob, DeleteJob, ListJobs, InspectSlots and GetJob
+// without the job's token need the operator credential in the call's metadata
+// (kOperatorTokenMetadataKey): missing -> UNAUTHENTICATED, wrong -> PERMISSION_DENIED, both
+// with a message saying how to pass it; with no operator token configured job administration
+// is refused (PERMISSION_DENIED). DeleteJob also checks the job's token. Worker calls
+// (RegisterWorker, Barrier, Broadcast, GetJob with a token) check the job's token only.
+//
+// Idle timeout: CreateJob with idle_timeout_ms 0 gets options.default_idle_timeout; only
+// no_idle_timeout asks for none.
+//
+// Sync state: a job's SyncCoordinator exists while a caller is inside Barrier/Broadcast or a
+// broadcast operation is pending, and is dropped as soon as it is idle (it then holds nothing).
+// Leftovers of a job that ended (a pending broadcast no rank will complete) are dropped when
+// the job is deleted through this service, when a caller of it notices the end, or by a sweep
+// every options.sweep_interval that asks the sink about each job that has some. Bounds: at
+// most kMaxSyncStates coordinators; per job, at most kMaxPendingBroadcastsPerJob pending
+// broadcast operations and 2 x num_workers blocked callers (RESOURCE_EXHAUSTED beyond).
+//
 // Thread-safety: all methods are thread-safe.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <memory>
+#include <string>
 
 #include "controller/job_sink.h"
 
@@ -21,17 +49,35 @@ class Service;
 
 namespace switchml::controller {
 
+struct JobServiceOptions {
+  // The operator credential (operator_auth.h); empty = job administration is refused.
+  std::string operator_token;
+  // Given to a job created with idle_timeout_ms 0 (and no_idle_timeout false).
+  std::chrono::milliseconds default_idle_timeout{std::chrono::minutes(10)};
+  // How often leftover sync state of ended jobs is looked for.
+  std::chrono::milliseconds sweep_interval{std::chrono::seconds(1)};
+};
+
 class JobService {
  public:
+  static constexpr size_t kMaxSyncStates = 4096;
+  static constexpr uint32_t kMaxPendingBroadcastsPerJob = 64;
+
   // `sink` is not owned and must outlive this object.
-  explicit JobService(JobSink* sink);
+  explicit JobService(JobSink* sink, JobServiceOptions options = {});
   ~JobService();
   JobService(const JobService&) = delete;
   JobService& operator=(const JobService&) = delete;
 
   grpc::Service* grpc_service();
-  // Wakes every blocked Barrier/Broadcast (UNAVAILABLE) and fails later ones the same way.
+  // Wakes every blocked Barrier/Broadcast (UNAVAILABLE) and fails later ones the same way;
+  // stops the sweep.
   void Shutdown();
+
+  // Number of jobs with sync state (for tests and monitoring).
+  size_t NumSyncStates() const;
+  // Callers blocked in a job's Barrier or Broadcast right now (for tests and monitoring).
+  size_t NumBlockedCallers() const;
 
  private:
   class Impl;

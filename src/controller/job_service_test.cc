@@ -27,6 +27,8 @@ using namespace std::chrono_literals;
 
 constexpr uint32_t kLocalhost = 0x7F000001;
 constexpr uint32_t kPoolSlots = 64;
+// The operator credential every server here is started with (job administration needs it).
+constexpr char kOperatorToken[] = "operator-token-for-tests-0123";
 
 class JobServiceTest : public ::testing::Test {
  protected:
@@ -45,6 +47,7 @@ class JobServiceTest : public ::testing::Test {
     ASSERT_TRUE(switch_->Start().ok());
     ServerOptions so;
     so.listen_address = "127.0.0.1:0";
+    so.operator_token = kOperatorToken;
     auto ctl = ControllerServer::Start(so, switch_.get(), switch_.get());
     ASSERT_TRUE(ctl.ok()) << ctl.status();
     controller_ = std::move(*ctl);
@@ -52,6 +55,7 @@ class JobServiceTest : public ::testing::Test {
     auto client = JobClient::Connect(address_, 3s);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
+    client_->set_operator_token(kOperatorToken);
   }
   void TearDown() override {
     if (controller_) controller_->Shutdown();
@@ -402,6 +406,7 @@ void StartEmbeddedSwitches(size_t count, uint32_t num_slots, std::vector<Embedde
     ASSERT_TRUE(e.sw->Start().ok());
     ServerOptions so;
     so.listen_address = "127.0.0.1:0";
+    so.operator_token = kOperatorToken;
     auto ctl = ControllerServer::Start(so, e.sw.get(), e.sw.get());
     ASSERT_TRUE(ctl.ok()) << ctl.status();
     e.ctl = std::move(*ctl);
@@ -415,15 +420,18 @@ void StartEmbeddedSwitches(size_t count, uint32_t num_slots, std::vector<Embedde
 TEST(StandaloneControllerTest, DrivesTwoSwitchesOverGrpc) {
   std::vector<EmbeddedSwitch> switches;
   ASSERT_NO_FATAL_FAILURE(StartEmbeddedSwitches(2, 32, &switches));
-  auto remote = RemoteSwitches::Connect({switches[0].address, switches[1].address}, 3s);
+  auto remote =
+      RemoteSwitches::Connect({switches[0].address, switches[1].address}, 3s, kOperatorToken);
   ASSERT_TRUE(remote.ok()) << remote.status();
   ServerOptions so;
   so.listen_address = "127.0.0.1:0";
+  so.operator_token = kOperatorToken;
   auto standalone = ControllerServer::Start(so, remote->get(), remote->get());
   ASSERT_TRUE(standalone.ok());
   const std::string address = "127.0.0.1:" + std::to_string((*standalone)->port());
   auto client = JobClient::Connect(address, 3s);
   ASSERT_TRUE(client.ok());
+  (*client)->set_operator_token(kOperatorToken);
 
   JobSpec spec;
   spec.num_workers = 2;
@@ -515,14 +523,17 @@ TEST(StandaloneControllerTest, DrivesTwoSwitchesOverGrpc) {
 TEST(StandaloneControllerTest, ASwitchThatIsDownFailsFastAndStallsNothingElse) {
   std::vector<EmbeddedSwitch> switches;
   ASSERT_NO_FATAL_FAILURE(StartEmbeddedSwitches(2, 64, &switches));
-  auto remote = RemoteSwitches::Connect({switches[0].address, switches[1].address}, 3s);
+  auto remote =
+      RemoteSwitches::Connect({switches[0].address, switches[1].address}, 3s, kOperatorToken);
   ASSERT_TRUE(remote.ok()) << remote.status();
   ServerOptions so;
   so.listen_address = "127.0.0.1:0";
+  so.operator_token = kOperatorToken;
   auto standalone = ControllerServer::Start(so, remote->get(), remote->get());
   ASSERT_TRUE(standalone.ok());
   auto client = JobClient::Connect("127.0.0.1:" + std::to_string((*standalone)->port()), 3s);
   ASSERT_TRUE(client.ok());
+  (*client)->set_operator_token(kOperatorToken);
 
   JobSpec spec;
   spec.num_workers = 2;

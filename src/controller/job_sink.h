@@ -113,8 +113,10 @@ struct JobList {
 struct JobRegistration {
   uint32_t job_id = 0;
   std::string token;
-  // rank, ipv4, mac and udp_ports are used; worker.num_workers must be 0 or the job's.
-  // udp_ports must list one port per worker thread (at least one).
+  // rank, ipv4, mac, udp_ports and the agreed parameters (protocol_version,
+  // num_worker_threads, window_packets, elements_per_packet) are used; worker.num_workers
+  // must be 0 or the job's. udp_ports must list one port per worker thread (at least one).
+  // num_workers and the agreed parameters must equal those of the job's first registration.
   WorkerRegistration worker;
 };
 
@@ -151,7 +153,9 @@ class JobSink {
   // Errors: NotFound, PermissionDenied (wrong token), FailedPrecondition (already ended).
   virtual Status DeleteJob(uint32_t job_id, const std::string& token) = 0;
   // Errors: NotFound (unknown job), PermissionDenied (wrong token), FailedPrecondition (job
-  // ended), InvalidArgument (rank >= num_workers, num_workers differs, bad ports),
+  // ended, or num_workers or an agreed parameter differs from the job's first registration:
+  // the message names the field, both values and both ranks), InvalidArgument (rank >=
+  // num_workers, num_workers differs from the job's, bad ports),
   // AlreadyExists (rank already registered from another address — a second rank 0 or a
   // duplicate rank — or an address already used by another worker of any job). Registering
   // never resets or otherwise changes another worker's state. Repeating an identical

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "controller/operator_auth.h"
+
 namespace switchml::controller {
 namespace {
 
@@ -20,13 +22,19 @@ uint32_t HostIpv4(const std::string& address) {
 }  // namespace
 
 StatusOr<std::unique_ptr<RemoteSwitches>> RemoteSwitches::Connect(
-    const std::vector<std::string>& switch_addresses, std::chrono::milliseconds rpc_timeout) {
+    const std::vector<std::string>& switch_addresses, std::chrono::milliseconds rpc_timeout,
+    const std::string& operator_token) {
   if (switch_addresses.empty()) {
     return InvalidArgumentError("a standalone controller needs at least one switch address");
   }
   if (switch_addresses.size() > kMaxSwitches) {
     return InvalidArgumentError("at most " + Str(kMaxSwitches) + " switches, got " +
                                 Str(switch_addresses.size()));
+  }
+  if (operator_token.empty()) {
+    return InvalidArgumentError(
+        "a standalone controller needs the switches' operator credential to drive them: " +
+        std::string(kOperatorTokenHelp));
   }
   std::unique_ptr<RemoteSwitches> r(new RemoteSwitches());
   for (size_t i = 0; i < switch_addresses.size(); ++i) {
@@ -38,6 +46,13 @@ StatusOr<std::unique_ptr<RemoteSwitches>> RemoteSwitches::Connect(
     if (!session.ok()) return session.status().WithContext("switch " + Str(i));
     s.jobs = std::move(*jobs);
     s.session = std::move(*session);
+    s.jobs->set_operator_token(operator_token);
+    // Fail now, naming the switch, rather than on every operator's call later.
+    auto check = s.jobs->ListJobs();
+    if (!check.ok()) {
+      return check.status().WithContext("switch " + Str(i) + " (" + s.address +
+                                        ") refuses this controller");
+    }
     // A switch that is down must not stall calls for the others (ListJobs asks every switch)
     // nor hold an operator's call past its own deadline: fail fast, and let gRPC reconnect
     // in the background (within a second of the switch coming back, grpc_client.cc).
@@ -101,7 +116,11 @@ StatusOr<JobInfo> RemoteSwitches::CreateJob(const JobSpec& spec) {
     return first_error.WithContext("no switch reachable (" + Str(switches_.size()) +
                                    " configured)");
   }
-  StatusOr<JobInfo> job = switches_[best].jobs->CreateJob(spec);
+  // Our JobService already applied its default: 0 here means "none" (job_sink.h), which the
+  // switch's JobService must not read as "its default".
+  JobSpec remote_spec = spec;
+  if (remote_spec.idle_timeout.count() == 0) remote_spec.idle_timeout = JobClient::kNoIdleTimeout;
+  StatusOr<JobInfo> job = switches_[best].jobs->CreateJob(remote_spec);
   if (!job.ok()) return SwitchError(switches_[best], job.status());
   if (job->job_id >> kLocalIdBits) {
     return InternalError("switch " + Str(best) + " returned job id " + Str(job->job_id) +
@@ -186,7 +205,9 @@ Status RemoteSwitches::CheckJobAccess(uint32_t job_id, const std::string& token)
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
     for (const AccessCache& c : access_cache_) {
-      if (c.job_id == job_id && c.token == token && c.until > now) return OkStatus();
+      if (c.job_id == job_id && ConstantTimeEquals(c.token, token) && c.until > now) {
+        return OkStatus();
+      }
     }
   }
   SWITCHML_ASSIGN_OR_RETURN(auto route, Route(job_id));
@@ -194,7 +215,9 @@ Status RemoteSwitches::CheckJobAccess(uint32_t job_id, const std::string& token)
   if (!job.ok()) return SwitchError(*route.first, job.status());
   std::lock_guard<std::mutex> lock(cache_mu_);
   std::erase_if(access_cache_, [&](const AccessCache& c) { return c.until <= now; });
-  access_cache_.push_back({job_id, token, now + std::chrono::milliseconds(200)});
+  if (access_cache_.size() < kMaxAccessCache) {
+    access_cache_.push_back({job_id, token, now + std::chrono::milliseconds(200)});
+  }
   return OkStatus();
 }
 

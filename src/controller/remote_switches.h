@@ -5,7 +5,7 @@
 // controller --switch H:P ...`) instead serves the same gRPC API to workers and drives the
 // switches over gRPC, through each switch's embedded JobService and Session service:
 //
-//   auto sw = RemoteSwitches::Connect({"10.0.0.10:50099", "10.0.0.11:50099"}, 5s);
+//   auto sw = RemoteSwitches::Connect({"10.0.0.10:50099", "10.0.0.11:50099"}, 5s, token);
 //   auto server = ControllerServer::Start(opts, sw->get(), sw->get());
 //
 // Jobs: CreateJob places a job on the switch with the largest free slot range (first on
@@ -13,12 +13,22 @@
 // later call (RegisterWorker, GetJob, DeleteJob, InspectSlots) is routed to that switch
 // without state here, and RegisterWorker's answer carries that switch's data address. Tokens
 // are checked by the switch. Job-scoped Barrier/Broadcast are served by this controller.
-// UdpSession (the reference single-job session) goes to the first switch.
+// UdpSession (the reference single-job session) goes to the first switch. Registrations are
+// forwarded with every field, so the switch checks that the workers agree (num_workers and the
+// agreed parameters of WorkerRegistration); its FAILED_PRECONDITION comes back prefixed with
+// the switch, and this controller's Session/JobService fail the barriers of that session or
+// job with it as the switch's embedded controller would (session_service.h, job_service.h).
 //
 // Calls to a switch fail fast (Unavailable, prefixed "switch <i> (<address>)") while it is
 // down instead of waiting for it, so one switch that is down stalls nothing else: ListJobs
 // leaves it out (CounterValues reports switch<i>.reachable = 0), CreateJob places jobs on
 // the reachable ones. A switch that comes back is used again within about a second.
+//
+// Credentials: every call to a switch carries `operator_token`, the switches' operator
+// credential (operator_auth.h); Connect checks it with one ListJobs per switch. Workers'
+// job tokens are passed through unchanged and checked by the switch. The idle timeout is
+// settled by this controller's JobService (its default applies), so CreateJob always sends
+// the switch an explicit timeout or none.
 //
 // Limitation: a switch's own job ids must stay below 2^24 (16 million jobs per switch run).
 //
@@ -44,10 +54,16 @@ class RemoteSwitches final : public SessionSink, public JobSink {
   static constexpr uint32_t kMaxSwitches = 255;
   static constexpr uint32_t kLocalIdBits = 24;
 
-  // Connects to every switch's controller address. Errors: InvalidArgument (no address, more
-  // than kMaxSwitches), Unavailable (a switch not reachable within rpc_timeout; names it).
+  // Most (job, token) pairs whose positive access check is cached (CheckJobAccess).
+  static constexpr size_t kMaxAccessCache = 1024;
+
+  // Connects to every switch's controller address and checks the operator credential there.
+  // Errors: InvalidArgument (no address, more than kMaxSwitches, empty operator_token),
+  // Unavailable (a switch not reachable within rpc_timeout), Unauthenticated or
+  // PermissionDenied (a switch refuses the credential); each names the switch.
   static StatusOr<std::unique_ptr<RemoteSwitches>> Connect(
-      const std::vector<std::string>& switch_addresses, std::chrono::milliseconds rpc_timeout);
+      const std::vector<std::string>& switch_addresses, std::chrono::milliseconds rpc_timeout,
+      const std::string& operator_token);
 
   // SessionSink: forwarded to the first switch.
   Status RegisterWorker(const WorkerRegistration& reg) override;
@@ -64,8 +80,8 @@ class RemoteSwitches final : public SessionSink, public JobSink {
   // "switch<i>.<name>" for every switch's counters, and "switch<i>.reachable" (1, or 0 when
   // the switch did not answer; its other counters are then missing).
   std::vector<std::pair<std::string, uint64_t>> CounterValues() const override;
-  // Asks the switch (GetJob with the token); a positive answer is cached for 200 ms, since
-  // blocked job barriers poll this every 10 ms.
+  // Asks the switch (GetJob with the token); a positive answer is cached for 200 ms (at most
+  // kMaxAccessCache of them), since blocked job barriers poll this every 10 ms.
   Status CheckJobAccess(uint32_t job_id, const std::string& token) const override;
 
   size_t num_switches() const { return switches_.size(); }

@@ -88,6 +88,10 @@ StatusOr<SwitchInfo> SessionClient::UdpSession(const WorkerRegistration& reg) {
   request.set_ipv4(reg.ipv4);
   // packet_size stays MTU_128 (0): the controller ignores it for UDP (spec §4.3).
   for (uint16_t port : reg.udp_ports) request.add_udp_ports(port);
+  request.set_protocol_version(reg.protocol_version);
+  request.set_num_worker_threads(reg.num_worker_threads);
+  request.set_window_packets(reg.window_packets);
+  request.set_elements_per_packet(reg.elements_per_packet);
   switchml_proto::UdpSessionResponse response;
   grpc::ClientContext context;
   impl_->Prepare(&context);

@@ -62,7 +62,8 @@ class SessionClient {
   StatusOr<uint64_t> Broadcast(uint64_t value, uint32_t rank, uint32_t num_workers,
                                uint32_t root);
 
-  // Registers one worker with the switch. Returns the switch's address; extension fields a
+  // Registers one worker with the switch (all fields of `reg`, including the agreed
+  // parameters). Returns the switch's address; extension fields a
   // controller does not send come back as udp_port = kReferenceSwitchUdpPort and
   // num_slots = max_workers = 0 (unknown). An all-zero reply to a non-zero session_id (how a
   // reference controller reports failure, defect D5) becomes FailedPrecondition. Errors:
@@ -96,8 +97,10 @@ uint64_t WallClockNanos();
 // Returns the switch info from this worker's UdpSession. Errors: InvalidArgument
 // (num_workers == 0 or rank >= num_workers) and any RPC error, prefixed with
 // "Bootstrap rank R of N, <step>". If rank 0's registration fails, the other ranks are not
-// told: they fail at step 2's Barrier with DeadlineExceeded after rpc_timeout. Blocks for up
-// to about 4 × rpc_timeout.
+// told: they fail at step 2's Barrier with DeadlineExceeded after rpc_timeout. A registration
+// our controller refuses with FailedPrecondition (this worker's num_workers or agreed
+// parameters differ from rank 0's) fails the other ranks' barriers at once with the same
+// message (session_service.h). Blocks for up to about 4 × rpc_timeout.
 StatusOr<SwitchInfo> Bootstrap(SessionClient& client, WorkerRegistration reg,
                                const std::function<uint64_t()>& session_id_source = WallClockNanos);
 

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <mutex>
@@ -18,9 +19,44 @@
 namespace switchml::controller {
 namespace {
 
+// The reference session's refused registration. A UdpSession refused with FailedPrecondition
+// (the worker disagrees with the session: num_workers or an agreed parameter) means the
+// session's barriers can never complete, so the refusal fails the Barrier calls that are
+// waiting and those that come later, until a new session starts: rank 0 registers, or rank 0
+// broadcasts as root (the first step of every bootstrap, so a new job's ranks never see an
+// old job's refusal). Thread-safe.
+class SessionRefusal {
+ public:
+  void Set(const Status& refusal) {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = FailedPreconditionError(
+        "Barrier: the session cannot complete: a registration was refused: " +
+        refusal.message());
+    set_.store(true, std::memory_order_release);
+  }
+  void Clear() {
+    if (!set_.load(std::memory_order_acquire)) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = OkStatus();
+    set_.store(false, std::memory_order_release);
+  }
+  bool set() const { return set_.load(std::memory_order_acquire); }
+  // OK when none is set.
+  Status status() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::atomic<bool> set_{false};
+  Status status_;  // guarded by mu_
+};
+
 class SessionServiceImpl final : public switchml_proto::Session::Service {
  public:
-  explicit SessionServiceImpl(SessionSink* sink) : sink_(sink) {}
+  SessionServiceImpl(SessionSink* sink, SessionRefusal* refusal)
+      : sink_(sink), refusal_(refusal) {}
 
   grpc::Status RdmaSession(grpc::ServerContext*, const switchml_proto::RdmaSessionRequest*,
                            switchml_proto::RdmaSessionResponse*) override {
@@ -37,6 +73,10 @@ class SessionServiceImpl final : public switchml_proto::Session::Service {
     reg.num_workers = request->num_workers();
     reg.mac = request->mac();
     reg.ipv4 = request->ipv4();
+    reg.protocol_version = request->protocol_version();
+    reg.num_worker_threads = request->num_worker_threads();
+    reg.window_packets = request->window_packets();
+    reg.elements_per_packet = request->elements_per_packet();
     reg.udp_ports.reserve(request->udp_ports_size());
     for (int i = 0; i < request->udp_ports_size(); ++i) {
       const uint32_t port = request->udp_ports(i);
@@ -51,7 +91,11 @@ class SessionServiceImpl final : public switchml_proto::Session::Service {
     {
       std::lock_guard<std::mutex> lock(sink_mu_);
       const Status s = sink_->RegisterWorker(reg);
-      if (!s.ok()) return ToGrpcStatus(s);
+      if (!s.ok()) {
+        if (s.code() == StatusCode::kFailedPrecondition) refusal_->Set(s);
+        return ToGrpcStatus(s);
+      }
+      if (reg.rank == 0) refusal_->Clear();  // a new session
       info = sink_->Info();
     }
     response->set_session_id(request->session_id());
@@ -65,21 +109,32 @@ class SessionServiceImpl final : public switchml_proto::Session::Service {
 
  private:
   SessionSink* const sink_;
+  SessionRefusal* const refusal_;
   std::mutex sink_mu_;  // serializes sink calls (the reference serializes all requests)
 };
 
 class SyncServiceImpl final : public switchml_proto::Sync::Service {
  public:
-  explicit SyncServiceImpl(SyncCoordinator* sync) : sync_(sync) {}
+  SyncServiceImpl(SyncCoordinator* sync, SessionRefusal* refusal)
+      : sync_(sync), refusal_(refusal) {}
 
   grpc::Status Barrier(grpc::ServerContext* context, const switchml_proto::BarrierRequest* request,
                        switchml_proto::BarrierResponse*) override {
-    return ToGrpcStatus(sync_->Barrier(request->num_workers(), WaitFor(context)));
+    if (refusal_->set()) return ToGrpcStatus(refusal_->status());
+    const Status s = sync_->Barrier(request->num_workers(),
+                                    WaitFor(context, [this] { return refusal_->set(); }));
+    if (s.code() == StatusCode::kCancelled && !context->IsCancelled()) {
+      const Status refused = refusal_->status();
+      if (!refused.ok()) return ToGrpcStatus(refused);
+    }
+    return ToGrpcStatus(s);
   }
 
   grpc::Status Broadcast(grpc::ServerContext* context,
                          const switchml_proto::BroadcastRequest* request,
                          switchml_proto::BroadcastResponse* response) override {
+    // Rank 0 broadcasting as root starts a bootstrap (session_client.h): a new session.
+    if (request->rank() == 0 && request->root() == 0) refusal_->Clear();
     StatusOr<uint64_t> value = sync_->Broadcast(request->value(), request->rank(),
                                                 request->num_workers(), request->root(),
                                                 WaitFor(context));
@@ -90,6 +145,7 @@ class SyncServiceImpl final : public switchml_proto::Sync::Service {
 
  private:
   SyncCoordinator* const sync_;
+  SessionRefusal* const refusal_;
 };
 
 }  // namespace
@@ -97,8 +153,15 @@ class SyncServiceImpl final : public switchml_proto::Sync::Service {
 class ControllerServer::Impl {
  public:
   Impl(const ServerOptions& options, SessionSink* sink, JobSink* jobs)
-      : options_(options), session_service_(sink), sync_service_(&sync_) {
-    if (jobs != nullptr) job_service_ = std::make_unique<JobService>(jobs);
+      : options_(options),
+        session_service_(sink, &refusal_),
+        sync_service_(&sync_, &refusal_) {
+    if (jobs != nullptr) {
+      JobServiceOptions jo;
+      jo.operator_token = options.operator_token;
+      jo.default_idle_timeout = options.default_job_idle_timeout;
+      job_service_ = std::make_unique<JobService>(jobs, jo);
+    }
   }
   ~Impl() { Shutdown(); }
 
@@ -130,11 +193,16 @@ class ControllerServer::Impl {
   }
 
   int port() const { return port_; }
-  void ResetSyncState() { sync_.Reset(); }
+  uint32_t NumBarrierWaiters() const { return sync_.NumBarrierWaiters(); }
+  void ResetSyncState() {
+    refusal_.Clear();
+    sync_.Reset();
+  }
 
  private:
   const ServerOptions options_;
   SyncCoordinator sync_;
+  SessionRefusal refusal_;
   SessionServiceImpl session_service_;
   SyncServiceImpl sync_service_;
   std::unique_ptr<JobService> job_service_;
@@ -161,5 +229,6 @@ ControllerServer::~ControllerServer() = default;  // Impl's destructor shuts dow
 int ControllerServer::port() const { return impl_->port(); }
 void ControllerServer::Shutdown() { impl_->Shutdown(); }
 void ControllerServer::ResetSyncState() { impl_->ResetSyncState(); }
+uint32_t ControllerServer::NumBarrierWaiters() const { return impl_->NumBarrierWaiters(); }
 
 }  // namespace switchml::controller

@@ -13,12 +13,23 @@
 //
 // RPCs:
 //   UdpSession  → SessionSink::RegisterWorker with a WorkerRegistration built from the request
-//                 (session_id, rank, num_workers, mac, ipv4, udp_ports). A sink error is
+//                 (session_id, rank, num_workers, mac, ipv4, udp_ports, and the agreed
+//                 parameters protocol_version, num_worker_threads, window_packets,
+//                 elements_per_packet, which every worker must share). A sink error is
 //                 returned as a gRPC status with the same canonical code and the sink's message
 //                 (fixes reference defect D5, which answered zeros with OK). On success the
 //                 reply echoes session_id and carries SessionSink::Info(): mac, ipv4 and the
 //                 extension fields udp_port, num_slots, max_workers. udp_ports entries must be
 //                 in [1, 65535] (INVALID_ARGUMENT otherwise). packet_size is ignored.
+//                 A registration the sink refuses with FAILED_PRECONDITION (the worker
+//                 disagrees with the session, e.g. "rank 1 registered num_worker_threads=2,
+//                 but rank 0 registered num_worker_threads=1 for the session; ...") also fails
+//                 every Barrier call that is waiting and every later one with
+//                 FAILED_PRECONDITION "Barrier: the session cannot complete: a registration
+//                 was refused: <the refusal>", so the ranks already registered learn why
+//                 instead of waiting for their deadline; this lasts until a new session
+//                 starts (rank 0's UdpSession succeeds, or rank 0 calls Broadcast as root, the
+//                 first step of Bootstrap) or ResetSyncState().
 //   RdmaSession → UNIMPLEMENTED (the software switch has no RDMA).
 //   switchml.v1.JobService (switchml_v1.proto, job_service.h) → the JobSink, when Start() is
 //                 given one: several jobs per switch, token-checked registration, job-scoped
@@ -55,6 +66,11 @@ struct ServerOptions {
   std::string listen_address = "0.0.0.0:50099";
   // How long Shutdown() lets in-flight RPCs finish before gRPC cancels them.
   std::chrono::milliseconds shutdown_grace{500};
+  // switchml.v1.JobService only (job_service.h, operator_auth.h): the operator credential
+  // that job administration needs (empty = job administration is refused), and the idle
+  // timeout of a job created without one. The reference services ignore both.
+  std::string operator_token;
+  std::chrono::milliseconds default_job_idle_timeout{std::chrono::minutes(10)};
 };
 
 class ControllerServer {
@@ -85,9 +101,13 @@ class ControllerServer {
 
   // Forgets all pending Barrier/Broadcast operations (blocked callers get ABORTED), e.g. the
   // leftovers of a job that died half-way through its session set-up, which would otherwise
-  // make the next job's calls fail (sync_coordinator.h). Like the reference's `reset_workers`
-  // CLI command, minus the switch state (that is the sink's business). Thread-safe.
+  // make the next job's calls fail (sync_coordinator.h), and a refused registration's hold on
+  // the barrier (see UdpSession above). Like the reference's `reset_workers` CLI command,
+  // minus the switch state (that is the sink's business). Thread-safe.
   void ResetSyncState();
+
+  // Callers blocked in the reference Barrier right now (for tests and monitoring).
+  uint32_t NumBarrierWaiters() const;
 
  private:
   class Impl;

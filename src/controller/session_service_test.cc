@@ -295,6 +295,15 @@ TEST_F(ControllerTest, BarrierOfOne) {
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// Waits (polling, 5 s at most) until the server has exactly n callers blocked in Barrier.
+bool WaitForBarrierWaiters(const ControllerServer& server, uint32_t n) {
+  const auto end = SteadyClock::now() + std::chrono::seconds(5);
+  while (server.NumBarrierWaiters() != n && SteadyClock::now() < end) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  return server.NumBarrierWaiters() == n;
+}
+
 TEST_F(ControllerTest, BarrierOfFourReleasesOnlyWhenTheFourthArrives) {
   constexpr int kN = 4;
   std::vector<std::unique_ptr<SessionClient>> clients;
@@ -312,17 +321,21 @@ TEST_F(ControllerTest, BarrierOfFourReleasesOnlyWhenTheFourthArrives) {
         ++released;
       });
     }
-    std::this_thread::sleep_for(milliseconds(150));
+    // All three are blocked on the server (observed, not assumed after a sleep), and none of
+    // them has been released.
+    EXPECT_TRUE(WaitForBarrierWaiters(*server_, kN - 1));  // threads are running: no ASSERT
     EXPECT_EQ(released.load(), 0) << "released before the 4th worker arrived";
     // A mismatching caller is refused without joining or releasing anyone.
     Status wrong = clients[kN - 1]->Barrier(kN + 1);
     EXPECT_EQ(wrong.code(), StatusCode::kInvalidArgument) << wrong;
     EXPECT_NE(wrong.message().find("differs"), std::string::npos) << wrong;
     EXPECT_EQ(released.load(), 0);
+    EXPECT_EQ(server_->NumBarrierWaiters(), uint32_t(kN - 1));  // the refused one did not join
     Status last = clients[kN - 1]->Barrier(kN);
     EXPECT_TRUE(last.ok()) << last;
     for (auto& t : threads) t.join();
     EXPECT_EQ(released.load(), kN - 1);
+    EXPECT_EQ(server_->NumBarrierWaiters(), 0u);
   }
 }
 
@@ -352,24 +365,23 @@ TEST_F(ControllerTest, BarrierTimesOutWhenOneWorkerIsMissing) {
   }
   // The three that gave up were withdrawn on the server: a full new round of four works,
   // and does not release early (which it would if the stale three still counted).
-  std::this_thread::sleep_for(milliseconds(100));
+  ASSERT_TRUE(WaitForBarrierWaiters(*server_, 0));
   std::atomic<int> released{0};
   threads.clear();
-  for (int i = 0; i < kN; ++i) {
-    threads.emplace_back([&, i] {
-      if (i == kN - 1) std::this_thread::sleep_for(milliseconds(100));
+  for (int i = 0; i < kN - 1; ++i) {
+    threads.emplace_back([&] {
       auto client = NewClient();
       ASSERT_NE(client, nullptr);
-      if (i < kN - 1) {
-        Status s = client->Barrier(kN);
-        EXPECT_TRUE(s.ok()) << s;
-        ++released;
-      } else {
-        EXPECT_EQ(released.load(), 0);
-        EXPECT_TRUE(client->Barrier(kN).ok());
-      }
+      Status s = client->Barrier(kN);
+      EXPECT_TRUE(s.ok()) << s;
+      ++released;
     });
   }
+  EXPECT_TRUE(WaitForBarrierWaiters(*server_, kN - 1));  // threads are running: no ASSERT
+  EXPECT_EQ(released.load(), 0);
+  auto last = NewClient();
+  EXPECT_NE(last, nullptr);
+  if (last != nullptr) EXPECT_TRUE(last->Barrier(kN).ok());
   for (auto& t : threads) t.join();
   EXPECT_EQ(released.load(), kN - 1);
 }
@@ -639,7 +651,9 @@ TEST_F(ControllerTest, ShutdownWakesBlockedHandlersPromptly) {
   std::thread broadcast([&] {
     broadcast_status = broadcast_client->Broadcast(0, 1, 2, 0).status();
   });
-  std::this_thread::sleep_for(milliseconds(150));
+  // The barrier caller is blocked on the server (the broadcast caller gets UNAVAILABLE
+  // whether it is blocked by now or arrives after the shutdown).
+  EXPECT_TRUE(WaitForBarrierWaiters(*server_, 1));
   const auto start = SteadyClock::now();
   server_->Shutdown();
   const auto shutdown_took = SteadyClock::now() - start;

@@ -23,7 +23,22 @@ struct WorkerRegistration {
   // port[t]. Empty = reference behaviour: replies go to the port the triggering packet came
   // from, which requires every worker to use the same ports.
   std::vector<uint16_t> udp_ports;
+
+  // Our extension: parameters every worker of a session or job must share (besides
+  // num_workers); 0 = not sent (e.g. an unmodified reference client). The first registration
+  // of a session (rank 0's) or job fixes them together with num_workers; a later registration
+  // with any other value, 0 included, is refused with FailedPrecondition naming the field,
+  // both values and both ranks, so workers that disagree (or reference clients mixed with
+  // ours) fail at registration instead of producing wrong sums or a bare timeout.
+  uint32_t protocol_version = 0;     // kClientProtocolVersion for this library's client
+  uint32_t num_worker_threads = 0;
+  uint32_t window_packets = 0;       // the worker's whole window (all its threads)
+  uint32_t elements_per_packet = 0;
 };
+
+// The data-path protocol of this library's client, registered as
+// WorkerRegistration::protocol_version: 1 = per-call descriptor packets. 0 = not sent.
+inline constexpr uint32_t kClientProtocolVersion = 1;
 
 struct SwitchInfo {
   uint64_t mac = 0;
@@ -38,7 +53,8 @@ class SessionSink {
   virtual ~SessionSink() = default;
   // Called for every UdpSession request. Rank 0 starts a new session (the reference clears all
   // worker state here). Errors: InvalidArgument (rank/num_workers out of range, bad ports),
-  // FailedPrecondition (num_workers differs from the session's).
+  // FailedPrecondition (num_workers or another agreed parameter of WorkerRegistration differs
+  // from the session's).
   virtual Status RegisterWorker(const WorkerRegistration& reg) = 0;
   virtual SwitchInfo Info() const = 0;
 };

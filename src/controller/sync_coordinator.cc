@@ -34,7 +34,10 @@ SyncCoordinator::WaitEnd SyncCoordinator::WaitLocked(std::unique_lock<std::mutex
 }
 
 Status SyncCoordinator::Barrier(uint32_t num_workers, const WaitControl& wait) {
-  if (num_workers == 0) return InvalidArgumentError("Barrier: num_workers must be >= 1, got 0");
+  if (num_workers == 0 || num_workers > kMaxBroadcastParticipants) {
+    return InvalidArgumentError("Barrier: num_workers must be in [1, " +
+                                Str(kMaxBroadcastParticipants) + "], got " + Str(num_workers));
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (shut_down_) return UnavailableError("Barrier: controller is shutting down");
   if (barrier_arrived_ == 0) {
@@ -43,6 +46,13 @@ Status SyncCoordinator::Barrier(uint32_t num_workers, const WaitControl& wait) {
     return InvalidArgumentError("Barrier: num_workers " + Str(num_workers) +
                                 " differs from the pending barrier's num_workers " +
                                 Str(barrier_num_workers_));
+  }
+  // A caller that does not complete the barrier blocks: refuse it if that is one too many.
+  if (barrier_arrived_ + 1 < num_workers &&
+      barrier_arrived_ + broadcast_waiters_ >= limits_.max_waiters) {
+    return ResourceExhaustedError("Barrier: " + Str(limits_.max_waiters) +
+                                  " callers are already blocked here (the most allowed); "
+                                  "retry later");
   }
   ++barrier_arrived_;
   if (barrier_arrived_ == barrier_num_workers_) {
@@ -101,7 +111,19 @@ StatusOr<uint64_t> SyncCoordinator::Broadcast(uint64_t value, uint32_t rank,
     }
     break;
   }
+  const bool will_block = rank != root && (it == broadcasts_.end() || !it->second.has_value);
+  if (will_block && barrier_arrived_ + broadcast_waiters_ >= limits_.max_waiters) {
+    return ResourceExhaustedError("Broadcast: " + Str(limits_.max_waiters) +
+                                  " callers are already blocked here (the most allowed); "
+                                  "retry later");
+  }
   if (it == broadcasts_.end()) {
+    if (broadcasts_.size() >= limits_.max_pending_broadcasts) {
+      return ResourceExhaustedError(
+          "Broadcast: " + Str(limits_.max_pending_broadcasts) +
+          " broadcast operations are already pending (the most allowed); their ranks must "
+          "call (or the sync state be reset) before a new one can start");
+    }
     BroadcastOp op;
     op.num_workers = num_workers;
     op.root = root;
@@ -119,7 +141,9 @@ StatusOr<uint64_t> SyncCoordinator::Broadcast(uint64_t value, uint32_t rank,
   } else {
     // std::map nodes are stable, but the op may be erased only after we read it, and only
     // Shutdown clears the map (WaitLocked reports that before calling the predicate).
+    ++broadcast_waiters_;
     const WaitEnd end = WaitLocked(lock, wait, [op] { return op->has_value; });
+    --broadcast_waiters_;
     if (end == WaitEnd::kShutDown) {
       return UnavailableError("Broadcast: controller is shutting down");
     }
@@ -169,6 +193,16 @@ uint32_t SyncCoordinator::NumBarrierWaiters() const {
 size_t SyncCoordinator::NumPendingBroadcasts() const {
   std::lock_guard<std::mutex> lock(mu_);
   return broadcasts_.size();
+}
+
+uint32_t SyncCoordinator::NumBroadcastWaiters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return broadcast_waiters_;
+}
+
+bool SyncCoordinator::Idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return barrier_arrived_ == 0 && broadcast_waiters_ == 0 && broadcasts_.empty();
 }
 
 }  // namespace switchml::controller

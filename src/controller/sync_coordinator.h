@@ -34,6 +34,14 @@
 //   caller, and the caller then returns OK even if its client is already gone (its reply is
 //   lost). A root never blocks, so it never withdraws.
 //
+// Bounds (every piece of state here is created by client requests): a Barrier's num_workers
+//   and a Broadcast's num_workers are at most kMaxBroadcastParticipants; at most
+//   SyncLimits::max_pending_broadcasts broadcast operations are live and at most
+//   SyncLimits::max_waiters callers are blocked at once. A call that would go beyond a bound
+//   gets ResourceExhausted (naming the bound) and changes nothing, so repeated Broadcast calls
+//   (e.g. a root that never waits, or callers that never read) cannot grow memory past the
+//   bound.
+//
 // Known limit (inherent to the protocol): a broadcast operation whose value was stored but
 // some of whose participants never call (e.g. a job that failed half-way through Bootstrap)
 // stays in the map; a later job's ranks would join it, and get InvalidArgument if its
@@ -65,18 +73,25 @@ struct WaitControl {
   std::chrono::milliseconds poll_interval{10};
 };
 
+// How much state one SyncCoordinator keeps at most (see "Bounds" above).
+struct SyncLimits {
+  uint32_t max_pending_broadcasts = 1024;  // live broadcast operations
+  uint32_t max_waiters = 4096;             // callers blocked in Barrier or Broadcast at once
+};
+
 class SyncCoordinator {
  public:
-  // Largest num_workers a Broadcast accepts (a participation bitmap is allocated per
-  // operation, so the bound keeps a hostile request from allocating gigabytes).
+  // Largest num_workers a Barrier or Broadcast accepts (a participation bitmap is allocated
+  // per broadcast operation, so the bound keeps a hostile request from allocating gigabytes).
   static constexpr uint32_t kMaxBroadcastParticipants = 1u << 16;
 
-  SyncCoordinator() = default;
+  explicit SyncCoordinator(SyncLimits limits = {}) : limits_(limits) {}
   SyncCoordinator(const SyncCoordinator&) = delete;
   SyncCoordinator& operator=(const SyncCoordinator&) = delete;
 
   // Blocks until num_workers callers (this one included) have arrived. Errors:
-  // InvalidArgument (num_workers == 0, or differs from the pending operation's),
+  // InvalidArgument (num_workers == 0 or > kMaxBroadcastParticipants, or differs from the
+  // pending operation's), ResourceExhausted (max_waiters callers already blocked),
   // DeadlineExceeded, Cancelled, Unavailable (shut down), Aborted (Reset() while blocked).
   // The messages name the field.
   Status Barrier(uint32_t num_workers, const WaitControl& wait);
@@ -84,7 +99,8 @@ class SyncCoordinator {
   // Returns the root's value once the root has called. Errors: InvalidArgument
   // (num_workers == 0 or > kMaxBroadcastParticipants, rank >= num_workers,
   // root >= num_workers, num_workers/root differ from the operation being joined),
-  // DeadlineExceeded, Cancelled, Unavailable (shut down), Aborted (Reset() while blocked).
+  // ResourceExhausted (max_pending_broadcasts operations live and this call would open one,
+  // or max_waiters callers already blocked), DeadlineExceeded, Cancelled, Unavailable (shut down), Aborted (Reset() while blocked).
   StatusOr<uint64_t> Broadcast(uint64_t value, uint32_t rank, uint32_t num_workers,
                                uint32_t root, const WaitControl& wait);
 
@@ -100,6 +116,11 @@ class SyncCoordinator {
   uint32_t NumBarrierWaiters() const;
   // Number of broadcast operations not yet garbage-collected.
   size_t NumPendingBroadcasts() const;
+  // Number of callers currently blocked in Broadcast.
+  uint32_t NumBroadcastWaiters() const;
+  // No caller blocked and no broadcast operation live: dropping this object loses nothing.
+  bool Idle() const;
+  const SyncLimits& limits() const { return limits_; }
 
  private:
   struct BroadcastOp {
@@ -119,8 +140,10 @@ class SyncCoordinator {
   WaitEnd WaitLocked(std::unique_lock<std::mutex>& lock, const WaitControl& wait,
                      const std::function<bool()>& done);
 
+  const SyncLimits limits_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  uint32_t broadcast_waiters_ = 0;  // callers blocked in Broadcast
   bool shut_down_ = false;
   uint64_t reset_epoch_ = 0;  // incremented by Reset()
 

@@ -238,5 +238,70 @@ TEST(SyncResetTest, ResetAbortsWaitersAndClearsLeftovers) {
   EXPECT_TRUE(sync.Barrier(1, {}).ok());
 }
 
+// ---------------------------------------------------------------------------------------------
+// Bounds: every piece of state is created by client requests, so each is bounded.
+
+// A root that never waits opens a new operation per call (the others never read): the map
+// stops at its bound, further calls are refused and change nothing, and the operations drain
+// once the other rank reads.
+TEST(SyncBoundsTest, RepeatedBroadcastsKeepThePendingMapBounded) {
+  SyncLimits limits;
+  limits.max_pending_broadcasts = 8;
+  SyncCoordinator sync(limits);
+  for (uint64_t i = 0; i < 8; ++i) {
+    auto r = sync.Broadcast(100 + i, /*rank=*/0, /*num_workers=*/2, /*root=*/0, {});
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+  EXPECT_EQ(sync.NumPendingBroadcasts(), 8u);
+  for (int i = 0; i < 1000; ++i) {
+    auto r = sync.Broadcast(7, 0, 2, 0, {});
+    ASSERT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status();
+    if (i == 0) {
+      EXPECT_NE(r.status().message().find("8 broadcast operations are already pending"),
+                std::string::npos)
+          << r.status();
+    }
+  }
+  EXPECT_EQ(sync.NumPendingBroadcasts(), 8u);  // flat: the refused calls left nothing
+  EXPECT_FALSE(sync.Idle());
+  // Rank 1 joins the oldest operations in order and drains them.
+  for (uint64_t i = 0; i < 8; ++i) {
+    auto r = sync.Broadcast(0, 1, 2, 0, Within(milliseconds(1000)));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(*r, 100 + i);
+  }
+  EXPECT_EQ(sync.NumPendingBroadcasts(), 0u);
+  EXPECT_TRUE(sync.Idle());
+  EXPECT_TRUE(sync.Broadcast(1, 0, 2, 0, {}).ok());  // room again
+}
+
+TEST(SyncBoundsTest, BlockedCallersAreBounded) {
+  SyncLimits limits;
+  limits.max_waiters = 2;
+  SyncCoordinator sync(limits);
+  std::vector<Status> results(2);
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 2; ++i) {
+    waiters.emplace_back([&, i] { results[i] = sync.Barrier(5, Within(milliseconds(5000))); });
+  }
+  ASSERT_TRUE(Eventually([&] { return sync.NumBarrierWaiters() == 2; }));
+  Status third = sync.Barrier(5, Within(milliseconds(5000)));
+  EXPECT_EQ(third.code(), StatusCode::kResourceExhausted) << third;
+  EXPECT_NE(third.message().find("2 callers are already blocked"), std::string::npos) << third;
+  // A broadcast caller that would wait counts against the same bound; the root (which never
+  // waits) does not.
+  EXPECT_EQ(sync.Broadcast(0, 1, 2, 0, Within(milliseconds(5000))).status().code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_EQ(sync.NumBarrierWaiters(), 2u);  // the refused calls did not join
+  EXPECT_TRUE(sync.Broadcast(9, 0, 2, 0, {}).ok());
+  // Barrier num_workers is bounded like Broadcast's.
+  EXPECT_EQ(sync.Barrier(SyncCoordinator::kMaxBroadcastParticipants + 1, {}).code(),
+            StatusCode::kInvalidArgument);
+  sync.Reset();
+  for (auto& t : waiters) t.join();
+  for (const Status& r : results) EXPECT_EQ(r.code(), StatusCode::kAborted) << r;
+  EXPECT_TRUE(sync.Idle());
+}
+
 }  // namespace
 }  // namespace switchml::controller

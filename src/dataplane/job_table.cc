@@ -173,6 +173,13 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
   }
   if (spec.token.empty()) spec.token = token;
   SWITCHML_RETURN_IF_ERROR(ValidateToken(spec.token));
+  size_t live = 0;
+  for (const Job& j : current.jobs_) live += j.state != JobState::kEnded;
+  if (live >= kMaxLiveJobs) {
+    return ResourceExhaustedError("the switch already has " + Str(live) +
+                                  " live jobs, the most it keeps (" + Str(kMaxLiveJobs) +
+                                  "); delete one first");
+  }
   uint32_t base = 0;
   if (!current.Allocate(spec.num_slots, &base)) {
     return ResourceExhaustedError(
@@ -262,6 +269,12 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Register(
       }
     }
   }
+  // After the rank and address checks: a duplicate rank is ALREADY_EXISTS whatever it sends,
+  // so only a rank that could still join is refused for disagreeing (and fails the barrier).
+  if (job.num_registered > 0) {
+    SWITCHML_RETURN_IF_ERROR(
+        CheckAgreedParams(job.agreed, AgreedParams::Of(w), JobName(reg.job_id), "job"));
+  }
   auto next = std::make_shared<JobTable>(current);
   Job& j = const_cast<Job&>(*next->FindJob(reg.job_id));
   if (!identical) {
@@ -270,6 +283,7 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Register(
     nw.ipv4 = w.ipv4;
     nw.mac = w.mac;
     nw.udp_ports = w.udp_ports;
+    if (j.num_registered == 0) j.agreed = AgreedParams::Of(w);
     ++j.num_registered;
     if (j.num_registered == n) j.state = JobState::kRunning;
     next->Rebuild();

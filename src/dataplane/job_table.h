@@ -81,6 +81,8 @@ class JobRuntime {
 class JobTable {
  public:
   static constexpr size_t kMaxEndedJobs = 32;
+  // Most live (not ended) jobs at once; Create refuses more with ResourceExhausted.
+  static constexpr size_t kMaxLiveJobs = 1024;
   static constexpr size_t kMaxNameLength = 64;
 
   struct Job {
@@ -90,6 +92,9 @@ class JobTable {
     controller::JobState state = controller::JobState::kWaitingForWorkers;
     std::vector<SessionTable::Worker> workers;  // [num_workers]; unregistered ranks unset
     uint32_t num_registered = 0;
+    // What the job's first registration gave for the parameters every worker must share
+    // (CheckAgreedParams); valid once num_registered > 0.
+    AgreedParams agreed;
     std::shared_ptr<JobRuntime> runtime;  // null once ended
     std::string end_reason;               // ended jobs only
     controller::JobCounters final_counters;  // ended jobs only: counters when it ended
@@ -115,13 +120,16 @@ class JobTable {
   // aggregator. `now` starts its idle clock. Errors: InvalidArgument (num_workers,
   // num_slots, elements_per_packet, idle_timeout, token or name out of range — the message
   // names the field and value), ResourceExhausted (no free range of num_slots slots; the
-  // message says how many are free and the largest range) or from Aggregator::Create.
+  // message says how many are free and the largest range; or kMaxLiveJobs jobs are live) or
+  // from Aggregator::Create.
   static StatusOr<std::shared_ptr<const JobTable>> Create(const JobTable& current,
                                                           controller::JobSpec spec,
                                                           const std::string& token,
                                                           TimePoint now, uint32_t* job_id);
 
-  // Registers a worker (see JobSink::RegisterJobWorker for the errors). On success fills
+  // Registers a worker (see JobSink::RegisterJobWorker for the errors). The job's first
+  // registration fixes num_workers and the agreed parameters (controller::WorkerRegistration);
+  // a later one with other values is refused (FailedPrecondition, CheckAgreedParams). On success fills
   // *grant (switch_info is left for the caller). A registration is activity: the job's idle
   // clock restarts at `now`, so a job whose last rank registers just before idle_timeout is
   // not torn down before its workers send anything.

@@ -424,5 +424,25 @@ TEST(SwitchCoreJobsTest, JobsAndTheReferenceSessionCoexist) {
   EXPECT_EQ(sent[2].to, (Endpoint{ref.ipv4, 1234}));  // slot 40 < 64: the session's range
 }
 
+// The number of live jobs is bounded (each one owns an aggregator and index entries); an ended
+// job frees its place.
+TEST(JobTableTest, LiveJobsAreBounded) {
+  TablePtr t = std::make_shared<const JobTable>(/*pool_slots=*/2 * JobTable::kMaxLiveJobs,
+                                                /*max_workers=*/8, /*max_elements=*/256);
+  uint32_t id = 0;
+  for (size_t i = 0; i < JobTable::kMaxLiveJobs; ++i) {
+    auto next = JobTable::Create(*t, Spec(1, 1), kToken, kT0, &id);
+    ASSERT_TRUE(next.ok()) << i << ": " << next.status();
+    t = *next;
+  }
+  auto full = JobTable::Create(*t, Spec(1, 1), kToken, kT0, &id);
+  EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.status().message(), HasSubstr("1024 live jobs, the most it keeps"));
+  EXPECT_EQ(t->free_slots(), JobTable::kMaxLiveJobs);  // slots were not the limit
+  auto ended = JobTable::End(*t, id, "deleted");
+  ASSERT_TRUE(ended.ok());
+  EXPECT_TRUE(JobTable::Create(**ended, Spec(1, 1), kToken, kT0, &id).ok());
+}
+
 }  // namespace
 }  // namespace switchml::dataplane

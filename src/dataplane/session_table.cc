@@ -18,6 +18,47 @@ std::string Where(uint32_t ipv4, uint16_t port) {
 
 }  // namespace
 
+AgreedParams AgreedParams::Of(const controller::WorkerRegistration& reg) {
+  AgreedParams p;
+  p.rank = reg.rank;
+  p.protocol_version = reg.protocol_version;
+  p.num_workers = reg.num_workers;
+  p.num_worker_threads = reg.num_worker_threads;
+  p.window_packets = reg.window_packets;
+  p.elements_per_packet = reg.elements_per_packet;
+  return p;
+}
+
+Status CheckAgreedParams(const AgreedParams& first, const AgreedParams& reg,
+                         const std::string& scope, const std::string& kind) {
+  struct Field {
+    const char* name;
+    uint32_t AgreedParams::*value;
+  };
+  // The protocol first: when it differs, the other fields may mean different things.
+  static constexpr Field kFields[] = {
+      {"protocol_version", &AgreedParams::protocol_version},
+      {"num_workers", &AgreedParams::num_workers},
+      {"num_worker_threads", &AgreedParams::num_worker_threads},
+      {"window_packets", &AgreedParams::window_packets},
+      {"elements_per_packet", &AgreedParams::elements_per_packet},
+  };
+  std::string mine, theirs;
+  int differing = 0;
+  for (const Field& f : kFields) {
+    if (reg.*f.value == first.*f.value) continue;
+    const char* sep = differing == 0 ? "" : " and ";
+    mine += sep + std::string(f.name) + "=" + std::to_string(reg.*f.value);
+    theirs += sep + std::string(f.name) + "=" + std::to_string(first.*f.value);
+    ++differing;
+  }
+  if (differing == 0) return OkStatus();
+  return FailedPreconditionError("rank " + std::to_string(reg.rank) + " registered " + mine +
+                                 ", but rank " + std::to_string(first.rank) + " registered " +
+                                 theirs + " for " + scope + "; every worker of a " + kind +
+                                 " must use the same " + (differing == 1 ? "value" : "values"));
+}
+
 StatusOr<std::shared_ptr<const SessionTable>> SessionTable::Apply(
     const SessionTable& current, const controller::WorkerRegistration& reg,
     uint32_t max_workers) {
@@ -42,6 +83,8 @@ StatusOr<std::shared_ptr<const SessionTable>> SessionTable::Apply(
                                      " differs from the session's num_workers " +
                                      std::to_string(current.num_workers_));
     }
+    SWITCHML_RETURN_IF_ERROR(CheckAgreedParams(current.agreed_, AgreedParams::Of(reg),
+                                               "the session", "session"));
   }
   if (reg.udp_ports.size() > kMaxPortsPerWorker) {
     return InvalidArgumentError("udp_ports must list at most " +
@@ -66,11 +109,13 @@ StatusOr<std::shared_ptr<const SessionTable>> SessionTable::Apply(
     next->epoch_ = current.epoch_ + 1;
     next->session_id_ = reg.session_id;
     next->num_workers_ = reg.num_workers;
+    next->agreed_ = AgreedParams::Of(reg);
     next->workers_.assign(reg.num_workers, Worker{});
   } else {
     next->epoch_ = current.epoch_;
     next->session_id_ = current.session_id_;
     next->num_workers_ = current.num_workers_;
+    next->agreed_ = current.agreed_;
     next->workers_ = current.workers_;
     // Address conflicts with the other ranks of the session (this rank's old entry is replaced).
     for (uint32_t r = 0; r < current.num_workers_; ++r) {

@@ -32,6 +32,27 @@
 
 namespace switchml::dataplane {
 
+// The registration fields every worker of a session or job must share (num_workers and the
+// agreed parameters of controller::WorkerRegistration), as one registration gave them.
+struct AgreedParams {
+  uint32_t rank = 0;  // who registered them
+  uint32_t protocol_version = 0;
+  uint32_t num_workers = 0;
+  uint32_t num_worker_threads = 0;
+  uint32_t window_packets = 0;
+  uint32_t elements_per_packet = 0;
+
+  static AgreedParams Of(const controller::WorkerRegistration& reg);
+};
+
+// OK if `reg` carries exactly the values of `first` (the registration that fixed them; 0 is a
+// value like any other). Otherwise FailedPrecondition naming every field that differs, both
+// values and both ranks, e.g. "rank 1 registered num_worker_threads=2, but rank 0 registered
+// num_worker_threads=1 for job 3; every worker of a job must use the same value". `scope`
+// names the session or job ("job 3"), `kind` what every worker belongs to ("job").
+Status CheckAgreedParams(const AgreedParams& first, const AgreedParams& reg,
+                         const std::string& scope, const std::string& kind);
+
 class SessionTable {
  public:
   static constexpr uint16_t kNoThread = 0xFFFF;
@@ -55,12 +76,15 @@ class SessionTable {
   // §4.3, for the software switch):
   //  * rank 0 starts a new session: all workers are forgotten, num_workers is taken from the
   //    request and epoch() increases (the switch then clears all aggregation state);
-  //  * any other rank joins the current session and must announce the same num_workers;
+  //  * any other rank joins the current session and must announce the same num_workers and
+  //    the same agreed parameters as rank 0 (protocol_version, num_worker_threads,
+  //    window_packets, elements_per_packet; CheckAgreedParams);
   //  * registering a rank again replaces its previous entry.
   // Errors (nothing changes on error):
   //  InvalidArgument     num_workers not in [1, max_workers]; rank >= num_workers; more than
   //                      64 udp_ports; a port of 0; a port listed twice
-  //  FailedPrecondition  rank > 0 with no session yet, or num_workers differs from the session's
+  //  FailedPrecondition  rank > 0 with no session yet, or num_workers or an agreed parameter
+  //                      differs from the session's (rank 0's)
   //  AlreadyExists       another rank already uses the same (ipv4, port), or one of the two
   //                      workers is in reference mode on the same ipv4
   static StatusOr<std::shared_ptr<const SessionTable>> Apply(
@@ -72,6 +96,8 @@ class SessionTable {
   uint64_t session_id() const { return session_id_; }   // from rank 0's request (informative)
   uint32_t num_workers() const { return num_workers_; }  // 0 = no session
   uint32_t num_registered() const { return num_registered_; }
+  // What rank 0 registered for this session (all zero with no session).
+  const AgreedParams& agreed() const { return agreed_; }
   // rank < num_workers(); an unregistered rank has registered == false.
   const Worker& worker(uint32_t rank) const { return workers_[rank]; }
   // All num_workers() entries, by rank (empty with no session).
@@ -120,6 +146,7 @@ class SessionTable {
   uint64_t session_id_ = 0;
   uint32_t num_workers_ = 0;
   uint32_t num_registered_ = 0;
+  AgreedParams agreed_;
   std::vector<Worker> workers_;
   std::vector<Entry> index_;  // power-of-two size, at most half full
   uint32_t index_shift_ = 64;

@@ -2,11 +2,37 @@
 # Several jobs on one switch through the JobService (issue 3): two concurrent jobs, int32 and
 # float32, exact / within bound; a wrong token, a duplicate rank and a job that needs more slots
 # than are free end in clear errors without disturbing the running jobs; deleting a job frees
-# its slots at once.
+# its slots at once. Job administration needs the operator credential: none sent is
+# UNAUTHENTICATED, a wrong one PERMISSION_DENIED; a switch started without one generates it into
+# a private file named in its ready file.
 source "$(dirname "$0")/lib.sh"
 start_switch --slots 600
 CTL=127.0.0.1:$CTL_PORT
 jobs() { "$SWITCHML" jobs "$@"; }
+
+rc=0; SWITCHML_OPERATOR_TOKEN= jobs list --controller $CTL > "$WORK/noauth.log" 2>&1 || rc=$?
+[ $rc -eq 1 ] && grep -q "UNAUTHENTICATED.*SWITCHML_OPERATOR_TOKEN" "$WORK/noauth.log" ||
+  { cat "$WORK/noauth.log"; fail "jobs list without the operator credential: exit $rc"; }
+pass "no operator credential: $(grep -m1 -o 'UNAUTHENTICATED.*' "$WORK/noauth.log" | cut -c1-120)"
+rc=0; SWITCHML_OPERATOR_TOKEN=not-the-operator-token jobs create --controller $CTL --workers 1 --slots 1 \
+  > "$WORK/wrongauth.log" 2>&1 || rc=$?
+[ $rc -eq 1 ] && grep -q "PERMISSION_DENIED.*wrong operator credential" "$WORK/wrongauth.log" ||
+  { cat "$WORK/wrongauth.log"; fail "jobs create with a wrong operator credential: exit $rc"; }
+pass "wrong operator credential: $(grep -m1 -o 'PERMISSION_DENIED.*' "$WORK/wrongauth.log" | cut -c1-80)"
+(
+  # A second switch without a credential generates one, readable only by its user.
+  unset SWITCHML_OPERATOR_TOKEN
+  start_switch_on 0 0 gen-switch.log
+  trap 'kill -9 "$SW_PID" 2>/dev/null || true' EXIT
+  tf=$(json_get "$WORK/ready" "j['operator_token_file']")
+  [ "$(stat -c %a "$tf")" = 600 ] || fail "generated token file $tf has mode $(stat -c %a "$tf")"
+  grep -q "operator credential: generated, in $tf" "$WORK/gen-switch.log" || fail "the log does not name $tf"
+  jobs list --controller 127.0.0.1:$CTL_PORT --operator-token-file "$tf" > /dev/null ||
+    fail "jobs list with the generated token file failed"
+  kill -TERM "$SW_PID"; wait "$SW_PID" || fail "the second switch exited with an error"
+  [ ! -e "$tf" ] || fail "the generated token file $tf was not removed at exit"
+  pass "a switch without a credential generated $tf (mode 600), removed at exit"
+) || { FAILED=1; exit 1; }
 
 eval "$(jobs create --controller $CTL --workers 2 --slots 256 --type int32 --name A)"
 A_ID=$SWITCHML_JOB_ID; A_TOKEN=$SWITCHML_JOB_TOKEN

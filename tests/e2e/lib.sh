@@ -9,6 +9,10 @@ cleanup() {
 }
 trap cleanup EXIT
 FAILED=0
+# The operator credential of every switch and controller these tests start and of every
+# `switchml jobs` call (job administration needs it; docs/operations.md, "Access control").
+SWITCHML_OPERATOR_TOKEN=${SWITCHML_OPERATOR_TOKEN:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
+export SWITCHML_OPERATOR_TOKEN
 fail() { echo "FAIL: $*" >&2; FAILED=1; exit 1; }
 pass() { echo "ok: $*"; }
 

@@ -41,8 +41,9 @@ Options:
   --keep               keep the work directory (logs of every job)
   -h, --help           this text
 
-CTest: `ctest -C soak -L soak` runs it for one minute, plus a short run of rto_sim (label soak;
-the tests exist only in the `soak` configuration, so a plain `ctest` never runs them).
+CTest: `ctest -C soak -L soak` runs it for one minute, plus a short run of rto_sim and a long
+seeded run of the client's randomized differential test (label soak; the tests exist only in the
+`soak` configuration, so a plain `ctest` never runs them).
 EOF
 }
 
@@ -106,6 +107,10 @@ trap 'exit 130' INT TERM
 
 json_get() { "$PYTHON" -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"; }
 now() { date +%s; }
+
+# The operator credential of the switch and of every `switchml jobs` call (docs/operations.md).
+SWITCHML_OPERATOR_TOKEN=${SWITCHML_OPERATOR_TOKEN:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
+export SWITCHML_OPERATOR_TOKEN
 
 # ---- the switch: exactly LANES x 256 slots, so a job only starts when another one freed slots.
 "$SWITCHML" switch --bind 127.0.0.1 --port 0 --controller-port 0 --ready-file "$WORK/ready" \
