@@ -60,6 +60,13 @@ PYBIND11_MODULE(_ext, m) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("config"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("controller_address", &ProcessGroupSwitchML::controller_address)
-      .def("stats", [](const ProcessGroupSwitchML& pg) { return switchml::pytorch::StatsToDict(pg.GetStats()); },
-           "The SwitchML client library's counters for this group (jobs, packets, retransmissions).");
+      .def("stats",
+           [](const ProcessGroupSwitchML& pg) {
+             py::dict d = switchml::pytorch::StatsToDict(pg.GetStats());
+             for (const auto& [key, count] : pg.FallbackCounts()) d[py::str(key)] = count;
+             return d;
+           },
+           "The SwitchML client library's counters for this group (jobs, packets, retransmissions), and "
+           "the all-reduce calls sent to the inner Gloo group: fallback_allreduces (total) and one "
+           "fallback_<reason> per reason (fallback_op_max, ..., fallback_dtype_float64, ...).");
 }

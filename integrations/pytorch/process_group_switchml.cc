@@ -4,6 +4,9 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <stdexcept>
 #include <utility>
 
@@ -48,19 +51,40 @@ std::string DtypeName(at::ScalarType t) {
   }
 }
 
+bool SwitchMLDtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kInt || t == at::kHalf || t == at::kBFloat16;
+}
+// What the inner Gloo group reduces (torch 1.13's ProcessGroupGloo; no bfloat16, int16, bool).
+bool GlooDtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kChar || t == at::kByte ||
+         t == at::kInt || t == at::kLong;
+}
+bool IntegralDtype(at::ScalarType t) { return at::isIntegralType(t, /*includeBool=*/true); }
+
+// The fallback reasons, in the order stats() lists them (key = "fallback_" + reason).
+constexpr const char* kFallbackReasons[] = {"op_max",         "op_min",        "op_product",   "op_band",
+                                            "op_bor",         "op_bxor",       "dtype_float64", "dtype_int64",
+                                            "dtype_int8",     "dtype_uint8"};
+
 // The dtype SwitchML reduces a tensor of dtype `t` in: itself for float32/int32, float32 for
 // the 16-bit floats.
 at::ScalarType WireType(at::ScalarType t) { return t == at::kInt ? at::kInt : at::kFloat; }
 
-// A contiguous float32/int32 tensor to hand to SwitchML: `t` itself when it already is one,
-// otherwise a fresh host copy (converted to the wire type). The caller copies the result back
-// when the returned tensor is not `t`.
-at::Tensor WireBuffer(const at::Tensor& t) {
-  const at::ScalarType wire = WireType(t.scalar_type());
-  if (t.scalar_type() == wire && t.is_contiguous()) return t;
-  at::Tensor buffer = at::empty(t.sizes(), t.options().dtype(wire).memory_format(at::MemoryFormat::Contiguous));
-  buffer.copy_(t);
-  return buffer;
+// Whether SwitchML can reduce `t` in place (no staging copy).
+bool InPlace(const at::Tensor& t) { return t.scalar_type() == WireType(t.scalar_type()) && t.is_contiguous(); }
+
+at::Tensor NewWireBuffer(const at::Tensor& t) {
+  return at::empty(t.sizes(), t.options().dtype(WireType(t.scalar_type())).memory_format(at::MemoryFormat::Contiguous));
+}
+
+// [first byte, last byte + 1) of the elements of `t` (strides are never negative in torch);
+// {0, 0} for an empty tensor, which overlaps nothing.
+std::pair<uintptr_t, uintptr_t> ByteSpan(const at::Tensor& t) {
+  if (t.numel() == 0) return {0, 0};
+  int64_t last = 0;  // offset of the last element, in elements
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
+  return {begin, begin + static_cast<uintptr_t>((last + 1) * t.element_size())};
 }
 
 std::string JobName(const char* collective, size_t index, const at::Tensor& t) {
@@ -93,7 +117,8 @@ void SwitchMLWork::Complete(std::exception_ptr error) {
 ProcessGroupSwitchML::ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                            int size, std::chrono::milliseconds timeout,
                                            SwitchMLConfig config)
-    : c10d::ProcessGroup(rank, size) {
+    : c10d::ProcessGroup(rank, size), timeout_(timeout) {
+  for (const char* reason : kFallbackReasons) fallback_counts_.emplace_back(reason, 0);
   TORCH_CHECK_VALUE(size >= 1 && size <= 256, "switchml: world size must be in [1, 256], got ", size);
 
   // Gloo for everything that is not an all-reduce. Its own key space in the store.
@@ -132,8 +157,13 @@ ProcessGroupSwitchML::ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>
 }
 
 ProcessGroupSwitchML::~ProcessGroupSwitchML() {
-  // Cancels jobs still queued or running: their handles complete with CANCELLED, so the
-  // completion thread finishes every pending work (with that error) and then exits.
+  // Calls still waiting to start fail (closing_); then destroying the context cancels jobs still
+  // queued or running: their handles complete with CANCELLED, so the completion thread finishes
+  // every pending work (with that error) and then exits.
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
   context_.reset();
   {
     std::lock_guard lock(mu_);
@@ -168,11 +198,23 @@ std::string ProcessGroupSwitchML::ResolveControllerAddress(const c10::intrusive_
   return address;
 }
 
-void ProcessGroupSwitchML::CheckTensors(const std::vector<at::Tensor>& tensors, c10d::ReduceOp op,
-                                        const char* collective) const {
+ProcessGroupSwitchML::Route ProcessGroupSwitchML::CheckTensors(const std::vector<at::Tensor>& tensors,
+                                                               c10d::ReduceOp op, const char* collective) const {
   TORCH_CHECK_VALUE(!tensors.empty(), "switchml: ", collective, " needs at least one tensor");
-  TORCH_CHECK_VALUE(op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG, "switchml: ", collective,
-                    ": reduce op ", ReduceOpName(op), " is not supported (only SUM and AVG are)");
+  const auto kind = op.op_;
+  const bool sum_or_avg = kind == c10d::ReduceOp::SUM || kind == c10d::ReduceOp::AVG;
+  const bool bitwise = kind == c10d::ReduceOp::BAND || kind == c10d::ReduceOp::BOR || kind == c10d::ReduceOp::BXOR;
+  TORCH_CHECK_VALUE(sum_or_avg || bitwise || kind == c10d::ReduceOp::MAX || kind == c10d::ReduceOp::MIN ||
+                        kind == c10d::ReduceOp::PRODUCT,
+                    "switchml: ", collective, ": reduce op ", ReduceOpName(op),
+                    " is not supported (SUM, AVG, MAX, MIN, PRODUCT, BAND, BOR and BXOR are)");
+  Route route;
+  if (!sum_or_avg) {
+    route.reason = "op_" + c10::str(ReduceOpName(op));
+    std::transform(route.reason.begin(), route.reason.end(), route.reason.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    route.words = std::string("with op ") + ReduceOpName(op);
+  }
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& t = tensors[i];
     TORCH_CHECK_VALUE(t.defined(), "switchml: ", collective, ": tensor ", i, " is undefined");
@@ -181,35 +223,144 @@ void ProcessGroupSwitchML::CheckTensors(const std::vector<at::Tensor>& tensors, 
     TORCH_CHECK_VALUE(t.layout() == at::kStrided, "switchml: ", collective, ": tensor ", i,
                       " is not dense (layout ", t.layout(), "); only dense tensors are supported");
     const at::ScalarType type = t.scalar_type();
-    TORCH_CHECK_TYPE(type == at::kFloat || type == at::kInt || type == at::kHalf || type == at::kBFloat16,
-                     "switchml: ", collective, ": tensor ", i, " has unsupported dtype ", DtypeName(type),
-                     "; supported: float32, int32, float16 and bfloat16 (the last two are reduced as float32)");
-    TORCH_CHECK_VALUE(!(type == at::kInt && op.op_ == c10d::ReduceOp::AVG), "switchml: ", collective, ": tensor ", i,
-                      ": AVG of int32 is not supported (the mean of integers is not an integer); use SUM and "
-                      "divide");
+    TORCH_CHECK_VALUE(!(kind == c10d::ReduceOp::AVG && IntegralDtype(type)), "switchml: ", collective, ": tensor ", i,
+                      ": AVG of ", DtypeName(type),
+                      " is not supported (the mean of integers is not an integer); use SUM and divide");
+    TORCH_CHECK_VALUE(!(bitwise && !IntegralDtype(type)), "switchml: ", collective, ": tensor ", i, ": ",
+                      ReduceOpName(op), " needs an integer dtype, got ", DtypeName(type));
+    if (route.reason.empty() && !SwitchMLDtype(type)) {
+      route.reason = "dtype_" + DtypeName(type);
+      route.words = "of " + DtypeName(type);
+    }
   }
+  if (route.reason.empty()) return route;  // SwitchML
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::ScalarType type = tensors[i].scalar_type();
+    TORCH_CHECK_TYPE(GlooDtype(type), "switchml: ", collective, ": tensor ", i, " has unsupported dtype ",
+                     DtypeName(type), " for ", ReduceOpName(op),
+                     "; SwitchML reduces float32, int32, float16 and bfloat16 with SUM and AVG, and the "
+                     "inner Gloo group takes the rest for float32, float64, float16, int8, uint8, int32 "
+                     "and int64 only");
+  }
+  return route;
 }
 
-void ProcessGroupSwitchML::SubmitJob(const at::Tensor& buffer, std::string name, Pending& p) {
+void ProcessGroupSwitchML::SubmitJob(const at::Tensor& buffer, std::string name, Call& c) {
   if (buffer.numel() == 0) return;  // nothing to send; every rank skips it alike
   const switchml::DataType type =
       buffer.scalar_type() == at::kInt ? switchml::DataType::kInt32 : switchml::DataType::kFloat32;
   void* data = buffer.data_ptr();
-  p.handles.push_back(context_->AllReduceAsync(data, data, static_cast<size_t>(buffer.numel()), type));
-  p.job_names.push_back(std::move(name));
+  c.handles.push_back(context_->AllReduceAsync(data, data, static_cast<size_t>(buffer.numel()), type));
+  c.job_names.push_back(std::move(name));
 }
 
-void ProcessGroupSwitchML::Enqueue(Pending p) {
+bool ProcessGroupSwitchML::ConflictsLocked(const Call& c, size_t count) const {
+  for (size_t i = 0; i < count && i < queue_.size(); ++i) {
+    const Call& earlier = *queue_[i];
+    if (&earlier == &c) break;
+    if (earlier.direct && c.direct) continue;  // the library orders these itself
+    for (const Span& a : earlier.spans) {
+      for (const Span& b : c.spans) {
+        if (a.begin < b.end && b.begin < a.end) return true;
+      }
+    }
+  }
+  return false;
+}
+
+void ProcessGroupSwitchML::StartReadyLocked() {
+  for (size_t j = 0; j < queue_.size(); ++j) {
+    Call& c = *queue_[j];
+    if (c.started) continue;
+    // A call that must wait holds back every later one: SwitchML job order = call order.
+    if (ConflictsLocked(c, j)) return;
+    c.started = true;
+    if (closing_) {
+      c.error = std::make_exception_ptr(
+          std::runtime_error("switchml: the process group was destroyed before this all-reduce started"));
+      continue;
+    }
+    try {
+      at::NoGradGuard no_grad;
+      c.start(c);
+    } catch (...) {
+      c.error = std::current_exception();
+    }
+  }
+}
+
+void ProcessGroupSwitchML::WaitLocked(std::unique_lock<std::mutex>& lock, const std::function<bool()>& ready,
+                                      const std::string& what) {
+  if (ready()) return;
+  TORCH_CHECK(std::this_thread::get_id() != completion_thread_.get_id(), "switchml: ", what,
+              " was called from a work's callback (future.then, DDP comm hook) while an earlier all-reduce it "
+              "must wait for is pending; that would wait for the thread running the callback");
+  TORCH_CHECK(progress_cv_.wait_for(lock, timeout_, ready), "switchml: ", what,
+              " waited longer than the group timeout (", timeout_.count(),
+              " ms) for earlier all-reduces to complete");
+}
+
+void ProcessGroupSwitchML::CountFallback(const Route& route, const char* collective) {
+  bool first = false;
+  {
+    std::lock_guard lock(fallback_mu_);
+    fallback_total_++;
+    for (auto& [reason, count] : fallback_counts_) {
+      if (reason == route.reason) first = count++ == 0;
+    }
+  }
+  if (first) {
+    std::fprintf(stderr,
+                 "switchml: rank %d: %s %s goes to the inner Gloo group (SwitchML aggregates float32 and int32, "
+                 "and float16/bfloat16 as float32, with SUM and AVG only); stats()[\"fallback_%s\"] counts "
+                 "these calls; this message is printed once\n",
+                 getRank(), collective, route.words.c_str(), route.reason.c_str());
+  }
+}
+
+std::vector<std::pair<std::string, uint64_t>> ProcessGroupSwitchML::FallbackCounts() const {
+  std::lock_guard lock(fallback_mu_);
+  std::vector<std::pair<std::string, uint64_t>> out;
+  out.emplace_back("fallback_allreduces", fallback_total_);
+  for (const auto& [reason, count] : fallback_counts_) out.emplace_back("fallback_" + reason, count);
+  return out;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::EnqueueSwitchML(std::shared_ptr<Call> c) {
+  c10::intrusive_ptr<c10d::Work> work = c->work;
   {
     std::lock_guard lock(mu_);
-    queue_.push_back(std::move(p));
+    queue_.push_back(std::move(c));
+    StartReadyLocked();  // starts it now unless an earlier call holds it back
   }
   cv_.notify_one();
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::RunOnGloo(std::shared_ptr<Call> c, const Route& route,
+                                                               const char* collective) {
+  c10::intrusive_ptr<c10d::Work> work = c->work;
+  {
+    std::unique_lock lock(mu_);
+    // Issued now, in call order on every rank (as every Gloo collective), once the earlier calls
+    // on the same memory have completed; later overlapping calls wait for this one (the queue).
+    WaitLocked(lock, [&] { return !ConflictsLocked(*c, queue_.size()); },
+               std::string(collective) + " " + route.words + " (Gloo fallback)");
+    {
+      at::NoGradGuard no_grad;
+      c->start(*c);  // a throw (Gloo rejecting the call) reaches the caller; nothing is queued
+    }
+    c->started = true;
+    queue_.push_back(std::move(c));
+  }
+  CountFallback(route, collective);
+  cv_.notify_one();
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce(std::vector<at::Tensor>& tensors,
                                                                const c10d::AllreduceOptions& opts) {
-  CheckTensors(tensors, opts.reduceOp, "allreduce");
+  const Route route = CheckTensors(tensors, opts.reduceOp, "allreduce");
   const at::Tensor& first = tensors[0];
   for (size_t i = 1; i < tensors.size(); ++i) {
     TORCH_CHECK_VALUE(tensors[i].scalar_type() == first.scalar_type() && tensors[i].sizes() == first.sizes(),
@@ -217,90 +368,163 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce(std::vector<at::T
                       i, " is ", DtypeName(tensors[i].scalar_type()), tensors[i].sizes(), ", tensor 0 is ",
                       DtypeName(first.scalar_type()), first.sizes());
   }
-  at::NoGradGuard no_grad;
-  // Several local tensors are summed locally first, as ProcessGroupGloo does.
-  at::Tensor buffer = WireBuffer(first);
-  for (size_t i = 1; i < tensors.size(); ++i) buffer.add_(tensors[i]);
-
-  Pending p;
-  p.work = c10::make_intrusive<SwitchMLWork>(getRank(), c10d::OpType::ALLREDUCE, tensors);
+  auto c = std::make_shared<Call>();
+  c->work = c10::make_intrusive<SwitchMLWork>(getRank(), c10d::OpType::ALLREDUCE, tensors);
+  for (const at::Tensor& t : tensors) {
+    const auto [begin, end] = ByteSpan(t);
+    c->spans.push_back({begin, end});
+  }
   const bool avg = opts.reduceOp.op_ == c10d::ReduceOp::AVG;
-  const bool writes_back = avg || tensors.size() > 1 || !buffer.is_same(first);
-  if (writes_back) {
-    p.finish = [buffer, outputs = tensors, avg, size = getSize()]() mutable {
-      if (avg) buffer.div_(size);
-      for (at::Tensor& t : outputs) {
-        if (!t.is_same(buffer)) t.copy_(buffer);
+  const int size = getSize();
+
+  if (!route.reason.empty()) {
+    c10d::AllreduceOptions gloo_opts = opts;
+    if (avg) gloo_opts.reduceOp = c10d::ReduceOp::SUM;  // Gloo has no AVG: SUM, then divide
+    c->start = [this, tensors, gloo_opts, avg, size](Call& call) mutable {
+      call.gloo_works.push_back(gloo_->allreduce(tensors, gloo_opts));
+      if (avg) {
+        call.finish = [tensors, size] {
+          for (const at::Tensor& t : tensors) t.div_(size);
+        };
       }
     };
+    return RunOnGloo(std::move(c), route, "all_reduce");
   }
-  std::lock_guard submit(submit_mu_);
-  SubmitJob(buffer, JobName("allreduce", 0, first), p);
-  c10::intrusive_ptr<c10d::Work> work = p.work;
-  Enqueue(std::move(p));
-  return work;
+
+  if (tensors.size() == 1 && InPlace(first)) {
+    // The library reduces the caller's tensor in place: direct unless AVG divides afterwards.
+    c->direct = !avg;
+    c->start = [this, buffer = first, avg, size](Call& call) {
+      SubmitJob(buffer, JobName("allreduce", 0, buffer), call);
+      if (avg) call.finish = [buffer, size] { buffer.div_(size); };
+    };
+  } else {
+    // Staged: a float32/int32 host buffer filled when the call starts (so after every earlier
+    // call on these tensors completed), several local tensors summed into it, as Gloo does.
+    c->start = [this, tensors, avg, size](Call& call) {
+      at::Tensor buffer = NewWireBuffer(tensors[0]);
+      buffer.copy_(tensors[0]);
+      for (size_t i = 1; i < tensors.size(); ++i) buffer.add_(tensors[i]);
+      SubmitJob(buffer, JobName("allreduce", 0, tensors[0]), call);
+      call.finish = [buffer, outputs = tensors, avg, size]() mutable {
+        if (avg) buffer.div_(size);
+        for (at::Tensor& t : outputs) t.copy_(buffer);
+      };
+    };
+  }
+  return EnqueueSwitchML(std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  CheckTensors(tensors, opts.reduceOp, "allreduce_coalesced");
-  at::NoGradGuard no_grad;
-  std::vector<at::Tensor> buffers;
-  buffers.reserve(tensors.size());
-  for (const at::Tensor& t : tensors) buffers.push_back(WireBuffer(t));
-
-  Pending p;
-  p.work = c10::make_intrusive<SwitchMLWork>(getRank(), c10d::OpType::ALLREDUCE_COALESCED, tensors);
+  const Route route = CheckTensors(tensors, opts.reduceOp, "allreduce_coalesced");
+  auto c = std::make_shared<Call>();
+  c->work = c10::make_intrusive<SwitchMLWork>(getRank(), c10d::OpType::ALLREDUCE_COALESCED, tensors);
+  for (const at::Tensor& t : tensors) {
+    const auto [begin, end] = ByteSpan(t);
+    c->spans.push_back({begin, end});
+  }
   const bool avg = opts.reduceOp.op_ == c10d::ReduceOp::AVG;
-  p.finish = [buffers, outputs = tensors, avg, size = getSize()]() mutable {
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      if (avg) buffers[i].div_(size);
-      if (!outputs[i].is_same(buffers[i])) outputs[i].copy_(buffers[i]);
+  const int size = getSize();
+
+  if (!route.reason.empty()) {
+    // One Gloo all-reduce per tensor (Gloo's own coalesced call needs a single dtype).
+    c10d::AllreduceOptions gloo_opts;
+    gloo_opts.reduceOp = avg ? c10d::ReduceOp(c10d::ReduceOp::SUM) : opts.reduceOp;
+    gloo_opts.timeout = opts.timeout;
+    c->start = [this, tensors, gloo_opts, avg, size](Call& call) {
+      for (const at::Tensor& t : tensors) {
+        std::vector<at::Tensor> one = {t};
+        call.gloo_works.push_back(gloo_->allreduce(one, gloo_opts));
+      }
+      if (avg) {
+        call.finish = [tensors, size] {
+          for (const at::Tensor& t : tensors) t.div_(size);
+        };
+      }
+    };
+    return RunOnGloo(std::move(c), route, "all_reduce_coalesced");
+  }
+
+  bool all_in_place = true;
+  for (const at::Tensor& t : tensors) all_in_place = all_in_place && InPlace(t);
+  c->direct = all_in_place && !avg;
+  c->start = [this, tensors, avg, size](Call& call) {
+    // Every staging copy first, then every submission: nothing can throw between two jobs.
+    std::vector<at::Tensor> buffers;
+    buffers.reserve(tensors.size());
+    for (const at::Tensor& t : tensors) {
+      if (InPlace(t)) {
+        buffers.push_back(t);
+      } else {
+        buffers.push_back(NewWireBuffer(t));
+        buffers.back().copy_(t);
+      }
+    }
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      SubmitJob(buffers[i], JobName("allreduce_coalesced", i, tensors[i]), call);
+    }
+    if (avg || !call.direct) {
+      call.finish = [buffers, outputs = tensors, avg, size]() mutable {
+        for (size_t i = 0; i < outputs.size(); ++i) {
+          if (avg) buffers[i].div_(size);
+          if (!outputs[i].is_same(buffers[i])) outputs[i].copy_(buffers[i]);
+        }
+      };
     }
   };
-  std::lock_guard submit(submit_mu_);
-  for (size_t i = 0; i < tensors.size(); ++i) SubmitJob(buffers[i], JobName("allreduce_coalesced", i, tensors[i]), p);
-  c10::intrusive_ptr<c10d::Work> work = p.work;
-  Enqueue(std::move(p));
-  return work;
+  return EnqueueSwitchML(std::move(c));
 }
 
 void ProcessGroupSwitchML::CompletionLoop() {
   for (;;) {
-    Pending p;
+    std::shared_ptr<Call> c;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      // The front call is always started: nothing precedes it to wait for.
+      cv_.wait(lock, [&] { return (stop_ && queue_.empty()) || (!queue_.empty() && queue_.front()->started); });
       if (queue_.empty()) return;  // stop_ and drained
-      p = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
+      c = queue_.front();
     }
+    std::exception_ptr eptr = c->error;
     std::string error;
-    for (size_t i = 0; i < p.handles.size(); ++i) {
-      const switchml::Status s = p.handles[i].Wait();
+    for (size_t i = 0; i < c->handles.size(); ++i) {
+      const switchml::Status s = c->handles[i].Wait();
       if (!s.ok() && error.empty()) {
-        error = "switchml: " + p.job_names[i] + " failed on rank " + std::to_string(getRank()) + ": " + s.ToString();
+        error = "switchml: " + c->job_names[i] + " failed on rank " + std::to_string(getRank()) + ": " + s.ToString();
       }
     }
-    std::exception_ptr eptr;
-    if (!error.empty()) {
-      eptr = std::make_exception_ptr(std::runtime_error(error));
-    } else if (p.finish) {
+    for (auto& w : c->gloo_works) {
+      try {
+        w->wait();  // bounded by the Gloo timeout
+      } catch (...) {
+        if (!eptr) eptr = std::current_exception();
+      }
+    }
+    if (!eptr && !error.empty()) eptr = std::make_exception_ptr(std::runtime_error(error));
+    if (!eptr && c->finish) {
       try {
         at::NoGradGuard no_grad;
-        p.finish();
+        c->finish();
       } catch (...) {
         eptr = std::current_exception();
       }
     }
-    p.work->Complete(eptr);
-    p = Pending();  // drop tensor references before reporting idle
+    {
+      // The call's effects on its tensors are final: calls waiting for it may start.
+      std::lock_guard lock(mu_);
+      queue_.pop_front();
+      StartReadyLocked();
+      busy_ = true;
+    }
+    progress_cv_.notify_all();
+    c->work->Complete(eptr);
+    c.reset();  // drop tensor references before reporting idle
     {
       std::lock_guard lock(mu_);
       busy_ = false;
     }
-    idle_cv_.notify_all();
+    progress_cv_.notify_all();
   }
 }
 
@@ -369,7 +593,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::recvAnysource(std::vector<a
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::barrier(const c10d::BarrierOptions& opts) {
   {
     std::unique_lock lock(mu_);
-    idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    WaitLocked(lock, [&] { return queue_.empty() && !busy_; }, "barrier");
   }
   return gloo_->barrier(opts);
 }
@@ -377,7 +601,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::barrier(const c10d::Barrier
 void ProcessGroupSwitchML::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   {
     std::unique_lock lock(mu_);
-    idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    WaitLocked(lock, [&] { return queue_.empty() && !busy_; }, "monitoredBarrier");
   }
   gloo_->monitoredBarrier(opts, wait_all_ranks);
 }

@@ -19,6 +19,11 @@
 // What goes where:
 //   allreduce, allreduce_coalesced  → SwitchML (SUM, AVG) for float32 and int32 directly, and for
 //                                     float16 / bfloat16 through a float32 host copy.
+//                                   → the inner Gloo group for what SwitchML cannot aggregate:
+//                                     ops MAX, MIN, PRODUCT, BAND, BOR, BXOR (any dtype Gloo
+//                                     takes) and dtypes float64, int64, int8, uint8 (SUM, and AVG
+//                                     of float64 as a Gloo SUM divided here). Counted in
+//                                     FallbackCounts() (Python: stats()), logged once per reason.
 //   broadcast, allgather(_coalesced), gather, scatter, reduce, alltoall, send/recv, barrier
 //                                   → the inner ProcessGroupGloo (built on PrefixStore("gloo")).
 //
@@ -27,22 +32,31 @@
 //     written to every tensor of the list, is the reduction over all tensors of all ranks (the
 //     local tensors are summed first, as Gloo does for several inputs).
 //   - allreduce_coalesced(tensors): each tensor is reduced on its own (one SwitchML job per
-//     tensor, all submitted at once); tensors may differ in shape and dtype.
+//     tensor, all submitted at once); tensors may differ in shape and dtype. If one of them needs
+//     Gloo, the whole call goes to Gloo (one Gloo all-reduce per tensor).
 //   - AVG = SUM divided by the group size, in float32 before any conversion back to
-//     float16/bfloat16. AVG of int32 is rejected (the mean of integers is not an integer; use
-//     SUM and divide where truncation is wanted).
+//     float16/bfloat16 (float64: in float64). AVG of an integer dtype is rejected (the mean of
+//     integers is not an integer; use SUM and divide where truncation is wanted); Gloo has no AVG.
 //   - float32 sums are exact up to SwitchML's block quantization (docs/design.md); int32 sums are
 //     exact with 32-bit wrap-around.
+//   - Stream semantics: the all-reduces of one group behave as if they ran one after another in
+//     call order, as NCCL's operations on one stream do. A call whose tensors overlap the memory
+//     of an earlier, still pending call sees that call's result (chained async all-reduces on one
+//     tensor are correct, whatever the path: in place, float16 staging, AVG, Gloo); calls on
+//     disjoint memory run concurrently. How: see Call and StartReadyLocked() below.
 // Errors:
-//   - at the call (c10::Error → Python exception): unsupported dtype (TypeError), unsupported op
-//     (ValueError), CUDA or sparse tensors, mismatched dtypes/shapes in one allreduce list.
+//   - at the call (c10::Error → Python exception): a dtype neither SwitchML nor Gloo reduces
+//     (bfloat16 with MAX/MIN/PRODUCT, int16, bool: TypeError), PREMUL_SUM, AVG of integers or a
+//     bitwise op on floats (ValueError), CUDA or sparse tensors, mismatched dtypes/shapes in one
+//     allreduce list.
 //   - at wait() / on the future: a SwitchML job that failed (non-finite float input, timeout,
-//     cancelled at shutdown) → RuntimeError naming the status. After a network failure the
-//     SwitchML context is broken and every later allreduce fails (library contract).
+//     cancelled at shutdown) → RuntimeError naming the status; a failed Gloo fallback → Gloo's
+//     error. After a network failure the SwitchML context is broken and every later SwitchML
+//     allreduce fails (library contract).
 //
 // Thread-safety: calls may come from several threads (DDP calls allreduce from autograd
-// threads); submissions are serialised so that the job order is the call order, which — as for
-// every c10d backend — must be the same on every rank.
+// threads); calls are queued under one lock so that the job order is the call order, which — as
+// for every c10d backend — must be the same on every rank.
 #pragma once
 
 #include <chrono>
@@ -55,6 +69,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -90,8 +105,8 @@ struct SwitchMLConfig {
   std::string gloo_interface;
 };
 
-// The Work returned by allreduce: completes when every SwitchML job of the call finished and
-// the results were written back. wait() rethrows a failed job as a c10::Error; getFuture()
+// The Work returned by allreduce: completes when every SwitchML job (or Gloo fallback) of the
+// call finished and the results were written back. wait() rethrows a failed job as a c10::Error; getFuture()
 // gives a Future whose value is the list of output tensors (as Gloo's).
 class SwitchMLWork : public c10d::Work {
  public:
@@ -163,8 +178,8 @@ class ProcessGroupSwitchML : public c10d::ProcessGroup {
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
                                                int tag) override;
-  // Waits (blocking the caller) until every SwitchML work submitted before it has completed,
-  // then runs a Gloo barrier and returns its work.
+  // Waits (blocking the caller, at most the group timeout) until every all-reduce called before
+  // it has completed (SwitchML or Gloo fallback), then runs a Gloo barrier and returns its work.
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
@@ -173,41 +188,98 @@ class ProcessGroupSwitchML : public c10d::ProcessGroup {
   const std::string& controller_address() const { return controller_address_; }
   switchml::Stats GetStats() const { return context_->GetStats(); }
   const c10::intrusive_ptr<c10d::ProcessGroupGloo>& gloo() const { return gloo_; }
+  // All-reduce calls sent to the inner Gloo group: ("fallback_allreduces", total) first, then
+  // one entry per reason ("fallback_op_max", ..., "fallback_dtype_float64", ...), every reason
+  // present (0 if unused). A call counts under one reason: its op if SwitchML lacks it, else the
+  // first tensor's dtype SwitchML lacks.
+  std::vector<std::pair<std::string, uint64_t>> FallbackCounts() const;
 
  private:
-  // One submitted call: the SwitchML jobs it waits for, then `finish` (AVG division,
-  // copies back into the caller's tensors), run on the completion thread.
-  struct Pending {
-    c10::intrusive_ptr<SwitchMLWork> work;
-    std::vector<switchml::AllReduceHandle> handles;
-    std::vector<std::string> job_names;  // "tensor 0 (float32, 1000 elements)" per handle
-    std::function<void()> finish;
+  // The bytes a tensor's elements may occupy: [first element, last element + 1) for
+  // non-negative strides (exact for contiguous tensors and views, a superset for strided ones).
+  struct Span {
+    uintptr_t begin = 0;
+    uintptr_t end = 0;
   };
 
-  // Validates every tensor of a call (CPU, dense, supported dtype) and the op; throws.
-  void CheckTensors(const std::vector<at::Tensor>& tensors, c10d::ReduceOp op,
-                    const char* collective) const;
-  // Submits one in-place SwitchML job for `buffer` (contiguous float32 or int32) under the
-  // submission lock; appends to `p`.
-  void SubmitJob(const at::Tensor& buffer, std::string name, Pending& p);
-  void Enqueue(Pending p);
+  // One all-reduce call, in the group's call-ordered queue from the call until its work is
+  // complete.
+  //
+  // Ordering design. The SwitchML job order must be the call order on every rank, and a call
+  // must see the results of earlier calls on the same memory. Calls that only hand the caller's
+  // tensor to the library in place (direct: float32/int32, contiguous, one tensor, SUM) are
+  // ordered by the library itself (a job on memory an earlier pending job uses waits for it). Any
+  // other call stages data before its jobs (float16 → float32 copies, local sums of several
+  // tensors, non-contiguous gathers) or writes after them (AVG division, copies back), which the
+  // library cannot see. Such a call starts (stages and submits) only once every earlier call
+  // whose memory overlaps its own has completed; until then it waits in the queue, and so do the
+  // calls after it (their SwitchML jobs must not overtake it), and the completion thread starts
+  // it when the conflicting call completes. Calls on disjoint memory are not held back unless a
+  // waiting call precedes them. Gloo fallbacks are issued by the calling thread (Gloo's
+  // collective order must be the call order too), after waiting for the earlier overlapping
+  // calls; they stay in the queue until Gloo finishes, so later overlapping calls wait for them.
+  struct Call {
+    c10::intrusive_ptr<SwitchMLWork> work;
+    std::vector<Span> spans;  // memory of every tensor the call reads or writes
+    bool direct = false;      // SwitchML in place, nothing before or after (see above)
+    bool started = false;     // guarded by mu_
+    // Run once, under mu_, when the call may start: stages host copies, submits the SwitchML
+    // jobs (filling handles/job_names) or issues the Gloo calls (gloo_works), and may set
+    // finish. A throw from a SwitchML call's start becomes its work's error.
+    std::function<void(Call&)> start;
+    std::vector<switchml::AllReduceHandle> handles;
+    std::vector<std::string> job_names;  // "allreduce of tensor 0 (float32, 1000 elements)"
+    std::vector<c10::intrusive_ptr<c10d::Work>> gloo_works;
+    std::function<void()> finish;  // after every job succeeded, on the completion thread
+    std::exception_ptr error;      // start failed (or the group was closing)
+  };
+
+  // What SwitchML cannot do for a call: empty = SwitchML; otherwise the fallback reason key
+  // ("op_max", "dtype_float64") and words for the log. Throws for what neither backend reduces.
+  struct Route {
+    std::string reason;
+    std::string words;
+  };
+  // Validates every tensor of a call (CPU, dense, a dtype and op SwitchML or Gloo reduces) and
+  // picks the backend; throws.
+  Route CheckTensors(const std::vector<at::Tensor>& tensors, c10d::ReduceOp op, const char* collective) const;
+  // Submits one in-place SwitchML job for `buffer` (contiguous float32 or int32); appends to `c`.
+  void SubmitJob(const at::Tensor& buffer, std::string name, Call& c);
+  // Queues a SwitchML call and starts it if nothing earlier holds it back; returns its work.
+  c10::intrusive_ptr<c10d::Work> EnqueueSwitchML(std::shared_ptr<Call> c);
+  // Waits for the earlier calls overlapping `c`, issues its Gloo calls and queues it.
+  c10::intrusive_ptr<c10d::Work> RunOnGloo(std::shared_ptr<Call> c, const Route& route, const char* collective);
+  // Starts every queued call that may start now, in order (requires mu_).
+  void StartReadyLocked();
+  // Whether `c` overlaps one of the first `count` queued calls it must wait for (requires mu_).
+  bool ConflictsLocked(const Call& c, size_t count) const;
+  // Waits on progress_cv_ until `ready` holds, at most the group timeout; throws naming `what`
+  // on timeout, or at once if called from the completion thread (a work callback) when `ready`
+  // does not hold, since only that thread makes progress.
+  void WaitLocked(std::unique_lock<std::mutex>& lock, const std::function<bool()>& ready, const std::string& what);
+  void CountFallback(const Route& route, const char* collective);
   void CompletionLoop();
   std::string ResolveControllerAddress(const c10::intrusive_ptr<c10d::Store>& store,
                                        const std::string& own);
 
   std::string controller_address_;
+  std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_;
   std::unique_ptr<switchml::Context> context_;
 
-  std::mutex submit_mu_;  // serialises submission so job order == call order
-
+  // Guards the queue and every start, so that the SwitchML job order is the queue order.
   std::mutex mu_;
-  std::condition_variable cv_;       // signals the completion thread
-  std::condition_variable idle_cv_;  // signals barrier(): queue empty and nothing in progress
-  std::deque<Pending> queue_;        // guarded by mu_
-  bool busy_ = false;                // guarded by mu_: the completion thread holds an entry
-  bool stop_ = false;                // guarded by mu_
+  std::condition_variable cv_;           // signals the completion thread
+  std::condition_variable progress_cv_;  // a call completed (barrier(), Gloo fallbacks wait on it)
+  std::deque<std::shared_ptr<Call>> queue_;  // guarded by mu_; call order
+  bool busy_ = false;     // guarded by mu_: the completion thread is completing a popped call
+  bool closing_ = false;  // guarded by mu_: destructor running; calls not started fail
+  bool stop_ = false;     // guarded by mu_
   std::thread completion_thread_;
+
+  mutable std::mutex fallback_mu_;
+  uint64_t fallback_total_ = 0;                                     // guarded by fallback_mu_
+  std::vector<std::pair<std::string, uint64_t>> fallback_counts_;  // guarded by fallback_mu_
 };
 
 }  // namespace switchml::pytorch

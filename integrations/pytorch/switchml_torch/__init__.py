@@ -7,7 +7,11 @@ Importing this package registers the backend name ``"switchml"``::
     dist.init_process_group("switchml", ...)   # needs SWITCHML_CONTROLLER, at least on rank 0
 
 All-reduce (SUM, AVG; float32, int32, float16, bfloat16) runs through the SwitchML switch;
-broadcast, all-gather, barrier and the other collectives run through an inner Gloo group.
+what SwitchML cannot aggregate (MAX, MIN, PRODUCT, bitwise ops; float64, int64, int8, uint8)
+goes to an inner Gloo group, counted in the group's ``stats()["fallback_allreduces"]`` and
+logged once per reason; broadcast, all-gather, barrier and the other collectives run through
+that Gloo group too. All-reduces on one group behave as if run one after another in call order
+(stream semantics): chained async calls on one tensor see each other's results.
 
 Settings come from environment variables, read when a group is created:
 

@@ -142,11 +142,33 @@ def run_suite(args, tmpdir, controller):
                       "--init", init, "--pythonpath", args.pythonpath], env))
     ok = report(run_processes(cmds, tmpdir, WORKER_TIMEOUT_S, "suite"), "suite worker")
 
+    # Stream semantics: 3 ranks, chained async all-reduces on one tensor, on a switch of their own.
+    ok = run_stream(args, os.path.join(tmpdir, "stream"), world=3) and ok
+
     # No controller address anywhere: a clear error, not a hang or a crash.
     init1 = "file://" + os.path.join(tmpdir, "store1")
     cmd = ([sys.executable, me, "worker-no-controller", "--init", init1,
             "--pythonpath", args.pythonpath], base_env(args.pythonpath))
     ok = report(run_processes([cmd], tmpdir, 60, "nocontroller"), "no-controller") and ok
+    return ok
+
+
+def run_stream(args, tmpdir, world):
+    os.makedirs(tmpdir)
+    me = os.path.abspath(__file__)
+    init = "file://" + os.path.join(tmpdir, "store")
+    switch, controller = start_switch(args.switchml, tmpdir)
+    try:
+        env = base_env(args.pythonpath)
+        env["SWITCHML_CONTROLLER"] = controller
+        cmds = [([sys.executable, me, "worker-stream", "--rank", str(rank), "--world", str(world),
+                  "--init", init, "--pythonpath", args.pythonpath], env) for rank in range(world)]
+        ok = report(run_processes(cmds, tmpdir, WORKER_TIMEOUT_S, "stream"), "stream worker")
+    finally:
+        stop_switch(switch)
+    if not ok:
+        print("----- stream switch log")
+        print(open(os.path.join(tmpdir, "switch.log")).read().rstrip())
     return ok
 
 
@@ -334,15 +356,56 @@ def worker_suite(args):
     dist.all_reduce(empty)
     c.check(empty.numel() == 0, "empty tensor allreduce is a no-op")
 
-    # Errors at the call.
-    c.raises(lambda: dist.all_reduce(torch.ones(4, dtype=torch.float64)), TypeError, "float64",
-             "float64 raises at the call")
-    c.raises(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int64)), TypeError, "int64",
-             "int64 raises at the call")
-    c.raises(lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.MAX), ValueError, "MAX",
-             "ReduceOp.MAX raises at the call")
-    c.raises(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist.ReduceOp.AVG), ValueError,
+    # What SwitchML cannot aggregate goes to the inner Gloo group: Gloo's exact results, counted.
+    R = dist.ReduceOp
+    fallback_cases = [(torch.float32, R.MAX, "op_max"), (torch.float32, R.MIN, "op_min"),
+                      (torch.float32, R.PRODUCT, "op_product"), (torch.int32, R.MAX, "op_max"),
+                      (torch.int32, R.BXOR, "op_bxor"), (torch.float64, R.SUM, "dtype_float64"),
+                      (torch.int64, R.SUM, "dtype_int64"), (torch.uint8, R.SUM, "dtype_uint8")]
+    for i, (dtype, op, reason) in enumerate(fallback_cases):
+        if dtype.is_floating_point:
+            x = rank_data(rank, 3000, torch.float64, 90 + i).to(dtype)
+            if op == R.PRODUCT:
+                x = 1 + x / 100  # a product of values near 1 stays finite
+        else:
+            x = rank_data(rank, 3000, torch.int32, 90 + i).to(dtype)
+        y_gloo = x.clone()
+        before = pg.stats()
+        work = dist.all_reduce(x, op=op, async_op=True)
+        work.wait()
+        dist.all_reduce(y_gloo, op=op, group=gloo)
+        after = pg.stats()
+        c.check(x.dtype == dtype and torch.equal(x, y_gloo),
+                f"{dtype} {op} goes to Gloo: result identical to Gloo's")
+        c.check(after["fallback_allreduces"] == before["fallback_allreduces"] + 1
+                and after["fallback_" + reason] == before["fallback_" + reason] + 1
+                and after["jobs_submitted"] == before["jobs_submitted"],
+                f"... counted in stats()['fallback_allreduces'] and ['fallback_{reason}'], no SwitchML job")
+    # float64 AVG: Gloo SUM divided by the world size (Gloo itself has no AVG).
+    x = rank_data(rank, 1000, torch.float64, 99)
+    dist.all_reduce(x, op=R.AVG)
+    c.check(max_err(x, exact_sum(world, 1000, torch.float64, 99) / world) <= 1e-12,
+            "float64 AVG through Gloo = SUM / world")
+    # all_reduce_coalesced with one float64 tensor: the whole call goes to Gloo.
+    ts = [rank_data(rank, 100, torch.float32, 95), rank_data(rank, 50, torch.float64, 96)]
+    refs = [t.clone() for t in ts]
+    for t in refs:
+        dist.all_reduce(t, group=gloo)
+    before = pg.stats()["fallback_dtype_float64"]
+    pg.allreduce_coalesced(ts, dist.AllreduceCoalescedOptions()).wait()  # dist.* wants one dtype
+    c.check(all(torch.equal(t, r) for t, r in zip(ts, refs)) and pg.stats()["fallback_dtype_float64"] == before + 1,
+            "allreduce_coalesced with a float64 tensor goes to Gloo as a whole")
+    # Errors at the call: what neither SwitchML nor Gloo reduces.
+    c.raises(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int16)), TypeError, "int16",
+             "int16 (neither SwitchML nor Gloo) raises at the call")
+    c.raises(lambda: dist.all_reduce(torch.ones(4, dtype=torch.bfloat16), op=R.MAX), TypeError, "bfloat16",
+             "bfloat16 MAX (Gloo has no bfloat16) raises at the call")
+    c.raises(lambda: dist.all_reduce(torch.ones(4), op=R.BAND), ValueError, "integer dtype",
+             "BAND of float32 raises at the call")
+    c.raises(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=R.AVG), ValueError,
              "AVG of int32", "int32 AVG raises at the call")
+    c.raises(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int64), op=R.AVG), ValueError,
+             "AVG of int64", "int64 AVG raises at the call")
     c.raises(lambda: pg.allreduce([torch.ones(4), torch.ones(5)]).wait(), ValueError, "same dtype and shape",
              "allreduce list of different shapes raises")
     # Errors at wait(): every rank feeds NaN, so every rank rejects the job locally.
@@ -381,6 +444,162 @@ def worker_suite(args):
     gathered = [torch.empty_like(flat) for _ in range(world)]
     dist.all_gather(gathered, flat, group=gloo)
     c.check(all(torch.equal(g, gathered[0]) for g in gathered), "DDP parameters identical on every rank")
+
+    dist.destroy_process_group()
+    print(f"rank {rank}: {c.failures} failure(s)", flush=True)
+    return 1 if c.failures else 0
+
+
+def block_scaled(rank, n, dtype, seed, block=256):
+    """rank_data whose 256-element blocks (one SwitchML packet each) span 2^-4 .. 2^4, so that
+    the block exponents differ from block to block (float64 values exactly representable in dtype)."""
+    import torch
+    x = rank_data(rank, n, torch.float64, seed)
+    scale = torch.tensor([2.0 ** ((i // block) % 9 - 4) for i in range(n)], dtype=torch.float64)
+    return (x * scale).to(dtype)
+
+
+def float32_bound(inputs, block=256):
+    """Rigorous per-element bound of one float32 SwitchML all-reduce's error, for `inputs` (the
+    ranks' float64 values, exactly float32) and 3 workers: see worker_stream."""
+    import torch
+    m = torch.stack([t.abs() for t in inputs]).amax(dim=0)
+    n = m.numel()
+    pad = (-n) % block
+    m = torch.nn.functional.pad(m, (0, pad)).reshape(-1, block).amax(dim=1, keepdim=True)
+    m = m.expand(-1, block).reshape(-1)[:n]
+    return m * 2.0 ** -19
+
+
+def worker_stream(args):
+    """Stream semantics (3 ranks): all-reduces on one group behave as if they ran one after
+    another in call order. Four async all-reduces on one tensor are called before any wait();
+    every element must equal the sequential model, computed in float64 (int32: exact).
+
+    float32 bound, per call: with n = 3 workers and block exponent E (2^(E-1) <= M < 2^E, M the
+    block's largest |input| over ranks), one quantum is 1/s = 3 * 2^E / INT32_MAX. Each worker's
+    quantization of x*s errs by at most 32 quanta (x*s < 2^30 is rounded to float32: half an ulp
+    of 2^29..2^30 is 32), the int32 sum (< 2^31) converted to float32 by at most 64 quanta, and the
+    final float32 quotient by 2^-24 * 3 * 2^E: in all (160 * 3 / INT32_MAX + 3 * 2^-24) * 2^E
+    < 4.1e-7 * 2^E <= 8.2e-7 * M < 2^-20 * M (quant::QuantizationErrorBound). The test allows
+    2^-19 * M per call. After the first call every rank holds the same value, so an error e of
+    call k reaches the result of call k+1 as 3e (SUM) or e (AVG = SUM / 3): the bound of the
+    chain is sum_k factor_k * 2^-19 * M_k, with M_k the block maximum of call k's input and
+    factor_k the product of the factors of the calls after k."""
+    sys.path.insert(0, args.pythonpath)
+    import torch
+    import torch.distributed as dist
+    import switchml_torch  # noqa: F401
+
+    rank, world = args.rank, args.world
+    c = Checker(rank)
+    dist.init_process_group("switchml", init_method=args.init, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    pg = dist.distributed_c10d._get_default_group()
+    R = dist.ReduceOp
+    n = 5000  # 20 blocks of 256, the last one partial
+
+    def chain(dtype, ops, seed, n=n):
+        """All ranks' inputs and the float64 model after each op of `ops` (run in order)."""
+        inputs = [block_scaled(r, n, torch.float64, seed) if dtype.is_floating_point
+                  else rank_data(r, n, torch.int32, seed).to(torch.float64) for r in range(world)]
+        if dtype != torch.float64:  # the values the ranks really hold
+            inputs = [t.to(dtype).to(torch.float64) for t in inputs]
+        vals, steps = inputs, []
+        for op in ops:
+            if op in (R.SUM, R.AVG):
+                out = sum(vals)
+                if op == R.AVG:
+                    out = out / world
+            elif op == R.MAX:
+                out = torch.stack(vals).amax(dim=0)
+            else:
+                out = torch.stack(vals).amin(dim=0)
+            if dtype == torch.int32:
+                out = (out.to(torch.int64) + 2**31) % 2**32 - 2**31
+                out = out.to(torch.float64)
+            elif dtype == torch.float16:
+                out = out.to(torch.float16).to(torch.float64)
+            steps.append((vals, out))
+            vals = [out] * world
+        return inputs[rank], steps
+
+    def run(tensors_ops):
+        """Calls every (tensor, op) async in order, then waits for each work."""
+        works = [dist.all_reduce(t, op=op, async_op=True) for t, op in tensors_ops]
+        return [w.wait() for w in works]
+
+    # float32 (blocks of different exponents), int32 (exact, with wrap-around), float16 (staged
+    # through float32): four SUMs on one tensor, interleaved with two on a disjoint tensor.
+    for dtype, seed in ((torch.float32, 1), (torch.int32, 2), (torch.float16, 3)):
+        ops = [R.SUM] * 4
+        x0, steps = chain(dtype, ops, seed)
+        u0, usteps = chain(torch.float32, [R.SUM, R.SUM], seed + 10, n=3001)
+        t = x0.to(dtype)
+        u = u0.to(torch.float32)
+        run([(t, R.SUM), (u, R.SUM), (t, R.SUM), (t, R.SUM), (u, R.SUM), (t, R.SUM)])
+        model = steps[-1][1]
+        if dtype == torch.int32:
+            c.check(torch.equal(t.to(torch.float64), model),
+                    f"int32: 4 chained async SUMs on one tensor = 27 * sum of inputs, bit-exact "
+                    f"({int((t.to(torch.float64) != model).sum())} of {n} elements differ)")
+        elif dtype == torch.float32:
+            bound = torch.zeros(n, dtype=torch.float64)
+            for vals, _ in steps:
+                bound = 3 * bound + float32_bound(vals)
+            err = (t.to(torch.float64) - model).abs()
+            c.check(bool((err <= bound).all()),
+                    f"float32: 4 chained async SUMs on one tensor = 27 * sum of inputs within the derived "
+                    f"bound ({int((err > bound).sum())} of {n} elements outside, max error/bound "
+                    f"{(err / bound).max().item():.3g})")
+        else:
+            # Each call's result is float16(y), y the float32 sum, within float32_bound of the
+            # exact sum; rounding is monotone, so it is at most that plus one float16 step (2^-10
+            # relative, 2^-24 absolute at the bottom) away from the model's float16(exact sum).
+            # Earlier deviations are tripled.
+            bound = torch.zeros(n, dtype=torch.float64)
+            for vals, out in steps:
+                bound = 3 * bound + float32_bound(vals) + out.abs() * 2.0 ** -10 + 2.0 ** -24
+            err = (t.to(torch.float64) - model).abs()
+            c.check(bool((err <= bound).all()),
+                    f"float16: 4 chained async SUMs on one tensor match the sequential model "
+                    f"({int((err > bound).sum())} of {n} elements outside, max error {err.max().item():.3g})")
+        ubound = 3 * float32_bound(usteps[0][0]) + float32_bound(usteps[1][0])
+        c.check(bool(((u.to(torch.float64) - usteps[-1][1]).abs() <= ubound).all()),
+                f"... and the 2 interleaved SUMs on a disjoint float32 tensor are right ({dtype} run)")
+
+    # AVG writes after the job: SUM, AVG, SUM, AVG chained on one float32 tensor.
+    ops = [R.SUM, R.AVG, R.SUM, R.AVG]
+    big = n
+    x0, steps = chain(torch.float32, ops, 4, n=big)
+    t = x0.to(torch.float32)
+    run([(t, op) for op in ops])
+    bound = torch.zeros(big, dtype=torch.float64)
+    for (vals, _), op in zip(steps, ops):
+        bound = (3 if op == R.SUM else 1) * bound + float32_bound(vals)
+    err = (t.to(torch.float64) - steps[-1][1]).abs()
+    c.check(bool((err <= bound).all()), f"float32: chained SUM, AVG, SUM, AVG on one tensor match the model "
+            f"({int((err > bound).sum())} of {big} elements outside)")
+
+    # Gloo fallbacks and SwitchML calls chained on one int32 tensor: MAX, SUM, MIN, SUM.
+    ops = [R.MAX, R.SUM, R.MIN, R.SUM]
+    x0, steps = chain(torch.int32, ops, 5)
+    t = x0.to(torch.int32)
+    run([(t, op) for op in ops])
+    c.check(torch.equal(t.to(torch.float64), steps[-1][1]),
+            "int32: chained MAX (Gloo), SUM, MIN (Gloo), SUM on one tensor, bit-exact")
+
+    # Several local tensors per call (summed first), chained: both hold 3 * 2 * S after two calls.
+    a = rank_data(rank, 999, torch.int32, 6)
+    b = rank_data(rank, 999, torch.int32, 7)
+    s = sum(rank_data(r, 999, torch.int32, 6).to(torch.int64) + rank_data(r, 999, torch.int32, 7).to(torch.int64)
+            for r in range(world))
+    w1 = pg.allreduce([a, b])
+    w2 = pg.allreduce([a, b])
+    w1.wait()
+    w2.wait()
+    ref = ((s * 2 * world + 2**31) % 2**32 - 2**31).to(torch.int32)
+    c.check(torch.equal(a, ref) and torch.equal(b, ref), "int32: 2 chained allreduce([a, b]) calls, bit-exact")
 
     dist.destroy_process_group()
     print(f"rank {rank}: {c.failures} failure(s)", flush=True)
@@ -452,8 +671,8 @@ def worker_torchrun(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["suite", "torchrun", "worker-suite", "worker-no-controller",
-                                    "worker-torchrun"])
+    p.add_argument("mode", choices=["suite", "torchrun", "worker-suite", "worker-stream",
+                                    "worker-no-controller", "worker-torchrun"])
     p.add_argument("--switchml", help="path of the `switchml` binary")
     p.add_argument("--pythonpath", required=True, help="folder that holds the switchml_torch package")
     p.add_argument("--rank", type=int, default=0)
@@ -464,7 +683,8 @@ def main():
         if not args.switchml:
             p.error("--switchml is required")
         return parent(args)
-    return {"worker-suite": worker_suite, "worker-no-controller": worker_no_controller,
+    return {"worker-suite": worker_suite, "worker-stream": worker_stream,
+            "worker-no-controller": worker_no_controller,
             "worker-torchrun": worker_torchrun}[args.mode](args)
 
 
