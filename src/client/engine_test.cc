@@ -64,10 +64,13 @@ class Sim {
   // Runs one slice on every worker with per-rank inputs; returns each worker's status.
   std::vector<Status> Run(DataType type, std::vector<const void*> in, std::vector<void*> out, size_t count,
                           uint64_t job_id, int max_steps = 2000000) {
-    for (uint32_t r = 0; r < n_; ++r) {
-      SliceSpec s{job_id, type, in[r], out[r], count};
-      engines_[r].Begin(s, now_);
-    }
+    std::vector<SliceSpec> specs;
+    for (uint32_t r = 0; r < n_; ++r) specs.push_back(SliceSpec{job_id, type, in[r], out[r], count});
+    return Run(specs, max_steps);
+  }
+  // The same with a spec per worker (descriptors, precomputed exponents, different counts).
+  std::vector<Status> Run(const std::vector<SliceSpec>& specs, int max_steps = 2000000) {
+    for (uint32_t r = 0; r < n_; ++r) engines_[r].Begin(specs[r], now_);
     for (int i = 0; i < max_steps && AnyActive(); ++i) Step();
     std::vector<Status> st;
     for (auto& e : engines_) st.push_back(e.active() ? InternalError("still active") : e.result());
@@ -365,6 +368,71 @@ TEST(EngineTest, AbortFailsSliceAndEngineIsReusable) {
   EXPECT_FALSE(sim.engines_[0].active());
   EXPECT_EQ(sim.engines_[0].result().code(), StatusCode::kCancelled);
   EXPECT_EQ(sim.engines_[0].pending_sends(), 0u);
+}
+
+}  // namespace
+}  // namespace switchml::client
+
+namespace switchml::client {
+namespace {
+
+TEST(EngineTest, InputBeyondItsExponentFailsTheSliceInsteadOfBeingClamped) {
+  // The exponents claim |x| < 2^0 but the data holds 1.5 (as when the caller wrote the buffer
+  // after the exponents were taken): every worker fails, nobody gets a clamped sum.
+  const uint32_t n = 2, count = 300;
+  Sim sim(n, 4, 64);
+  std::vector<std::vector<float>> in(n, std::vector<float>(count, 0.5f)), out(n, std::vector<float>(count));
+  in[1][200] = 1.5f;  // block 3
+  const std::vector<int8_t> exps(5, 0);
+  std::vector<SliceSpec> specs;
+  for (uint32_t r = 0; r < n; ++r) {
+    SliceSpec s{5, DataType::kFloat32, in[r].data(), out[r].data(), count, exps.data()};
+    s.send_descriptor = true;
+    s.call_elements = count;
+    specs.push_back(s);
+  }
+  auto st = sim.Run(specs, 200000);
+  EXPECT_EQ(st[1].code(), StatusCode::kFailedPrecondition) << st[1];
+  EXPECT_NE(st[1].message().find("element 200 of this slice of all-reduce #5 changed while the all-reduce ran"),
+            std::string::npos) << st[1];
+  // Rank 0 never gets block 3's result: it times out rather than returning OK.
+  EXPECT_FALSE(st[0].ok()) << st[0];
+  // With honest exponents the same data is fine, and nothing is clamped.
+  Sim ok(n, 4, 64);
+  std::vector<int8_t> e2(5, 1);
+  for (auto& s : specs) s.exponents = e2.data();
+  for (auto& s : ok.Run(specs)) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(ok.engines_[0].stats().clamped + ok.engines_[1].stats().clamped, 0u);
+  EXPECT_EQ(out[0][200], 2.0f);
+}
+
+TEST(EngineTest, DescriptorMismatchFailsEveryWorkerInTheFirstRoundTrip) {
+  // Counts 100 and 1000 (2 and 16 packets of 64): both workers fail with the two counts named,
+  // long before the 2 s job timeout, for int32 and float32, and for 0 against 100.
+  for (DataType type : {DataType::kInt32, DataType::kFloat32}) {
+    for (auto [a, b] : {std::pair<size_t, size_t>{100, 1000}, {0, 100}, {64, 63}}) {
+      Sim sim(2, 4, 64);
+      std::vector<std::vector<float>> in{std::vector<float>(a + 1, 1.0f), std::vector<float>(b + 1, 1.0f)};
+      auto out = in;
+      std::vector<SliceSpec> specs;
+      size_t counts[2] = {a, b};
+      for (uint32_t r = 0; r < 2; ++r) {
+        SliceSpec s{9, type, in[r].data(), out[r].data(), counts[r]};
+        s.send_descriptor = true;
+        s.call_elements = counts[r];
+        specs.push_back(s);
+      }
+      const TimePoint start = sim.now_;
+      auto st = sim.Run(specs);
+      for (uint32_t r = 0; r < 2; ++r) {
+        EXPECT_EQ(st[r].code(), StatusCode::kInvalidArgument) << st[r];
+        EXPECT_NE(st[r].message().find("the element count differs (this worker: " + std::to_string(counts[r]) +
+                                       "; the other worker: " + std::to_string(counts[1 - r]) + ")"),
+                  std::string::npos) << st[r];
+      }
+      EXPECT_LT(sim.now_ - start, std::chrono::milliseconds(50));
+    }
+  }
 }
 
 }  // namespace

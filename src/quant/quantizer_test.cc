@@ -406,6 +406,37 @@ TEST_P(QuantTarget, ClampsValuesBeyondTheExponent) {
   }
 }
 
+TEST_P(QuantTarget, ReturnsTheLargestProductSoClampsAreNeverSilent) {
+  // The return value is max |x * s| (float products), the engine's cue to look for clamps.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (size_t n : {size_t{1}, size_t{7}, size_t{64}, size_t{1000}}) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = u(rng);
+    const float s = ScaleForExponent(2, 5);
+    std::vector<uint8_t> be(4 * n);
+    float want = 0.0f;
+    for (float v : x) want = std::max(want, std::fabs(v * s));
+    EXPECT_EQ(QuantizeToBE(x.data(), n, s, 5, be.data()), want) << n;
+    EXPECT_LT(want, float(QuantizeLimit(5)));  // |x| < 2^2: below the bound, nothing clamped
+    EXPECT_EQ(CountClamped(x.data(), n, s, 5), 0u);
+  }
+  // The one legitimate clamp: 256 workers, s = 2^23, the largest float below 2^E gives the
+  // product 2^23 - 0.5, which rounds (to even) to 2^23, one above floor(INT32_MAX / 256).
+  const float below_one = std::nextafter(1.0f, 0.0f);
+  const float x[3] = {below_one, 0.5f, -below_one};
+  const float s = ScaleForExponent(0, 256);
+  uint8_t be[12];
+  EXPECT_EQ(QuantizeToBE(x, 3, s, 256, be), 8388607.5f);
+  EXPECT_GE(8388607.5f, float(QuantizeLimit(256)));
+  EXPECT_EQ(CountClamped(x, 3, s, 256), 2u);
+  EXPECT_EQ(RefLoadBE(be), QuantizeLimit(256));
+  // Data beyond the exponent: every such element is counted.
+  const float beyond[4] = {1.5f, -2.0f, 0.25f, 1e30f};
+  EXPECT_EQ(CountClamped(beyond, 4, ScaleForExponent(0, 2), 2), 3u);
+  EXPECT_EQ(QuantizeToBE(nullptr, 0, 1.0f, 1, nullptr), 0.0f);
+}
+
 TEST_P(QuantTarget, BlockExponentRejectsNonFiniteAnywhere) {
   const float inf = std::numeric_limits<float>::infinity();
   const float bad[] = {inf,
