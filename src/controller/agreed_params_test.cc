@@ -19,6 +19,7 @@
 #include "controller/remote_switches.h"
 #include "controller/session_client.h"
 #include "controller/session_service.h"
+#include "controller/local_switch_for_tests.h"
 #include "dataplane/switch_server.h"
 #include "switchml/context.h"
 #include "transport/udp_channel.h"
@@ -73,18 +74,9 @@ std::string Expected(const FieldCase& c, const std::string& scope, const std::st
 class AgreedParamsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dataplane::SwitchConfig sc;
-    sc.num_slots = 64;
-    sc.max_elements_per_packet = 256;
-    sc.max_workers = 8;
-    transport::UdpChannelOptions uo;
-    uo.local = transport::Endpoint{kLocalhost, 0};
-    auto channel = transport::UdpChannel::Create(uo);
-    ASSERT_TRUE(channel.ok()) << channel.status();
-    auto server = dataplane::SwitchServer::Create(sc, std::move(*channel));
+    auto server = StartLocalSwitchForTests(64);
     ASSERT_TRUE(server.ok()) << server.status();
     switch_ = std::move(*server);
-    ASSERT_TRUE(switch_->Start().ok());
     ServerOptions so;
     so.listen_address = "127.0.0.1:0";
     so.operator_token = kOperatorToken;

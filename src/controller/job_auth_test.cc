@@ -20,6 +20,7 @@
 #include "controller/operator_auth.h"
 #include "controller/remote_switches.h"
 #include "controller/session_service.h"
+#include "controller/local_switch_for_tests.h"
 #include "dataplane/switch_server.h"
 #include "transport/udp_channel.h"
 
@@ -50,18 +51,9 @@ class JobAuthTest : public ::testing::Test {
   void SetUp() override { Start(kOperator); }
 
   void Start(const std::string& operator_token) {
-    dataplane::SwitchConfig sc;
-    sc.num_slots = kPoolSlots;
-    sc.max_elements_per_packet = 256;
-    sc.max_workers = 8;
-    transport::UdpChannelOptions uo;
-    uo.local = transport::Endpoint{kLocalhost, 0};
-    auto channel = transport::UdpChannel::Create(uo);
-    ASSERT_TRUE(channel.ok()) << channel.status();
-    auto sw = dataplane::SwitchServer::Create(sc, std::move(*channel));
+    auto sw = StartLocalSwitchForTests(kPoolSlots);
     ASSERT_TRUE(sw.ok()) << sw.status();
     switch_ = std::move(*sw);
-    ASSERT_TRUE(switch_->Start().ok());
 
     JobServiceOptions options;
     options.operator_token = operator_token;
@@ -273,7 +265,9 @@ TEST_F(JobAuthTest, RepeatedBroadcastsOfAJobAreBounded) {
   for (int i = 0; i < 200; ++i) {
     auto r = anonymous_->Broadcast(job.job_id, job.token, 0, 0, 1);
     ASSERT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status();
-    if (i == 0) EXPECT_THAT(r.status().message(), HasSubstr("64 broadcast operations"));
+    if (i == 0) {
+      EXPECT_THAT(r.status().message(), HasSubstr("64 broadcast operations"));
+    }
   }
   EXPECT_EQ(service_->NumSyncStates(), 1u);
   // Rank 1 drains them in order, after which the job has no sync state at all.
@@ -311,16 +305,8 @@ TEST_F(JobAuthTest, BlockedCallersOfAJobAreBounded) {
 // (not the switch's) applies.
 
 TEST(StandaloneAuthTest, TheControllerPresentsTheSwitchCredential) {
-  dataplane::SwitchConfig sc;
-  sc.num_slots = 32;
-  sc.max_workers = 8;
-  transport::UdpChannelOptions uo;
-  uo.local = transport::Endpoint{kLocalhost, 0};
-  auto channel = transport::UdpChannel::Create(uo);
-  ASSERT_TRUE(channel.ok());
-  auto sw = dataplane::SwitchServer::Create(sc, std::move(*channel));
-  ASSERT_TRUE(sw.ok());
-  ASSERT_TRUE((*sw)->Start().ok());
+  auto sw = StartLocalSwitchForTests(32, 8, dataplane::SwitchConfig{}.max_elements_per_packet);
+  ASSERT_TRUE(sw.ok()) << sw.status();
   ServerOptions so;
   so.listen_address = "127.0.0.1:0";
   so.operator_token = kOperator;

@@ -14,6 +14,7 @@
 
 #include "controller/remote_switches.h"
 #include "controller/session_service.h"
+#include "controller/local_switch_for_tests.h"
 #include "dataplane/switch_server.h"
 #include "dataplane/test_packets.h"
 #include "switchml/context.h"
@@ -33,18 +34,9 @@ constexpr char kOperatorToken[] = "operator-token-for-tests-0123";
 class JobServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dataplane::SwitchConfig sc;
-    sc.num_slots = kPoolSlots;
-    sc.max_elements_per_packet = 256;
-    sc.max_workers = 8;
-    transport::UdpChannelOptions uo;
-    uo.local = transport::Endpoint{kLocalhost, 0};
-    auto channel = transport::UdpChannel::Create(uo);
-    ASSERT_TRUE(channel.ok()) << channel.status();
-    auto server = dataplane::SwitchServer::Create(sc, std::move(*channel));
+    auto server = StartLocalSwitchForTests(kPoolSlots);
     ASSERT_TRUE(server.ok()) << server.status();
     switch_ = std::move(*server);
-    ASSERT_TRUE(switch_->Start().ok());
     ServerOptions so;
     so.listen_address = "127.0.0.1:0";
     so.operator_token = kOperatorToken;
@@ -393,17 +385,9 @@ struct EmbeddedSwitch {
 void StartEmbeddedSwitches(size_t count, uint32_t num_slots, std::vector<EmbeddedSwitch>* out) {
   out->resize(count);
   for (auto& e : *out) {
-    dataplane::SwitchConfig sc;
-    sc.num_slots = num_slots;
-    sc.max_workers = 8;
-    transport::UdpChannelOptions uo;
-    uo.local = transport::Endpoint{kLocalhost, 0};
-    auto channel = transport::UdpChannel::Create(uo);
-    ASSERT_TRUE(channel.ok()) << channel.status();
-    auto sw = dataplane::SwitchServer::Create(sc, std::move(*channel));
+    auto sw = StartLocalSwitchForTests(num_slots, 8, dataplane::SwitchConfig{}.max_elements_per_packet);
     ASSERT_TRUE(sw.ok()) << sw.status();
     e.sw = std::move(*sw);
-    ASSERT_TRUE(e.sw->Start().ok());
     ServerOptions so;
     so.listen_address = "127.0.0.1:0";
     so.operator_token = kOperatorToken;

@@ -1,0 +1,34 @@
+// controller/local_switch_for_tests.h — test-only: a started software switch on a UDP socket at
+// 127.0.0.1 (kernel-chosen port), for the controller's service tests.
+//
+//   auto sw = StartLocalSwitchForTests(/*num_slots=*/256);
+//   ASSERT_TRUE(sw.ok()) << sw.status();
+//   ... (*sw)->Stop();
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "dataplane/switch_server.h"
+#include "transport/udp_channel.h"
+
+namespace switchml::controller {
+
+inline StatusOr<std::unique_ptr<dataplane::SwitchServer>> StartLocalSwitchForTests(
+    uint32_t num_slots, uint32_t max_workers = 8, uint32_t max_elements_per_packet = 256) {
+  dataplane::SwitchConfig sc;
+  sc.num_slots = num_slots;
+  sc.max_elements_per_packet = max_elements_per_packet;
+  sc.max_workers = max_workers;
+  transport::UdpChannelOptions uo;
+  uo.local = transport::Endpoint{0x7F000001, 0};
+  auto channel = transport::UdpChannel::Create(uo);
+  if (!channel.ok()) return channel.status();
+  auto server = dataplane::SwitchServer::Create(sc, std::move(*channel));
+  if (!server.ok()) return server.status();
+  if (Status s = (*server)->Start(); !s.ok()) return s;
+  return std::move(*server);
+}
+
+}  // namespace switchml::controller
