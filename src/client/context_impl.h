@@ -27,72 +27,12 @@
 #include <vector>
 
 #include "client/engine.h"
+#include "client/job_state.h"
+#include "client/worker.h"
 #include "switchml/context.h"
 #include "transport/channel.h"
 
 namespace switchml::client {
-
-struct JobState {
-  uint64_t id = 0;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Status status;
-  int remaining_slices = 0;  // guarded by mu
-  std::vector<int8_t> exponents;  // float32: every slice's block exponents (SliceSpec::exponents)
-
-  // Ordering (set by Submit before the slices are queued, then read-only).
-  uintptr_t in_begin = 0, in_end = 0, out_begin = 0, out_end = 0;  // byte ranges of the buffers
-  std::vector<std::weak_ptr<JobState>> deps;  // earlier jobs that must finish first (expired = done)
-  bool exponents_at_start = false;  // float32 input written by a dependency: scan it at slice start
-};
-
-struct SliceTask {
-  std::shared_ptr<JobState> job;
-  SliceSpec spec;
-  size_t element_offset = 0;  // of the slice in the job's tensor (for messages)
-  size_t first_block = 0;     // of the slice in JobState::exponents
-};
-
-class ContextImpl;
-
-// One worker thread: a SliceEngine, a Channel and a queue of slices.
-class Worker {
- public:
-  Worker(ContextImpl* owner, uint32_t index, const EngineConfig& config,
-         std::unique_ptr<transport::Channel> channel);
-  ~Worker();
-  void Start();
-  void Enqueue(SliceTask task);
-  // Asks the thread to stop: the running slice and queued slices fail with CANCELLED.
-  void Stop();
-  EngineStats stats() const;
-  uint64_t send_stalls() const { return send_stalls_.load(std::memory_order_relaxed); }
-
- private:
-  void Run();
-  Status RunSlice(SliceTask& task);
-  // Waits until the job's dependencies finished and, when the job reads one's output, takes the
-  // slice's block exponents. Errors: CANCELLED (context stopping), ABORTED (a dependency
-  // failed), INVALID_ARGUMENT (non-finite input).
-  Status PrepareSlice(SliceTask& task);
-  void PublishStats();
-
-  ContextImpl* owner_;
-  uint32_t index_;
-  SliceEngine engine_;
-  std::unique_ptr<transport::Channel> channel_;
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<SliceTask> queue_;  // guarded by mu_
-  std::atomic<bool> stop_{false};
-
-  // Stats published by the worker thread for GetStats().
-  mutable std::mutex stats_mu_;
-  EngineStats published_;
-  std::atomic<uint64_t> send_stalls_{0};
-};
 
 class ContextImpl {
  public:
@@ -145,10 +85,5 @@ class ContextImpl {
   std::atomic<bool> explained_{false};
   std::atomic<uint64_t> jobs_submitted_{0}, jobs_completed_{0}, jobs_failed_{0};
 };
-
-// Computes the exponent of every block of `block` elements of x[0..n) into exps
-// (ceil(n / block) entries; quant::BlockExponent). Returns INVALID_ARGUMENT naming the first
-// element that is Inf or NaN (or too large to quantize) by its index plus index_base, or OK.
-Status BlockExponents(const float* x, size_t n, uint32_t block, int8_t* exps, size_t index_base);
 
 }  // namespace switchml::client

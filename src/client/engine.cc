@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -10,6 +11,30 @@
 #include "wire/packet.h"
 
 namespace switchml::client {
+
+Status BlockExponents(const float* x, size_t n, uint32_t block, int8_t* exps, size_t index_base) {
+  for (size_t off = 0, b = 0; off < n; off += block, ++b) {
+    const size_t len = std::min<size_t>(block, n - off);
+    if (quant::BlockExponent(x + off, len, &exps[b])) continue;
+    for (size_t i = off; i < off + len; ++i) {
+      if (!std::isfinite(x[i])) {
+        return InvalidArgumentError("float32 input element " + std::to_string(index_base + i) + " is " +
+                                    (std::isnan(x[i]) ? "NaN" : "infinite") +
+                                    "; SwitchML quantization needs finite values");
+      }
+    }
+    // Finite but |x| >= 2^127: its exponent does not fit the wire's int8 field.
+    for (size_t i = off; i < off + len; ++i) {
+      if (std::fabs(x[i]) >= 0x1p127f) {
+        char value[32];
+        std::snprintf(value, sizeof value, "%g", double(x[i]));
+        return InvalidArgumentError("float32 input element " + std::to_string(index_base + i) + " is " +
+                                    value + "; SwitchML quantization needs |x| < 2^127");
+      }
+    }
+  }
+  return OkStatus();
+}
 
 namespace {
 std::string Ms(Duration d) {
@@ -54,6 +79,17 @@ void SliceEngine::Begin(const SliceSpec& slice, TimePoint now) {
   last_progress_ = now;
   result_ = OkStatus();
   active_ = true;
+  if (float_layout_ && slice_.exponents == nullptr) {
+    // A spec without exponents (tests, tools): take them now, in one pass.
+    own_exponents_.resize(blocks_);
+    if (Status s = BlockExponents(static_cast<const float*>(slice_.in), slice_.num_elements, uint32_t(n),
+                                  own_exponents_.data(), 0);
+        !s.ok()) {
+      Finish(s);
+      return;
+    }
+    slice_.exponents = own_exponents_.data();
+  }
   if (total_ == 0) {
     Finish(OkStatus());
     return;
@@ -83,20 +119,7 @@ void SliceEngine::BuildPacket(uint32_t p, TimePoint now) {
   h.slot = uint16_t(config_.slot_base + i);
   h.set = s.set;
   uint8_t* payload = buf + wire::kPrefixBytes;
-  if (float_layout_ && p < blocks_ && slice_.exponents != nullptr) {
-    h.exp0 = slice_.exponents[p];
-  } else if (float_layout_ && p < blocks_) {
-    int8_t e = 0;
-    const float* x = static_cast<const float*>(slice_.in) + uint64_t{p} * n;
-    if (!quant::BlockExponent(x, BlockLength(p), &e)) {
-      // ContextImpl::Submit checks the input and passes the exponents; an engine driven without
-      // them (tests, tools) fails the slice here.
-      Finish(InvalidArgumentError("float32 input of job " + std::to_string(slice_.job_id) +
-                                  " became non-finite while the job ran"));
-      return;
-    }
-    h.exp0 = e;
-  }
+  if (float_layout_ && p < blocks_) h.exp0 = slice_.exponents[p];
   wire::EncodePrefix(h, buf);
 
   // Which data block this packet carries, if any.

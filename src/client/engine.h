@@ -69,7 +69,7 @@ struct SliceSpec {
   size_t num_elements = 0;
   // float32 only, optional: the exponent of every block (ceil(num_elements / elements_per_packet)
   // entries), computed before the job started (ContextImpl::Submit does, in the same pass that
-  // rejects Inf/NaN input). Null: the engine computes each block's exponent when it sends it.
+  // rejects Inf/NaN input). Null: Begin computes them (BlockExponents) into its own buffer.
   const int8_t* exponents = nullptr;
   // Send the call descriptor (wire::CallDescriptor) in packet 0 and check it on return. The
   // context sets it for every non-empty slice and for thread 0's slice of every call, so each
@@ -87,6 +87,14 @@ struct EngineStats {
   uint64_t timeouts = 0;
   uint64_t clamped = 0;  // float32 values clamped at the quantization boundary
 };
+
+// Computes the exponent of every block of `block` elements of x[0..n) into exps
+// (ceil(n / block) entries; quant::BlockExponent). Returns INVALID_ARGUMENT naming the first
+// element that is Inf or NaN (or too large to quantize) by its index plus index_base, or OK.
+// The one place block exponents are taken: at submission (ContextImpl::Submit), when a slice
+// starts (Worker, for input written by an earlier job), or by SliceEngine::Begin for a spec
+// without them.
+Status BlockExponents(const float* x, size_t n, uint32_t block, int8_t* exps, size_t index_base);
 
 class SliceEngine {
  public:
@@ -160,6 +168,7 @@ class SliceEngine {
   bool active_ = false;
   Status result_;
   SliceSpec slice_;
+  std::vector<int8_t> own_exponents_;  // exponents Begin computed for a spec without them
   uint8_t job_number_ = 0;
   uint64_t blocks_ = 0;      // M: data packets
   uint32_t batch_ = 0;       // B: slots in use

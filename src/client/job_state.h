@@ -1,0 +1,43 @@
+// client/job_state.h — one all-reduce job as the context and its worker threads share it.
+//
+// ContextImpl::Submit creates a JobState, cuts the job into one SliceTask per worker thread and
+// queues them (worker.h); each worker thread reports its slice's result with
+// ContextImpl::OnSliceDone, and the last one marks the job done and wakes its waiters
+// (AllReduceHandle). Fields marked "set by Submit" are written before the slices are queued and
+// read-only afterwards; the rest are guarded by `mu`.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "client/engine.h"
+#include "switchml/status.h"
+
+namespace switchml::client {
+
+struct JobState {
+  uint64_t id = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+  int remaining_slices = 0;  // guarded by mu
+  std::vector<int8_t> exponents;  // float32: every slice's block exponents (SliceSpec::exponents)
+
+  // Ordering (set by Submit before the slices are queued, then read-only).
+  uintptr_t in_begin = 0, in_end = 0, out_begin = 0, out_end = 0;  // byte ranges of the buffers
+  std::vector<std::weak_ptr<JobState>> deps;  // earlier jobs that must finish first (expired = done)
+  bool exponents_at_start = false;  // float32 input written by a dependency: scan it at slice start
+};
+
+struct SliceTask {
+  std::shared_ptr<JobState> job;
+  SliceSpec spec;
+  size_t element_offset = 0;  // of the slice in the job's tensor (for messages)
+  size_t first_block = 0;     // of the slice in JobState::exponents
+};
+
+}  // namespace switchml::client

@@ -1,0 +1,66 @@
+// client/worker.h — one worker thread of a Context: a SliceEngine, a Channel and a queue.
+//
+// The thread takes slices (job_state.h) from its FIFO in order, waits for the job's
+// dependencies (stream semantics, context_impl.h), runs the slice's protocol with its
+// SliceEngine (engine.h) over its own Channel, and reports the result to its ContextImpl. The
+// loop is run-to-completion: send everything the engine queued, wait for results until the next
+// timer, hand the results to the engine, fire timers.
+//
+// Thread-safety: Enqueue, Stop, stats and send_stalls may be called from any thread; the rest
+// runs on the worker's own thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "client/engine.h"
+#include "client/job_state.h"
+#include "transport/channel.h"
+
+namespace switchml::client {
+
+class ContextImpl;
+
+// One worker thread: a SliceEngine, a Channel and a queue of slices.
+class Worker {
+ public:
+  Worker(ContextImpl* owner, uint32_t index, const EngineConfig& config,
+         std::unique_ptr<transport::Channel> channel);
+  ~Worker();
+  void Start();
+  void Enqueue(SliceTask task);
+  // Asks the thread to stop: the running slice and queued slices fail with CANCELLED.
+  void Stop();
+  EngineStats stats() const;
+  uint64_t send_stalls() const { return send_stalls_.load(std::memory_order_relaxed); }
+
+ private:
+  void Run();
+  Status RunSlice(SliceTask& task);
+  // Waits until the job's dependencies finished and, when the job reads one's output, takes the
+  // slice's block exponents. Errors: CANCELLED (context stopping), ABORTED (a dependency
+  // failed), INVALID_ARGUMENT (non-finite input).
+  Status PrepareSlice(SliceTask& task);
+  void PublishStats();
+
+  ContextImpl* owner_;
+  uint32_t index_;
+  SliceEngine engine_;
+  std::unique_ptr<transport::Channel> channel_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<SliceTask> queue_;  // guarded by mu_
+  std::atomic<bool> stop_{false};
+
+  // Stats published by the worker thread for GetStats().
+  mutable std::mutex stats_mu_;
+  EngineStats published_;
+  std::atomic<uint64_t> send_stalls_{0};
+};
+
+}  // namespace switchml::client
