@@ -1,4 +1,4 @@
-// fuzz/fuzz_wire_decode.cc — libFuzzer target for wire::Decode (ARCHITECTURE.md §3.10).
+// fuzz/fuzz_wire_decode.cc — libFuzzer target for wire::Decode (docs/protocol.md#decode-checks).
 //
 // Input: one datagram (the UDP payload), arbitrary bytes. Invariants:
 //   * Decode never reads outside the span (ASan) and every error has a distinct name;

@@ -43,11 +43,12 @@ struct Scenario {
   uint32_t elements_per_packet;
   DataType type;
   std::vector<uint64_t> job_ids;  // consecutive all-reduces
-  uint64_t num_elements;          // per all-reduce, split over the threads (§5.4)
+  uint64_t num_elements;          // per all-reduce, sliced per thread (docs/protocol.md#slicing)
   uint32_t result_loss_pct;       // results lost on the way back to the workers
   uint8_t flags = 0;              // the input's flags byte (switch_core_setup.h)
-  // Violate C6 once per job: a copy of rank 0 thread 0's first packet is delivered right
-  // behind that worker's next packet to the same slot (the §3.4.3 late duplicate). Only
+  // Violate contract C6 (docs/protocol.md#c6-no-reordering-behind-the-next-packet) once per
+  // job: a copy of rank 0 thread 0's first packet is delivered right behind that worker's next
+  // packet to the same slot (the late duplicate of docs/protocol.md#corner-cases). Only
   // with the late-duplicate guard on do the results stay exact.
   bool inject_late = false;
 };

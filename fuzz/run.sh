@@ -14,13 +14,14 @@
 # Needs clang and libclang-rt-<version>-dev (libFuzzer and the sanitizer runtimes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 
 seconds=${1:-60}
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 JOBS=${JOBS:-$(nproc)}
 FUZZ_TARGETS=${FUZZ_TARGETS:-"fuzz_wire_decode fuzz_switch_core"}
 
-command -v clang++ >/dev/null || { echo "fuzz/run.sh: clang++ not found (apt-get install clang)" >&2; exit 2; }
+command -v clang++ >/dev/null || die "clang++ not found (apt-get install clang)"
 
 # Coverage instrumentation and ASan+UBSan for everything compiled; libFuzzer's main is linked
 # into the fuzz targets only (fuzz/CMakeLists.txt).

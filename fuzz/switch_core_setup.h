@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "controller/session_sink.h"
 #include "dataplane/switch_config.h"
+#include "dataplane/switch_control.h"
 #include "dataplane/switch_core.h"
 #include "switchml/status.h"
 #include "transport/channel.h"
@@ -58,7 +58,7 @@ inline StatusOr<dataplane::SwitchCore> MakeSwitch(uint8_t flags) {
   config.late_duplicate_guard = (flags & 2) != 0;
   SWITCHML_ASSIGN_OR_RETURN(dataplane::SwitchCore core, dataplane::SwitchCore::Create(config));
   for (uint32_t rank = 0; rank < kWorkers; ++rank) {
-    controller::WorkerRegistration reg;
+    dataplane::WorkerRegistration reg;
     reg.session_id = 1;
     reg.rank = rank;
     reg.num_workers = kWorkers;

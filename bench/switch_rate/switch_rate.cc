@@ -8,8 +8,9 @@
 //  * n synthetic workers, each with its own UdpChannel (its own UDP port), all driven by ONE
 //    sender thread (on a 2-core machine the switch thread gets one core, the senders the other).
 //    Worker k keeps a window of W slots in flight, self-clocked like the reference client
-//    (§5.5): it sends slot s's next packet only when slot s's previous result arrived, with the
-//    other set bit (round r uses set r & 1, tsi r), so contract C4 holds and every packet is
+//    (docs/protocol.md#outstanding-window): it sends slot s's next packet only when slot s's
+//    previous result arrived, with the other set bit (round r uses set r & 1, tsi r), so
+//    contract C4 (docs/protocol.md#c4-strict-set-alternation) holds and every packet is
 //    aggregated without retransmissions. Packets are built once (payload = k+1 in every int32
 //    element); only the 10-byte prefix is rewritten per send.
 //  * --mode switch: an in-process dataplane::SwitchServer (the production I/O loop: RecvBurstNoCopy(32)
@@ -162,7 +163,7 @@ class SwitchDut final : public DeviceUnderTest {
                               dataplane::SwitchServer::Create(config, std::move(ch)));
     const uint32_t n = uint32_t(worker_ports.size());
     for (uint32_t k = 0; k < n; ++k) {
-      controller::WorkerRegistration reg;
+      dataplane::WorkerRegistration reg;
       reg.rank = k;
       reg.num_workers = n;
       reg.ipv4 = kLocalhost;

@@ -152,8 +152,8 @@ std::string Describe(const Program& p) {
   return o.str();
 }
 
-// Sizes that exercise the slicing (one slice per worker thread, spec §5.4) and the packet
-// boundaries inside each slice.
+// Sizes that exercise the slicing (one slice per worker thread, docs/protocol.md#slicing) and
+// the packet boundaries inside each slice.
 size_t RandomSize(Rng& rng, const ClusterParams& c, size_t cap) {
   const size_t e = c.elements_per_packet, t = c.threads;
   const std::vector<size_t> interesting = {

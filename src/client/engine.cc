@@ -9,6 +9,7 @@
 #include "quant/quantizer.h"
 #include "wire/call_descriptor.h"
 #include "wire/packet.h"
+#include "wire/payload.h"
 
 namespace switchml::client {
 
@@ -149,7 +150,7 @@ void SliceEngine::BuildPacket(uint32_t p, TimePoint now) {
         stats_.clamped += quant::CountClamped(x, len, s.scale, config_.num_workers);
       }
     } else {
-      quant::Int32ToBE(static_cast<const int32_t*>(slice_.in) + offset, len, payload);
+      wire::Int32ToBE(static_cast<const int32_t*>(slice_.in) + offset, len, payload);
     }
   } else if (p == 0 && slice_.send_descriptor) {
     wire::EncodeDescriptor({slice_.job_id, slice_.call_elements, uint8_t(slice_.type)}, payload);
@@ -209,7 +210,7 @@ void SliceEngine::SampleRtt(Duration r) {
   // increase still moves srtt up by 1/8 per sample (thousands per second), while peer waits
   // cannot inflate it by more than a bounded factor.
   if (have_rtt_) r = std::min(r, 2 * srtt_);
-  // RFC 6298 §2 with alpha = 1/8, beta = 1/4.
+  // RFC 6298, section 2, with alpha = 1/8, beta = 1/4.
   if (!have_rtt_) {
     srtt_ = r;
     rttvar_ = r / 2;
@@ -263,7 +264,7 @@ void SliceEngine::OnDatagram(std::span<const uint8_t> bytes, TimePoint now) {
       quant::DequantizeFromBE(v.payload, BlockLength(block), s.scale,
                               static_cast<float*>(slice_.out) + block * n);
     } else {
-      quant::BEToInt32(v.payload, BlockLength(block), static_cast<int32_t*>(slice_.out) + block * n);
+      wire::BEToInt32(v.payload, BlockLength(block), static_cast<int32_t*>(slice_.out) + block * n);
     }
   }
   if (float_layout_ && p < blocks_) {
@@ -302,7 +303,7 @@ void SliceEngine::OnTick(TimePoint now) {
     if (s.deadline <= now) {
       ++stats_.timeouts;
       s.rto = std::min<Duration>(s.rto * 2, config_.max_rto);
-      // RFC 6298 §5.5: keep the backed-off timeout for new packets too until a fresh RTT
+      // RFC 6298, section 5.5: keep the backed-off timeout for new packets too until a fresh RTT
       // sample arrives; otherwise a sudden RTT increase (a descheduled peer, a busy switch)
       // makes every new packet time out spuriously and the retransmissions add to the load.
       rto_ = std::max(rto_, s.rto);

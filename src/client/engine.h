@@ -1,4 +1,5 @@
-// client/engine.h — the per-thread streaming protocol engine (spec §5.5–5.6), pure.
+// client/engine.h — the per-thread streaming protocol engine (docs/protocol.md#client-protocol),
+// pure.
 //
 // One SliceEngine belongs to one worker thread. It streams one job slice at a time through
 // the thread's own range of W switch slots, self-clocked: each accepted result frees its slot,
@@ -7,27 +8,32 @@
 // (worker.cc) moves datagrams between it and a transport::Channel and passes the time in.
 // That makes every loss, timeout and backoff path testable with a fake clock.
 //
-// Slot/set mapping (the fix of spec §5.5.4 for reference defect D3): packet p of a slice with
+// Slot/set mapping (docs/protocol.md#slot-and-set-assignment; it fixes reference defect D3,
+// docs/protocol.md#d3-set-reuse-in-short-float32-slices): packet p of a slice with
 // B = min(W, packets) in-flight positions uses slot `slot_base + p mod B`; every slot keeps a
 // "next set" bit that persists across slices and flips each time a *new* packet (not a
 // retransmission) is put on it. So each slot strictly alternates sets for its whole life and
 // a worker never starts a round in set b before it has the result of its previous round on
-// that slot (contract C4), for any sequence of slice sizes. All workers run the same rule.
+// that slot (contract C4, docs/protocol.md#c4-strict-set-alternation), for any sequence of
+// slice sizes. All workers run the same rule.
 //
-// Retransmission (fixes D1, D2, D4): one timer per slot, keyed by the exact in-flight packet
-// (id, set); armed when the packet is handed to the transport; cancelled when its result is
-// accepted; all cleared at slice end. RTO adapts to the measured RTT (RFC 6298, Karn's rule)
-// within [min_rto, max_rto] and doubles per retransmission of the same packet. A slice fails
-// with DEADLINE_EXCEEDED if no result is accepted for job_timeout.
+// Retransmission (docs/protocol.md#retransmission; fixes reference defects D1 and D2, and with
+// the acceptance rule below D4: docs/protocol.md#known-defects-of-the-reference): one timer per
+// slot, keyed by the exact in-flight packet (id, set); armed when the packet is handed to the
+// transport; cancelled when its result is accepted; all cleared at slice end. RTO adapts to
+// the measured RTT (RFC 6298, Karn's rule) within [min_rto, max_rto] and doubles per
+// retransmission of the same packet. A slice fails with DEADLINE_EXCEEDED if no result is
+// accepted for job_timeout.
 //
 // Acceptance of a result: decodes, carries this slice's job number, its slot is in use and
 // its (tsi, set, size) equal the in-flight packet's; anything else is counted and ignored.
 //
-// Float32 (spec §5.8.2): B extra leading packets carry only block exponents; packet p >= B
-// carries block p − B quantized with the scale derived from the switch-wide max exponent that
-// came back with packet p − B (same slot, so the scale is kept per slot). A block whose data
-// reaches beyond that exponent (the input changed after its exponent was taken) fails the slice
-// instead of being clamped into a wrong sum; clamps at the rounding boundary are counted.
+// Float32 (docs/protocol.md#float32-exponent-quantizer): B extra leading packets carry only
+// block exponents; packet p >= B carries block p − B quantized with the scale derived from the
+// switch-wide max exponent that came back with packet p − B (same slot, so the scale is kept
+// per slot). A block whose data reaches beyond that exponent (the input changed after its
+// exponent was taken) fails the slice instead of being clamped into a wrong sum; clamps at the
+// rounding boundary are counted.
 //
 // Call descriptor (wire/call_descriptor.h): packet 0 of the slice carries the call's
 // descriptor, in the payload of the first exponent packet (float32) or in one extra leading

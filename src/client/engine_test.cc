@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "controller/session_sink.h"
 #include "dataplane/switch_core.h"
 #include "testing/exact_inputs.h"
 #include "wire/packet.h"
@@ -228,8 +229,9 @@ TEST(EngineTest, Int32ExactUnderLossAndDuplication) {
 }
 
 // Consecutive jobs of different sizes on the same slots, including float32 jobs with
-// W/2 < blocks < W (the range of reference defect D3, spec §5.5.4), under loss: every slot
-// must strictly alternate sets, identically on all workers, and every result must be right.
+// W/2 < blocks < W (the range of reference defect D3,
+// docs/protocol.md#d3-set-reuse-in-short-float32-slices), under loss: every slot must strictly
+// alternate sets, identically on all workers, and every result must be right.
 TEST(EngineTest, SetAlternationAcrossJobsOfDifferentSizes) {
   const uint32_t n = 3, W = 8, N = 64;
   Sim sim(n, W, N, 0.08, 0.08, 9);

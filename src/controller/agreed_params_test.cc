@@ -197,7 +197,7 @@ TEST_F(AgreedParamsTest, SessionRefusesEachFieldNamingBothValuesAndRanks) {
     auto refused = client->UdpSession(r1);
     EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << c.field;
     EXPECT_THAT(refused.status().message(), HasSubstr(Expected(c, "the session", "session")));
-    EXPECT_EQ(switch_->session()->num_registered(), 1u) << c.field;  // nothing changed
+    EXPECT_EQ(switch_->jobs()->reference().num_registered, 1u) << c.field;  // nothing changed
     // The same rank with the session's values is accepted.
     EXPECT_TRUE(client->UdpSession(Ours(1, 2, 7001)).ok()) << c.field;
   }
@@ -217,7 +217,7 @@ TEST_F(AgreedParamsTest, SessionListsEveryDifferingFieldAndRefusesMixedReference
   }
   ASSERT_TRUE(client->UdpSession(ref0).ok());
   ASSERT_TRUE(client->UdpSession(ref1).ok());
-  EXPECT_EQ(switch_->session()->num_registered(), 2u);
+  EXPECT_EQ(switch_->jobs()->reference().num_registered, 2u);
   // Our client joining a reference session: every field is named.
   auto mixed = client->UdpSession(Ours(1, 2, 7102));
   EXPECT_EQ(mixed.status().code(), StatusCode::kFailedPrecondition);
@@ -274,7 +274,7 @@ TEST_F(AgreedParamsTest, SessionRefusalFailsWaitingAndLaterBarriersUntilANewSess
   auto g1 = std::async(std::launch::async, [&] { return Bootstrap(*c1, r1); });
   EXPECT_TRUE(g0.get().ok());
   EXPECT_TRUE(g1.get().ok());
-  EXPECT_EQ(switch_->session()->num_registered(), 2u);
+  EXPECT_EQ(switch_->jobs()->reference().num_registered, 2u);
 }
 
 TEST_F(AgreedParamsTest, SessionContextsThatDisagreeBothFailNamingTheField) {

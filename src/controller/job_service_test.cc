@@ -493,7 +493,7 @@ TEST(StandaloneControllerTest, DrivesTwoSwitchesOverGrpc) {
   auto info = (*session)->UdpSession(reg);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->udp_port, switches[0].sw->local_endpoint().port);
-  EXPECT_EQ(switches[0].sw->session()->num_registered(), 1u);
+  EXPECT_EQ(switches[0].sw->jobs()->reference().num_registered, 1u);
   (*standalone)->Shutdown();
   for (auto& e : switches) {
     e.ctl->Shutdown();

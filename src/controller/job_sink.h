@@ -1,179 +1,28 @@
 // controller/job_sink.h — what the job service (switchml.v1.JobService) asks of a switch.
 //
-// The reference controller runs one session per switch (spec §4.6). Our versioned JobService
-// adds jobs: each has an id, a secret token, a number of workers, a packet size, a range of
-// switch slots and an idle timeout. The gRPC service (job_service.h) turns requests into calls
-// on a JobSink; the software switch (dataplane/switch_server.h) implements it. Plain value
-// types, no gRPC, so the switch can be tested without a server.
-//
-//   JobSpec spec{.num_workers = 4, .num_slots = 256, .elements_per_packet = 256};
-//   StatusOr<JobInfo> job = sink->CreateJob(spec);          // job->job_id, job->token
-//   JobRegistration reg{.job_id = job->job_id, .token = job->token,
-//                       .worker = {.rank = 0, .num_workers = 4, .ipv4 = ip, .udp_ports = {p}}};
-//   StatusOr<JobWorkerGrant> grant = sink->RegisterJobWorker(reg);
-//
-// Slots: a job's packets carry *job-relative* slots in [0, num_slots), exactly like a
-// reference client's packets; the switch maps them onto the job's own aggregation state. The
-// job's place in the switch's slot pool ([slot_base, slot_base + num_slots)) is reported for
-// accounting; no packet can name another job's slot.
+// The interface and its value types are owned by the data plane (dataplane/switch_control.h,
+// which documents them); this header re-exports them in namespace switchml::controller for
+// the controller (job_service.h, remote_switches.h) and its clients.
 #pragma once
 
-#include <chrono>
-#include <cstdint>
-#include <string>
-#include <utility>
-#include <vector>
-
 #include "controller/session_sink.h"
-#include "switchml/status.h"
+#include "dataplane/switch_control.h"
 
 namespace switchml::controller {
 
-enum class JobDataType : uint8_t { kUnspecified = 0, kInt32 = 1, kFloat32 = 2 };
-
-enum class JobState : uint8_t {
-  kWaitingForWorkers = 1,  // created; not every rank has registered; packets are dropped
-  kRunning = 2,            // every rank registered; packets are aggregated
-  kEnded = 3,              // deleted or timed out; its slots are free; kept for a while so
-                           // GetJob can say why (end_reason)
-};
-inline const char* JobStateName(JobState s) {
-  switch (s) {
-    case JobState::kWaitingForWorkers: return "waiting_for_workers";
-    case JobState::kRunning: return "running";
-    case JobState::kEnded: return "ended";
-  }
-  return "unknown";
-}
-inline const char* JobDataTypeName(JobDataType t) {
-  switch (t) {
-    case JobDataType::kUnspecified: return "unspecified";
-    case JobDataType::kInt32: return "int32";
-    case JobDataType::kFloat32: return "float32";
-  }
-  return "unknown";
-}
-
-struct JobSpec {
-  uint32_t num_workers = 0;          // [1, switch max_workers]
-  uint32_t num_slots = 0;            // slots per set this job needs; [1, pool size]
-  uint32_t elements_per_packet = 256;  // 64, 256, 512 or 1024 (<= switch's max); larger
-                                       // packets of the job are dropped (too_large)
-  JobDataType data_type = JobDataType::kUnspecified;  // informative
-  // The switch tears the job down when none of its workers sent anything for this long
-  // (counted from creation until the first packet). 0 = never.
-  std::chrono::milliseconds idle_timeout{0};
-  // Secret workers must present to register. Empty = the switch generates one (32 hex
-  // digits). Otherwise 8..128 printable ASCII characters.
-  std::string token;
-  std::string name;  // informative, <= 64 characters
-};
-
-struct JobCounters {
-  uint64_t received = 0;            // datagrams attributed to this job (all outcomes)
-  uint64_t consumed = 0;
-  uint64_t multicast_rounds = 0;
-  uint64_t unicast_replies = 0;
-  uint64_t duplicates_dropped = 0;
-  uint64_t late_duplicates_dropped = 0;
-  uint64_t size_mismatch = 0;
-  uint64_t slot_out_of_range = 0;   // slot >= the job's num_slots
-  uint64_t too_large = 0;           // more elements than the job's elements_per_packet
-  uint64_t not_running = 0;         // arrived before every rank had registered
-  uint64_t datagrams_sent = 0;
-};
-
-struct JobWorkerInfo {
-  uint32_t rank = 0;
-  uint32_t ipv4 = 0;
-  std::vector<uint16_t> udp_ports;
-  uint64_t received = 0;  // datagrams from this rank
-};
-
-struct JobInfo {
-  uint32_t job_id = 0;
-  JobSpec spec;  // token is cleared except in CreateJob's answer
-  std::string token;  // only set in CreateJob's answer
-  JobState state = JobState::kWaitingForWorkers;
-  uint32_t slot_base = 0;  // first pool slot of the job's range
-  uint32_t num_registered = 0;
-  std::vector<JobWorkerInfo> workers;  // registered ranks, ascending
-  JobCounters counters;
-  std::chrono::milliseconds idle_for{0};  // since the last packet (or creation)
-  std::string end_reason;                 // kEnded only
-};
-
-struct JobList {
-  std::vector<JobInfo> jobs;  // live jobs, then recently ended ones
-  uint32_t pool_slots = 0;
-  uint32_t free_slots = 0;
-  uint32_t largest_free_range = 0;
-};
-
-struct JobRegistration {
-  uint32_t job_id = 0;
-  std::string token;
-  // rank, ipv4, mac, udp_ports and the agreed parameters (protocol_version,
-  // num_worker_threads, window_packets, elements_per_packet) are used; worker.num_workers
-  // must be 0 or the job's. udp_ports must list one port per worker thread (at least one).
-  // num_workers and the agreed parameters must equal those of the job's first registration.
-  WorkerRegistration worker;
-};
-
-// What a registered worker needs to send data.
-struct JobWorkerGrant {
-  SwitchInfo switch_info;  // num_slots = the job's slots, max_workers = the switch's
-  uint32_t job_id = 0;
-  uint32_t num_workers = 0;
-  uint32_t elements_per_packet = 0;
-  JobState state = JobState::kWaitingForWorkers;  // after this registration
-};
-
-// One (slot, set) of a job's aggregation state, for diagnostics (like the reference CLI's
-// show_bitmap / show_statistics).
-struct SlotSetInfo {
-  uint64_t bitmap[4] = {0, 0, 0, 0};  // bit r of word r/64 = rank r counted in this set
-  uint32_t counter = 0;               // workers still missing (0 = idle or complete)
-  uint32_t num_elements = 0;
-  int8_t exp0 = 0;
-  int8_t exp1 = 0;
-};
-struct SlotInfo {
-  uint32_t slot = 0;  // job-relative
-  SlotSetInfo sets[2];
-};
-
-class JobSink {
- public:
-  virtual ~JobSink() = default;
-  // Errors: InvalidArgument (a spec field out of range, named), ResourceExhausted (no free
-  // range of num_slots slots; the message gives the largest free range).
-  virtual StatusOr<JobInfo> CreateJob(const JobSpec& spec) = 0;
-  // Frees the job's slots at once; its workers' later datagrams are dropped (job_ended).
-  // Errors: NotFound, PermissionDenied (wrong token), FailedPrecondition (already ended).
-  virtual Status DeleteJob(uint32_t job_id, const std::string& token) = 0;
-  // Errors: NotFound (unknown job), PermissionDenied (wrong token), FailedPrecondition (job
-  // ended, or num_workers or an agreed parameter differs from the job's first registration:
-  // the message names the field, both values and both ranks), InvalidArgument (rank >=
-  // num_workers, num_workers differs from the job's, bad ports),
-  // AlreadyExists (rank already registered from another address — a second rank 0 or a
-  // duplicate rank — or an address already used by another worker of any job). Registering
-  // never resets or otherwise changes another worker's state. Repeating an identical
-  // registration is OK (a retried RPC).
-  virtual StatusOr<JobWorkerGrant> RegisterJobWorker(const JobRegistration& reg) = 0;
-  // Errors: NotFound (never existed or forgotten).
-  virtual StatusOr<JobInfo> GetJob(uint32_t job_id) const = 0;
-  virtual JobList ListJobs() const = 0;
-  // Slots [first_slot, first_slot + count) of a job (job_id 0 = the reference UdpSession
-  // session), clipped to the job's range. Errors: NotFound, InvalidArgument (count 0 or
-  // > 1024).
-  virtual StatusOr<std::vector<SlotInfo>> InspectSlots(uint32_t job_id, uint32_t first_slot,
-                                                       uint32_t count) const = 0;
-  // Switch-wide counters (name, value), e.g. drops by reason.
-  virtual std::vector<std::pair<std::string, uint64_t>> CounterValues() const = 0;
-  // OK if `token` opens the live job `job_id`; NotFound, PermissionDenied, or
-  // FailedPrecondition (ended, with the reason) otherwise. For job-scoped barriers.
-  virtual Status CheckJobAccess(uint32_t job_id, const std::string& token) const = 0;
-};
+using dataplane::JobCounters;
+using dataplane::JobDataType;
+using dataplane::JobDataTypeName;
+using dataplane::JobInfo;
+using dataplane::JobList;
+using dataplane::JobRegistration;
+using dataplane::JobSink;
+using dataplane::JobSpec;
+using dataplane::JobState;
+using dataplane::JobStateName;
+using dataplane::JobWorkerGrant;
+using dataplane::JobWorkerInfo;
+using dataplane::SlotInfo;
+using dataplane::SlotSetInfo;
 
 }  // namespace switchml::controller

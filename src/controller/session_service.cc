@@ -19,7 +19,8 @@
 namespace switchml::controller {
 namespace {
 
-// The reference session's refused registration. A UdpSession refused with FailedPrecondition
+// The reference session's (job 0's) refused registration, the counterpart of JobService's
+// per-job refusals. A UdpSession refused with FailedPrecondition
 // (the worker disagrees with the session: num_workers or an agreed parameter) means the
 // session's barriers can never complete, so the refusal fails the Barrier calls that are
 // waiting and those that come later, until a new session starts: rank 0 registers, or rank 0
@@ -201,6 +202,8 @@ class ControllerServer::Impl {
 
  private:
   const ServerOptions options_;
+  // Job 0's sync state: the reference Barrier/Broadcast (num_workers from the request, no
+  // token, default bounds); cleared by ResetSyncState, never swept.
   SyncCoordinator sync_;
   SessionRefusal refusal_;
   SessionServiceImpl session_service_;

@@ -11,6 +11,10 @@
 //   ...
 //   (*server)->Shutdown();                         // also done by the destructor
 //
+// A compatibility layer over the job machinery (docs/design.md, "Session setup"): UdpSession
+// registers a worker of the switch's job 0, the reference session, and Barrier/Broadcast are
+// job 0's sync state (one SyncCoordinator, the class JobService uses per job).
+//
 // RPCs:
 //   UdpSession  → SessionSink::RegisterWorker with a WorkerRegistration built from the request
 //                 (session_id, rank, num_workers, mac, ipv4, udp_ports, and the agreed

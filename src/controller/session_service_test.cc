@@ -381,7 +381,9 @@ TEST_F(ControllerTest, BarrierTimesOutWhenOneWorkerIsMissing) {
   EXPECT_EQ(released.load(), 0);
   auto last = NewClient();
   EXPECT_NE(last, nullptr);
-  if (last != nullptr) EXPECT_TRUE(last->Barrier(kN).ok());
+  if (last != nullptr) {
+    EXPECT_TRUE(last->Barrier(kN).ok());
+  }
   for (auto& t : threads) t.join();
   EXPECT_EQ(released.load(), kN - 1);
 }

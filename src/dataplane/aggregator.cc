@@ -4,8 +4,8 @@
 #include <cstring>
 #include <string>
 
-#include "quant/quantizer.h"
 #include "wire/packet.h"
+#include "wire/payload.h"
 
 namespace switchml::dataplane {
 
@@ -148,12 +148,12 @@ AggregationResult Aggregator::Process(const Contribution& c) {
   // the reference (the counter decides completion).
   int32_t* sums = SumsOf(c.slot, b);
   if (empty) {
-    quant::BEToInt32(c.payload_be, c.num_elements, sums);
+    wire::BEToInt32(c.payload_be, c.num_elements, sums);
     s.num_elements[b] = uint16_t(c.num_elements);
     s.exp0[b] = c.exp0;
     s.exp1[b] = c.exp1;
   } else if (!dup) {
-    quant::AddBEInto(sums, c.payload_be, c.num_elements);
+    wire::AddBEInto(sums, c.payload_be, c.num_elements);
     s.exp0[b] = std::max(s.exp0[b], c.exp0);
     s.exp1[b] = std::max(s.exp1[b], c.exp1);
   }

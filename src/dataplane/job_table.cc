@@ -8,7 +8,6 @@
 
 namespace switchml::dataplane {
 
-using controller::JobState;
 
 namespace {
 
@@ -48,27 +47,15 @@ Status ValidatePorts(const std::vector<uint16_t>& ports) {
         "udp_ports must list the UDP source port of each worker thread (at least one) to "
         "register with a job");
   }
-  if (ports.size() > SessionTable::kMaxPortsPerWorker) {
-    return InvalidArgumentError("udp_ports must list at most " +
-                                Str(SessionTable::kMaxPortsPerWorker) + " ports, got " +
-                                Str(ports.size()));
-  }
-  for (size_t i = 0; i < ports.size(); ++i) {
-    if (ports[i] == 0) return InvalidArgumentError("udp_ports[" + Str(i) + "] must not be 0");
-    for (size_t j = 0; j < i; ++j) {
-      if (ports[j] == ports[i]) {
-        return InvalidArgumentError("udp_ports[" + Str(i) + "] = " + Str(ports[i]) +
-                                    " repeats udp_ports[" + Str(j) + "]");
-      }
-    }
-  }
-  return OkStatus();
+  return ValidateUdpPorts(ports);
 }
+
+std::string Where(uint32_t ipv4, uint16_t port) { return FormatIpv4(ipv4) + ":" + Str(port); }
 
 }  // namespace
 
-controller::JobCounters AtomicJobCounters::Snapshot() const {
-  controller::JobCounters c;
+JobCounters AtomicJobCounters::Snapshot() const {
+  JobCounters c;
   auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   c.received = ld(received);
   c.consumed = ld(consumed);
@@ -98,9 +85,122 @@ std::string RandomToken() {
   return t;
 }
 
+JobTable::JobTable(uint32_t pool_slots, uint32_t max_workers, uint32_t max_elements,
+                   AggregatorOptions aggregator_options)
+    : pool_slots_(pool_slots),
+      max_workers_(max_workers),
+      max_elements_(max_elements),
+      aggregator_options_(aggregator_options) {
+  jobs_.push_back(ReferenceJob(nullptr));
+  Rebuild();
+}
+
+StatusOr<std::shared_ptr<const JobTable>> JobTable::CreateEmpty(
+    uint32_t pool_slots, uint32_t max_workers, uint32_t max_elements,
+    AggregatorOptions aggregator_options) {
+  SWITCHML_ASSIGN_OR_RETURN(Aggregator agg,
+                            Aggregator::Create(pool_slots, max_elements, aggregator_options));
+  auto table = std::make_shared<JobTable>(pool_slots, max_workers, max_elements,
+                                          aggregator_options);
+  table->jobs_[0].runtime = std::make_shared<JobRuntime>(max_workers, std::move(agg));
+  return std::shared_ptr<const JobTable>(std::move(table));
+}
+
+JobTable::Job JobTable::ReferenceJob(std::shared_ptr<JobRuntime> runtime) const {
+  Job job;
+  job.job_id = kReferenceJobId;
+  job.spec.num_workers = 0;
+  job.spec.num_slots = pool_slots_;
+  job.spec.elements_per_packet = max_elements_;
+  job.spec.name = "reference session";
+  job.slot_out_of_range_counter = &SwitchCounters::slot_out_of_range;
+  job.runtime = std::move(runtime);
+  return job;
+}
+
+StatusOr<std::shared_ptr<const JobTable>> JobTable::RegisterSessionWorker(
+    const JobTable& current, const WorkerRegistration& reg) {
+  const Job& ref = current.reference();
+  const uint32_t max_workers = current.max_workers_;
+  const bool new_session = reg.rank == 0;
+  // Validate everything before building anything: an invalid request leaves the session as is
+  // (the reference clears the switch first and validates afterwards).
+  if (reg.num_workers < 1 || reg.num_workers > max_workers) {
+    return InvalidArgumentError("num_workers must be in [1, " + Str(max_workers) + "], got " +
+                                Str(reg.num_workers));
+  }
+  if (reg.rank >= reg.num_workers) {
+    return InvalidArgumentError("rank must be < num_workers (" + Str(reg.num_workers) +
+                                "), got " + Str(reg.rank));
+  }
+  if (!new_session) {
+    if (ref.spec.num_workers == 0) {
+      return FailedPreconditionError("rank " + Str(reg.rank) +
+                                     " registered before rank 0 started a session");
+    }
+    if (reg.num_workers != ref.spec.num_workers) {
+      return FailedPreconditionError("num_workers " + Str(reg.num_workers) +
+                                     " differs from the session's num_workers " +
+                                     Str(ref.spec.num_workers));
+    }
+    SWITCHML_RETURN_IF_ERROR(
+        CheckAgreedParams(ref.agreed, AgreedParams::Of(reg), "the session", "session"));
+  }
+  SWITCHML_RETURN_IF_ERROR(ValidateUdpPorts(reg.udp_ports));
+  if (!new_session) {
+    // Address conflicts with the other ranks of the session (this rank's old entry is replaced).
+    for (uint32_t r = 0; r < ref.workers.size(); ++r) {
+      const WorkerEntry& w = ref.workers[r];
+      if (r == reg.rank || !w.registered || w.ipv4 != reg.ipv4) continue;
+      if (w.udp_ports.empty() || reg.udp_ports.empty()) {
+        return AlreadyExistsError(
+            "ipv4 " + FormatIpv4(reg.ipv4) + " is already used by rank " + Str(r) +
+            "; workers sharing an address must each register their udp_ports");
+      }
+      for (uint16_t p : reg.udp_ports) {
+        if (std::find(w.udp_ports.begin(), w.udp_ports.end(), p) != w.udp_ports.end()) {
+          return AlreadyExistsError("udp port " + Where(reg.ipv4, p) +
+                                    " is already registered by rank " + Str(r));
+        }
+      }
+    }
+  }
+  std::shared_ptr<JobRuntime> runtime = ref.runtime;
+  if (runtime == nullptr) {  // a table made by the constructor: allocate the state now
+    SWITCHML_ASSIGN_OR_RETURN(Aggregator agg,
+                              Aggregator::Create(current.pool_slots_, current.max_elements_,
+                                                 current.aggregator_options_));
+    runtime = std::make_shared<JobRuntime>(max_workers, std::move(agg));
+  }
+
+  auto next = std::make_shared<JobTable>(current);
+  Job& j = next->jobs_[0];
+  if (new_session) {
+    j = next->ReferenceJob(std::move(runtime));
+    j.epoch = ref.epoch + 1;
+    j.session_id = reg.session_id;
+    j.spec.num_workers = reg.num_workers;
+    j.agreed = AgreedParams::Of(reg);
+    j.workers.assign(reg.num_workers, WorkerEntry{});
+    // The reference aggregates as soon as a rank is registered: no waiting for the others.
+    j.state = JobState::kRunning;
+  } else {
+    j.runtime = std::move(runtime);
+  }
+  WorkerEntry& w = j.workers[reg.rank];
+  w.registered = true;
+  w.ipv4 = reg.ipv4;
+  w.mac = reg.mac;
+  w.udp_ports = reg.udp_ports;
+  j.num_registered = uint32_t(std::count_if(j.workers.begin(), j.workers.end(),
+                                            [](const WorkerEntry& x) { return x.registered; }));
+  next->Rebuild();
+  return std::shared_ptr<const JobTable>(std::move(next));
+}
+
 bool JobTable::Allocate(uint32_t n, uint32_t* base) const {
   std::vector<std::pair<uint32_t, uint32_t>> used;  // (base, size) of live jobs
-  for (const Job& j : jobs_) {
+  for (const Job& j : jobs()) {
     if (j.state != JobState::kEnded) used.emplace_back(j.slot_base, j.spec.num_slots);
   }
   std::sort(used.begin(), used.end());
@@ -121,7 +221,7 @@ bool JobTable::Allocate(uint32_t n, uint32_t* base) const {
 
 uint32_t JobTable::free_slots() const {
   uint32_t used = 0;
-  for (const Job& j : jobs_) {
+  for (const Job& j : jobs()) {
     if (j.state != JobState::kEnded) used += j.spec.num_slots;
   }
   return pool_slots_ - used;
@@ -129,7 +229,7 @@ uint32_t JobTable::free_slots() const {
 
 uint32_t JobTable::largest_free_range() const {
   std::vector<std::pair<uint32_t, uint32_t>> used;
-  for (const Job& j : jobs_) {
+  for (const Job& j : jobs()) {
     if (j.state != JobState::kEnded) used.emplace_back(j.slot_base, j.spec.num_slots);
   }
   std::sort(used.begin(), used.end());
@@ -142,7 +242,7 @@ uint32_t JobTable::largest_free_range() const {
 }
 
 StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& current,
-                                                           controller::JobSpec spec,
+                                                           JobSpec spec,
                                                            const std::string& token,
                                                            TimePoint now, uint32_t* job_id) {
   if (spec.num_workers < 1 || spec.num_workers > current.max_workers_) {
@@ -163,7 +263,7 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
     return InvalidArgumentError("idle_timeout must be >= 0 ms (0 = never), got " +
                                 Str(uint64_t(spec.idle_timeout.count())));
   }
-  if (uint8_t(spec.data_type) > uint8_t(controller::JobDataType::kFloat32)) {
+  if (uint8_t(spec.data_type) > uint8_t(JobDataType::kFloat32)) {
     return InvalidArgumentError("data_type must be unspecified, int32 or float32, got " +
                                 Str(uint8_t(spec.data_type)));
   }
@@ -174,7 +274,7 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
   if (spec.token.empty()) spec.token = token;
   SWITCHML_RETURN_IF_ERROR(ValidateToken(spec.token));
   size_t live = 0;
-  for (const Job& j : current.jobs_) live += j.state != JobState::kEnded;
+  for (const Job& j : current.jobs()) live += j.state != JobState::kEnded;
   if (live >= kMaxLiveJobs) {
     return ResourceExhaustedError("the switch already has " + Str(live) +
                                   " live jobs, the most it keeps (" + Str(kMaxLiveJobs) +
@@ -196,7 +296,7 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
   Job job;
   job.job_id = next->next_job_id_++;
   job.slot_base = base;
-  job.workers.assign(spec.num_workers, SessionTable::Worker{});
+  job.workers.assign(spec.num_workers, WorkerEntry{});
   job.runtime = std::make_shared<JobRuntime>(spec.num_workers, std::move(agg));
   job.runtime->activity.last_active = now;
   job.spec = std::move(spec);
@@ -207,7 +307,7 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
 }
 
 const JobTable::Job* JobTable::FindJob(uint32_t job_id) const {
-  for (const Job& j : jobs_) {
+  for (const Job& j : jobs()) {
     if (j.job_id == job_id) return &j;
   }
   return nullptr;
@@ -229,11 +329,11 @@ Status JobTable::CheckAccess(uint32_t job_id, const std::string& token) const {
 }
 
 StatusOr<std::shared_ptr<const JobTable>> JobTable::Register(
-    const JobTable& current, const controller::JobRegistration& reg,
-    controller::JobWorkerGrant* grant, TimePoint now) {
+    const JobTable& current, const JobRegistration& reg,
+    JobWorkerGrant* grant, TimePoint now) {
   SWITCHML_RETURN_IF_ERROR(current.CheckAccess(reg.job_id, reg.token));
   const Job& job = *current.FindJob(reg.job_id);
-  const controller::WorkerRegistration& w = reg.worker;
+  const WorkerRegistration& w = reg.worker;
   const uint32_t n = job.spec.num_workers;
   if (w.num_workers != 0 && w.num_workers != n) {
     return InvalidArgumentError("num_workers " + Str(w.num_workers) + " differs from " +
@@ -244,7 +344,7 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Register(
                                 JobName(reg.job_id) + ", got " + Str(w.rank));
   }
   SWITCHML_RETURN_IF_ERROR(ValidatePorts(w.udp_ports));
-  const SessionTable::Worker& old = job.workers[w.rank];
+  const WorkerEntry& old = job.workers[w.rank];
   const bool identical = old.registered && old.ipv4 == w.ipv4 && old.udp_ports == w.udp_ports;
   if (old.registered && !identical) {
     return AlreadyExistsError("rank " + Str(w.rank) + " of " + JobName(reg.job_id) +
@@ -254,10 +354,10 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Register(
   }
   if (!identical) {
     // Every address belongs to at most one live worker of one job.
-    for (const Job& other : current.jobs_) {
+    for (const Job& other : current.jobs()) {
       if (other.state == JobState::kEnded) continue;
       for (uint32_t r = 0; r < other.workers.size(); ++r) {
-        const SessionTable::Worker& o = other.workers[r];
+        const WorkerEntry& o = other.workers[r];
         if (!o.registered || o.ipv4 != w.ipv4) continue;
         for (uint16_t p : w.udp_ports) {
           if (std::find(o.udp_ports.begin(), o.udp_ports.end(), p) != o.udp_ports.end()) {
@@ -278,7 +378,7 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Register(
   auto next = std::make_shared<JobTable>(current);
   Job& j = const_cast<Job&>(*next->FindJob(reg.job_id));
   if (!identical) {
-    SessionTable::Worker& nw = j.workers[w.rank];
+    WorkerEntry& nw = j.workers[w.rank];
     nw.registered = true;
     nw.ipv4 = w.ipv4;
     nw.mac = w.mac;
@@ -313,10 +413,10 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::End(const JobTable& current,
   j.runtime.reset();  // the aggregator goes once no snapshot refers to it
   // Forget the oldest ended jobs beyond the limit (ids grow with age).
   size_t ended = 0;
-  for (const Job& x : next->jobs_) ended += x.state == JobState::kEnded;
+  for (const Job& x : next->jobs()) ended += x.state == JobState::kEnded;
   while (ended > kMaxEndedJobs) {
     auto oldest = next->jobs_.end();
-    for (auto it = next->jobs_.begin(); it != next->jobs_.end(); ++it) {
+    for (auto it = next->jobs_.begin() + 1; it != next->jobs_.end(); ++it) {
       if (it->state == JobState::kEnded &&
           (oldest == next->jobs_.end() || it->job_id < oldest->job_id)) {
         oldest = it;
@@ -333,7 +433,7 @@ std::shared_ptr<const JobTable> JobTable::ExpireIdle(const JobTable& current, Ti
                                                      std::vector<uint32_t>* expired) {
   std::shared_ptr<const JobTable> table;
   const JobTable* cur = &current;
-  for (const Job& j : current.jobs_) {
+  for (const Job& j : current.jobs()) {
     if (j.state == JobState::kEnded) continue;
     JobRuntime::Activity& a = j.runtime->activity;
     const uint64_t rx = j.runtime->counters.received.load(std::memory_order_relaxed);
@@ -361,8 +461,8 @@ std::shared_ptr<const JobTable> JobTable::ExpireIdle(const JobTable& current, Ti
   return table;
 }
 
-controller::JobInfo JobTable::Describe(const Job& job, TimePoint now) const {
-  controller::JobInfo info;
+JobInfo JobTable::Describe(const Job& job, TimePoint now) const {
+  JobInfo info;
   info.job_id = job.job_id;
   info.spec = job.spec;
   info.spec.token.clear();
@@ -371,9 +471,9 @@ controller::JobInfo JobTable::Describe(const Job& job, TimePoint now) const {
   info.num_registered = job.num_registered;
   info.end_reason = job.end_reason;
   for (uint32_t r = 0; r < job.workers.size(); ++r) {
-    const SessionTable::Worker& w = job.workers[r];
+    const WorkerEntry& w = job.workers[r];
     if (!w.registered) continue;
-    controller::JobWorkerInfo wi;
+    JobWorkerInfo wi;
     wi.rank = r;
     wi.ipv4 = w.ipv4;
     wi.udp_ports = w.udp_ports;
@@ -392,9 +492,9 @@ controller::JobInfo JobTable::Describe(const Job& job, TimePoint now) const {
   return info;
 }
 
-controller::JobList JobTable::List(TimePoint now) const {
-  controller::JobList list;
-  for (const Job& j : jobs_) list.jobs.push_back(Describe(j, now));
+JobList JobTable::List(TimePoint now) const {
+  JobList list;
+  for (const Job& j : jobs()) list.jobs.push_back(Describe(j, now));
   list.pool_slots = pool_slots_;
   list.free_slots = free_slots();
   list.largest_free_range = largest_free_range();
@@ -402,9 +502,10 @@ controller::JobList JobTable::List(TimePoint now) const {
 }
 
 void JobTable::Rebuild() {
-  // Live jobs first (by id), then ended ones (newest first): a live registration always wins
-  // an address over an ended job's tombstone.
-  std::stable_sort(jobs_.begin(), jobs_.end(), [](const Job& a, const Job& b) {
+  // Service jobs: live ones first (by id), then ended ones (newest first): a live
+  // registration always wins an address over an ended job's tombstone. Job 0 stays at [0]
+  // but is indexed last, so that a service job's address wins over it (see the header).
+  std::stable_sort(jobs_.begin() + 1, jobs_.end(), [](const Job& a, const Job& b) {
     const bool ea = a.state == JobState::kEnded, eb = b.state == JobState::kEnded;
     if (ea != eb) return !ea;
     return ea ? a.job_id > b.job_id : a.job_id < b.job_id;
@@ -412,33 +513,40 @@ void JobTable::Rebuild() {
   size_t entries = 0;
   max_job_workers_ = 0;
   for (const Job& j : jobs_) {
-    for (const SessionTable::Worker& w : j.workers) {
-      if (w.registered) entries += w.udp_ports.size();
+    for (const WorkerEntry& w : j.workers) {
+      if (w.registered) entries += std::max<size_t>(1, w.udp_ports.size());
     }
-    if (j.state != JobState::kEnded) max_job_workers_ = std::max(max_job_workers_, j.spec.num_workers);
+    if (j.state != JobState::kEnded) {
+      max_job_workers_ = std::max(max_job_workers_, j.spec.num_workers);
+    }
   }
-  if (entries == 0) {
-    index_.clear();
-    index_shift_ = 64;
-    return;
-  }
+  // At most half full: short probe sequences; at 256 x 64 ports this is 32768 x 24 B.
   const size_t capacity = std::bit_ceil(std::max<size_t>(16, 2 * entries));
   index_.assign(capacity, Entry{});
   index_shift_ = uint32_t(64 - std::countr_zero(capacity));
-  for (uint32_t ji = 0; ji < jobs_.size(); ++ji) {
+  has_host_keys_ = false;
+  for (size_t n = 1; n <= jobs_.size(); ++n) {
+    const uint32_t ji = uint32_t(n % jobs_.size());  // 1, 2, ..., then 0
     const Job& j = jobs_[ji];
     for (uint32_t r = 0; r < j.workers.size(); ++r) {
-      const SessionTable::Worker& w = j.workers[r];
+      const WorkerEntry& w = j.workers[r];
       if (!w.registered) continue;
+      if (w.udp_ports.empty()) {
+        Insert(HostKey(w.ipv4), ji, r, kNoThread);
+        has_host_keys_ = true;
+      }
       for (size_t t = 0; t < w.udp_ports.size(); ++t) {
-        const uint64_t key = Key(w.ipv4, w.udp_ports[t]);
-        size_t i = size_t((key * 0x9E3779B97F4A7C15ull) >> index_shift_);
-        while (index_[i].key != 0 && index_[i].key != key) i = (i + 1) & (capacity - 1);
-        if (index_[i].key == key) continue;  // taken by a live job (or a newer tombstone)
-        index_[i] = Entry{key, ji, r, uint16_t(t)};
+        Insert(PortKey(w.ipv4, w.udp_ports[t]), ji, r, uint16_t(t));
       }
     }
   }
+}
+
+void JobTable::Insert(uint64_t key, uint32_t job_index, uint32_t rank, uint16_t thread) {
+  size_t i = size_t((key * 0x9E3779B97F4A7C15ull) >> index_shift_);
+  while (index_[i].key != 0 && index_[i].key != key) i = (i + 1) & (index_.size() - 1);
+  if (index_[i].key == key) return;  // taken by a row indexed earlier (see Rebuild)
+  index_[i] = Entry{key, job_index, rank, thread};
 }
 
 }  // namespace switchml::dataplane

@@ -1,25 +1,43 @@
-// dataplane/job_table.h — the switch's table of jobs (several jobs per switch, issue 3).
+// dataplane/job_table.h — the switch's one table of jobs; the reference session is job 0.
 //
-// A job (controller/job_sink.h) has an id, a token, num_workers ranks, a packet size, an idle
-// timeout and a contiguous range of num_slots slots in the switch's slot pool. Each job owns
-// its own Aggregator (num_slots x elements_per_packet), so a packet can only ever touch the
-// state of the job its *sender* is registered in: the switch identifies a datagram's job by
-// its source (ipv4, port), never by a field of the packet, and packets carry job-relative
-// slots in [0, num_slots) (what a reference client sends). Each worker socket belongs to
-// exactly one job.
+// Every datagram the switch aggregates belongs to a job, and every job is a row of this
+// table: its workers (WorkerEntry, session_table.h), its slot range, its packet size, its
+// state and a shared JobRuntime (aggregator and counters). The switch identifies a datagram's
+// job by its source (ipv4, port), never by a field of the packet, and packets carry
+// job-relative slots in [0, num_slots) (what a reference client sends), so a packet can only
+// ever touch the state of the job its *sender* is registered in. SwitchCore::ProcessBurst
+// (switch_core.cc) handles the packets of job 0 and of every service job on one code path.
 //
-// Like SessionTable, a JobTable is an immutable snapshot: every change (create, register,
-// end, expire) builds a new table from the current one, and the switch's I/O thread adopts it
+// Two kinds of rows, two registration rules (docs/design.md, "Several jobs"):
+//  * job 0, the reference session: always present (jobs_[0]), no token, slots = the whole
+//    pool (its aggregation state is its own, so it reserves nothing and overlaps the ranges
+//    of service jobs), packets of up to max_elements. Registered with the reference
+//    `UdpSession` rule (RegisterSessionWorker): rank 0 starts a new session (the workers are
+//    forgotten, `epoch` increases and the switch clears the job's aggregation state when it
+//    adopts the table), other ranks join it; reference mode (no ports) is allowed. It is
+//    running as soon as rank 0 registered. It never ends and is not listed (jobs(), FindJob,
+//    List and CheckAccess see service jobs only: the JobService knows no job 0).
+//  * service jobs (switchml.v1.JobService, ids from 1): created with a spec and a token
+//    (Create), a contiguous range of num_slots slots of the pool (first fit) and their own
+//    Aggregator; every rank registers once with its token and its ports (Register); running
+//    once every rank registered; ended by DeleteJob or idle timeout (End, ExpireIdle).
+// Address precedence when two rows claim the same source: a service job's (ipv4, port) (live,
+// then ended newest first) before job 0's (ipv4, port), before job 0's reference-mode host.
+//
+// A JobTable is an immutable snapshot: every change (create, register, end, expire, a
+// UdpSession) builds a new table from the current one, and the switch's I/O thread adopts it
 // between bursts, so the per-packet lookup (Find) takes no lock. What must change per packet
 // lives in the shared JobRuntime (the aggregator and single-writer counters).
 //
-//   JobTable empty(/*pool_slots=*/8192, /*max_workers=*/256, /*max_elements=*/1024);
+//   auto empty = JobTable::CreateEmpty(/*pool_slots=*/8192, /*max_workers=*/256,
+//                                      /*max_elements=*/1024);
+//   auto t1 = JobTable::RegisterSessionWorker(**empty, udp_session_reg);   // job 0
 //   uint32_t id;
-//   auto t1 = JobTable::Create(empty, spec, "token-0123456789", Clock::now(), &id);
-//   controller::JobWorkerGrant grant;
-//   auto t2 = JobTable::Register(**t1, reg, &grant, now);
+//   auto t2 = JobTable::Create(**t1, spec, "token-0123456789", Clock::now(), &id);
+//   JobWorkerGrant grant;
+//   auto t3 = JobTable::Register(**t2, reg, &grant, now);
 //   JobTable::Sender s;
-//   if ((*t2)->Find(datagram.from, &s) && s.job->state == JobState::kRunning) { ... }
+//   if ((*t3)->Find(datagram.from, &s) && s.job->state == JobState::kRunning) { ... }
 //
 // Ended jobs (deleted or idle too long) are kept (at most kMaxEndedJobs, oldest forgotten
 // first) without their aggregation state, so that GetJob can say why a job ended and so that
@@ -27,21 +45,24 @@
 // addresses are free for new registrations.
 //
 // Thread-safety: a JobTable is immutable and may be read by any thread. JobRuntime: the
-// aggregator and `io` fields belong to the switch's I/O thread; counters are single-writer
-// atomics (the I/O thread writes with relaxed load+store, any thread may read); `activity`
-// belongs to whoever holds the table writer's lock (SwitchServer's table mutex).
+// aggregator, `epoch` and rank_received belong to the switch's I/O thread as writer; counters
+// are single-writer atomics (the I/O thread writes with relaxed load+store, any thread may
+// read); `activity` belongs to whoever holds the table writer's lock (SwitchServer's table
+// mutex).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
-#include "controller/job_sink.h"
 #include "dataplane/aggregator.h"
 #include "dataplane/session_table.h"
+#include "dataplane/switch_control.h"
+#include "dataplane/switch_counters.h"
 #include "switchml/status.h"
 #include "transport/channel.h"
 
@@ -57,19 +78,26 @@ struct AtomicJobCounters {
   std::atomic<uint64_t> received{0}, consumed{0}, multicast_rounds{0}, unicast_replies{0},
       duplicates_dropped{0}, late_duplicates_dropped{0}, size_mismatch{0}, slot_out_of_range{0}, too_large{0},
       not_running{0}, datagrams_sent{0};
-  controller::JobCounters Snapshot() const;
+  JobCounters Snapshot() const;
 };
 
-// The mutable part of a job, shared by all table snapshots that contain it.
+// The mutable part of a job, shared by all table snapshots that contain it: everything the
+// packet path changes for the job, in one place.
 class JobRuntime {
  public:
-  JobRuntime(uint32_t num_workers, Aggregator aggregator)
+  JobRuntime(uint32_t max_ranks, Aggregator aggregator)
       : aggregator(std::move(aggregator)),
-        rank_received(std::make_unique<std::atomic<uint64_t>[]>(num_workers)) {}
+        max_ranks(max_ranks),
+        rank_received(std::make_unique<std::atomic<uint64_t>[]>(max_ranks)) {}
 
   Aggregator aggregator;  // I/O thread only
   AtomicJobCounters counters;
-  std::unique_ptr<std::atomic<uint64_t>[]> rank_received;  // [num_workers]
+  const uint32_t max_ranks;  // num_workers; max_workers for job 0, whose sessions vary
+  std::unique_ptr<std::atomic<uint64_t>[]> rank_received;  // [max_ranks]
+  // I/O thread only: the Job::epoch the aggregation state belongs to. When the I/O thread
+  // adopts a table whose row has another epoch (job 0: rank 0 started a new session) it
+  // clears the aggregator and rank_received (SwitchCore::AdoptJobs).
+  uint64_t epoch = 0;
   // Idle tracking, by the table writer (ExpireIdle): the received count last seen and when it
   // last changed.
   struct Activity {
@@ -81,105 +109,143 @@ class JobRuntime {
 class JobTable {
  public:
   static constexpr size_t kMaxEndedJobs = 32;
-  // Most live (not ended) jobs at once; Create refuses more with ResourceExhausted.
+  // Most live (not ended) service jobs at once; Create refuses more with ResourceExhausted.
   static constexpr size_t kMaxLiveJobs = 1024;
   static constexpr size_t kMaxNameLength = 64;
+  // The reference session's job id.
+  static constexpr uint32_t kReferenceJobId = 0;
 
   struct Job {
-    uint32_t job_id = 0;
-    controller::JobSpec spec;  // includes the token
+    uint32_t job_id = 0;  // 0 = the reference session
+    JobSpec spec;         // includes the token (none for job 0)
     uint32_t slot_base = 0;
-    controller::JobState state = controller::JobState::kWaitingForWorkers;
-    std::vector<SessionTable::Worker> workers;  // [num_workers]; unregistered ranks unset
+    JobState state = JobState::kWaitingForWorkers;
+    std::vector<WorkerEntry> workers;  // [num_workers]; unregistered ranks unset
     uint32_t num_registered = 0;
-    // What the job's first registration gave for the parameters every worker must share
-    // (CheckAgreedParams); valid once num_registered > 0.
+    // What the job's first registration (job 0: rank 0's) gave for the parameters every
+    // worker must share (CheckAgreedParams); valid once num_registered > 0.
     AgreedParams agreed;
     std::shared_ptr<JobRuntime> runtime;  // null once ended
-    std::string end_reason;               // ended jobs only
-    controller::JobCounters final_counters;  // ended jobs only: counters when it ended
+    // The switch-wide counter a packet with slot >= num_slots is counted under:
+    // slot_out_of_range for job 0, job_slot_out_of_range for service jobs (switch_counters.h).
+    uint64_t SwitchCounters::*slot_out_of_range_counter = &SwitchCounters::job_slot_out_of_range;
+    // Job 0: changes exactly when rank 0 starts a new session (0 = never had one), and the
+    // session id of rank 0's request (informative). Always 0 for service jobs.
+    uint64_t epoch = 0;
+    uint64_t session_id = 0;
+    std::string end_reason;                  // ended jobs only
+    JobCounters final_counters;  // ended jobs only: counters when it ended
   };
   // The result of a hot-path lookup: pointers into the table (valid while it lives).
   struct Sender {
     const Job* job = nullptr;
     uint32_t rank = 0;
-    uint16_t thread = 0;
+    uint16_t thread = kNoThread;  // index into the worker's udp_ports, or kNoThread
   };
 
-  // The empty table for a pool of `pool_slots` slots, jobs of up to `max_workers` workers and
-  // packets of up to `max_elements` elements (the switch's configuration).
+  // The table for a pool of `pool_slots` slots, jobs of up to `max_workers` workers and
+  // packets of up to `max_elements` elements (the switch's configuration), with no service
+  // job and a job 0 without a session. CreateEmpty also allocates job 0's aggregation state
+  // (pool_slots x max_elements; errors from Aggregator::Create); a table built with the
+  // constructor gets it at its first RegisterSessionWorker.
+  static StatusOr<std::shared_ptr<const JobTable>> CreateEmpty(
+      uint32_t pool_slots, uint32_t max_workers, uint32_t max_elements,
+      AggregatorOptions aggregator_options = {});
   JobTable(uint32_t pool_slots, uint32_t max_workers, uint32_t max_elements,
-           AggregatorOptions aggregator_options = {})
-      : pool_slots_(pool_slots),
-        max_workers_(max_workers),
-        max_elements_(max_elements),
-        aggregator_options_(aggregator_options) {}
+           AggregatorOptions aggregator_options = {});
 
-  // Adds a job with the next job id (returned in *job_id), spec.token = `token` unless the
-  // spec has one, its slot range the first free range that fits, and a new zeroed
+  // Applies a reference `UdpSession` registration to job 0 (docs/protocol.md#session-setup,
+  // for the software switch):
+  //  * rank 0 starts a new session: all of job 0's workers are forgotten, num_workers is taken
+  //    from the request and job 0's epoch increases (the switch then clears its aggregation
+  //    state);
+  //  * any other rank joins the current session and must announce the same num_workers and
+  //    the same agreed parameters as rank 0 (protocol_version, num_worker_threads,
+  //    window_packets, elements_per_packet; CheckAgreedParams);
+  //  * registering a rank again replaces its previous entry.
+  // Addresses are checked against job 0's other ranks only (a service job's (ipv4, port)
+  // takes precedence in Find). Errors (nothing changes on error):
+  //  InvalidArgument     num_workers not in [1, max_workers]; rank >= num_workers; more than
+  //                      64 udp_ports; a port of 0; a port listed twice
+  //  FailedPrecondition  rank > 0 with no session yet, or num_workers or an agreed parameter
+  //                      differs from the session's (rank 0's)
+  //  AlreadyExists       another rank already uses the same (ipv4, port), or one of the two
+  //                      workers is in reference mode on the same ipv4
+  //  and Aggregator::Create's, for a table whose job 0 has no aggregation state yet.
+  static StatusOr<std::shared_ptr<const JobTable>> RegisterSessionWorker(
+      const JobTable& current, const WorkerRegistration& reg);
+
+  // Adds a service job with the next job id (returned in *job_id), spec.token = `token`
+  // unless the spec has one, its slot range the first free range that fits, and a new zeroed
   // aggregator. `now` starts its idle clock. Errors: InvalidArgument (num_workers,
   // num_slots, elements_per_packet, idle_timeout, token or name out of range — the message
   // names the field and value), ResourceExhausted (no free range of num_slots slots; the
   // message says how many are free and the largest range; or kMaxLiveJobs jobs are live) or
   // from Aggregator::Create.
   static StatusOr<std::shared_ptr<const JobTable>> Create(const JobTable& current,
-                                                          controller::JobSpec spec,
+                                                          JobSpec spec,
                                                           const std::string& token,
                                                           TimePoint now, uint32_t* job_id);
 
-  // Registers a worker (see JobSink::RegisterJobWorker for the errors). The job's first
-  // registration fixes num_workers and the agreed parameters (controller::WorkerRegistration);
-  // a later one with other values is refused (FailedPrecondition, CheckAgreedParams). On success fills
-  // *grant (switch_info is left for the caller). A registration is activity: the job's idle
-  // clock restarts at `now`, so a job whose last rank registers just before idle_timeout is
-  // not torn down before its workers send anything.
+  // Registers a worker of a service job (see JobSink::RegisterJobWorker for the errors). The
+  // job's first registration fixes num_workers and the agreed parameters
+  // (WorkerRegistration); a later one with other values is refused (FailedPrecondition,
+  // CheckAgreedParams). On success fills *grant (switch_info is left for the caller). A
+  // registration is activity: the job's idle clock restarts at `now`, so a job whose last
+  // rank registers just before idle_timeout is not torn down before its workers send
+  // anything.
   static StatusOr<std::shared_ptr<const JobTable>> Register(
-      const JobTable& current, const controller::JobRegistration& reg,
-      controller::JobWorkerGrant* grant, TimePoint now);
+      const JobTable& current, const JobRegistration& reg,
+      JobWorkerGrant* grant, TimePoint now);
 
-  // Ends a live job: frees its range at once and drops its aggregation state (once no
-  // snapshot refers to it). Errors: NotFound, FailedPrecondition (already ended).
+  // Ends a live service job: frees its range at once and drops its aggregation state (once
+  // no snapshot refers to it). Errors: NotFound (job 0 included), FailedPrecondition
+  // (already ended).
   static StatusOr<std::shared_ptr<const JobTable>> End(const JobTable& current, uint32_t job_id,
                                                        const std::string& reason);
 
-  // Updates each live job's activity from its received counter and ends every job with an
-  // idle_timeout that has received nothing for longer than it (reason "idle for X ms ...").
-  // Returns the new table, or nullptr when no job expired; appends expired ids to *expired.
-  // Must be called by the table writer (it updates JobRuntime::activity).
+  // Updates each live service job's activity from its received counter and ends every job
+  // with an idle_timeout that has received nothing for longer than it (reason "idle for X ms
+  // ..."). Returns the new table, or nullptr when no job expired; appends expired ids to
+  // *expired. Must be called by the table writer (it updates JobRuntime::activity).
   static std::shared_ptr<const JobTable> ExpireIdle(const JobTable& current, TimePoint now,
                                                     std::vector<uint32_t>* expired);
 
-  // NotFound (unknown), PermissionDenied (token differs), FailedPrecondition (ended) — the
-  // check a registration, a delete and the job-scoped sync calls make.
+  // NotFound (unknown, or 0), PermissionDenied (token differs), FailedPrecondition (ended) —
+  // the check a registration, a delete and the job-scoped sync calls make.
   Status CheckAccess(uint32_t job_id, const std::string& token) const;
 
+  // A service job by id; nullptr if unknown (and for 0: see reference()).
   const Job* FindJob(uint32_t job_id) const;
+  // Job 0, the reference session (spec.num_workers == 0 until rank 0 registers).
+  const Job& reference() const { return jobs_[0]; }
   // Info as the controller reports it (token cleared). `now` gives idle_for; the caller must
   // be the table writer (it reads JobRuntime::activity).
-  controller::JobInfo Describe(const Job& job, TimePoint now) const;
-  controller::JobList List(TimePoint now) const;
+  JobInfo Describe(const Job& job, TimePoint now) const;
+  JobList List(TimePoint now) const;  // service jobs only
 
-  // The hot-path lookup by source address: one or two probes, no allocation.
+  // The hot-path lookup by source address, for every job: one probe for a (host, port)
+  // entry, a second one for a reference-mode host only when the first misses and job 0 has
+  // such a worker. No allocation. Returns false for an unknown sender.
   bool Find(const transport::Endpoint& from, Sender* out) const {
-    if (index_.empty()) return false;
-    const uint64_t key = Key(from.ipv4, from.port);
-    size_t i = size_t((key * 0x9E3779B97F4A7C15ull) >> index_shift_);
-    while (true) {
-      const Entry& e = index_[i];
-      if (e.key == key) {
-        *out = Sender{&jobs_[e.job_index], e.rank, e.thread};
-        return true;
-      }
-      if (e.key == 0) return false;
-      i = (i + 1) & (index_.size() - 1);
+    const Entry* e = Probe(PortKey(from.ipv4, from.port));
+    if (e == nullptr) {
+      if (!has_host_keys_) return false;
+      e = Probe(HostKey(from.ipv4));
+      if (e == nullptr) return false;
     }
+    *out = Sender{&jobs_[e->job_index], e->rank, e->thread};
+    return true;
   }
 
-  const std::vector<Job>& jobs() const { return jobs_; }  // live jobs first, by id
+  // Service jobs: live ones first, by id, then ended ones, newest first.
+  std::span<const Job> jobs() const { return std::span<const Job>(jobs_).subspan(1); }
   uint32_t pool_slots() const { return pool_slots_; }
+  uint32_t max_workers() const { return max_workers_; }
   uint32_t free_slots() const;
   uint32_t largest_free_range() const;
-  // Largest num_workers among live jobs (0 if none): bounds a burst's fan-out.
+  // Largest num_workers among live jobs, job 0 included (0 if none): bounds a burst's
+  // fan-out.
   uint32_t max_job_workers() const { return max_job_workers_; }
 
  private:
@@ -187,15 +253,30 @@ class JobTable {
     uint64_t key = 0;  // 0 = empty
     uint32_t job_index = 0;
     uint32_t rank = 0;
-    uint16_t thread = 0;
+    uint16_t thread = kNoThread;
   };
-  static uint64_t Key(uint32_t ipv4, uint16_t port) {
-    return (uint64_t{1} << 63) | (uint64_t{ipv4} << 16) | port;
+  // Bit 63 marks an occupied entry, bit 48 a (host, port) key, bits 47..16 the IPv4 address.
+  static uint64_t PortKey(uint32_t ipv4, uint16_t port) {
+    return (uint64_t{1} << 63) | (uint64_t{1} << 48) | (uint64_t{ipv4} << 16) | port;
   }
+  static uint64_t HostKey(uint32_t ipv4) { return (uint64_t{1} << 63) | (uint64_t{ipv4} << 16); }
+  const Entry* Probe(uint64_t key) const {
+    size_t i = size_t((key * 0x9E3779B97F4A7C15ull) >> index_shift_);
+    while (true) {
+      const Entry& e = index_[i];
+      if (e.key == key) return &e;
+      if (e.key == 0) return nullptr;
+      i = (i + 1) & (index_.size() - 1);
+    }
+  }
+  // Job 0's row with no session, and its aggregation state if `runtime` is set.
+  Job ReferenceJob(std::shared_ptr<JobRuntime> runtime) const;
   // Finds a free range of `n` slots (first fit); false if none.
   bool Allocate(uint32_t n, uint32_t* base) const;
-  // Rebuilds index_ and max_job_workers_ from jobs_ (live jobs first, sorted by id).
+  // Sorts the service jobs (live first, by id) and rebuilds index_, has_host_keys_ and
+  // max_job_workers_ from jobs_.
   void Rebuild();
+  void Insert(uint64_t key, uint32_t job_index, uint32_t rank, uint16_t thread);
 
   uint32_t pool_slots_;
   uint32_t max_workers_;
@@ -203,9 +284,11 @@ class JobTable {
   AggregatorOptions aggregator_options_;
   uint32_t next_job_id_ = 1;
   uint32_t max_job_workers_ = 0;
-  std::vector<Job> jobs_;
-  std::vector<Entry> index_;  // power-of-two size, at most half full; empty if no workers
+  std::vector<Job> jobs_;  // [0] = job 0, then the service jobs (see jobs())
+  // Power-of-two size (at least 16), at most half full.
+  std::vector<Entry> index_;
   uint32_t index_shift_ = 64;
+  bool has_host_keys_ = false;  // some worker of job 0 is in reference mode
 };
 
 // 32 lowercase hex digits from std::random_device (a job token).

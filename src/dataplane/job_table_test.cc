@@ -15,10 +15,6 @@ namespace switchml::dataplane {
 namespace {
 
 using ::testing::HasSubstr;
-using controller::JobRegistration;
-using controller::JobSpec;
-using controller::JobState;
-using controller::JobWorkerGrant;
 using testing::Encode;
 using testing::ExpectedResponse;
 using testing::Ip;
@@ -74,6 +70,12 @@ struct Tables {
                   TimePoint now = kT0) {
     JobWorkerGrant g;
     auto next = JobTable::Register(*t, reg, grant ? grant : &g, now);
+    if (next.ok()) t = *next;
+    return next.status();
+  }
+  // A reference UdpSession registration (job 0).
+  Status RegisterSession(const WorkerRegistration& reg) {
+    auto next = JobTable::RegisterSessionWorker(*t, reg);
     if (next.ok()) t = *next;
     return next.status();
   }
@@ -269,7 +271,7 @@ TEST(JobTableTest, OnlyTheNewestEndedJobsAreRemembered) {
   EXPECT_EQ(x.t->jobs().size(), JobTable::kMaxEndedJobs);
   EXPECT_EQ(x.t->FindJob(first), nullptr);
   EXPECT_EQ(x.t->CheckAccess(first, kToken).code(), StatusCode::kNotFound);
-  const controller::JobList list = x.t->List(kT0);
+  const JobList list = x.t->List(kT0);
   EXPECT_EQ(list.free_slots, 100u);
   EXPECT_EQ(list.jobs.size(), JobTable::kMaxEndedJobs);
   EXPECT_TRUE(list.jobs[0].spec.token.empty());  // never reported
@@ -404,11 +406,11 @@ TEST(SwitchCoreJobsTest, DropsAreCountedByReasonAndDisturbNoOtherJob) {
 
 TEST(SwitchCoreJobsTest, JobsAndTheReferenceSessionCoexist) {
   JobCoreHarness h;
-  controller::WorkerRegistration ref;
+  WorkerRegistration ref;
   ref.rank = 0;
   ref.num_workers = 1;
   ref.ipv4 = Ip(10, 9, 9, 9);
-  ASSERT_TRUE(h.core().RegisterWorker(ref).ok());
+  ASSERT_TRUE(h.tables().RegisterSession(ref).ok());  // job 0, in the same table
   const uint32_t a = h.tables().Create(Spec(1, 4));
   ASSERT_TRUE(h.tables().Register(Reg(a, 0, kA0, {7000})).ok());
   h.Publish();
@@ -422,6 +424,80 @@ TEST(SwitchCoreJobsTest, JobsAndTheReferenceSessionCoexist) {
   EXPECT_EQ(sent[1].bytes, ExpectedResponse({.slot = 2}, w, 0, 0));
   EXPECT_EQ(sent[1].to, (Endpoint{kA0, 7000}));
   EXPECT_EQ(sent[2].to, (Endpoint{ref.ipv4, 1234}));  // slot 40 < 64: the session's range
+}
+
+// Job 0 is a row of the same table: found by the same lookup, counted per job like any other,
+// but invisible to the job API, and a service job's (ipv4, port) wins over it.
+TEST(SwitchCoreJobsTest, TheReferenceSessionIsJobZeroOfTheOneTable) {
+  JobCoreHarness h;
+  WorkerRegistration r0;
+  r0.rank = 0;
+  r0.num_workers = 2;
+  r0.ipv4 = kA0;
+  r0.udp_ports = {7000};
+  WorkerRegistration r1 = r0;
+  r1.rank = 1;
+  r1.ipv4 = kB0;
+  r1.udp_ports = {};  // reference mode: any port of kB0
+  ASSERT_TRUE(h.tables().RegisterSession(r0).ok());
+  ASSERT_TRUE(h.tables().RegisterSession(r1).ok());
+  const uint32_t a = h.tables().Create(Spec(1, 4));
+  ASSERT_TRUE(h.tables().Register(Reg(a, 0, kB0, {7100})).ok());  // on job 0's host
+  h.Publish();
+
+  const JobTable& t = *h.tables().t;
+  EXPECT_EQ(t.reference().job_id, 0u);
+  EXPECT_EQ(t.reference().state, JobState::kRunning);
+  EXPECT_EQ(t.reference().spec.num_slots, 64u);  // the whole pool
+  EXPECT_EQ(t.jobs().size(), 1u);                // job 0 is not a service job
+  EXPECT_EQ(t.FindJob(0), nullptr);
+  EXPECT_EQ(t.CheckAccess(0, "").code(), StatusCode::kNotFound);
+  EXPECT_EQ(JobTable::End(t, 0, "no").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(t.List(kT0).jobs.size(), 1u);
+  EXPECT_EQ(t.free_slots(), 60u);  // job 0 reserves nothing
+  JobTable::Sender s;
+  ASSERT_TRUE(t.Find({kB0, 7100}, &s));
+  EXPECT_EQ(s.job->job_id, a);  // the service job's port beats job 0's host
+  ASSERT_TRUE(t.Find({kB0, 5555}, &s));
+  EXPECT_EQ(s.job, &t.reference());
+  EXPECT_EQ(s.rank, 1u);
+  EXPECT_EQ(s.thread, kNoThread);
+
+  // Out-of-range slots keep their two switch-wide counters.
+  EXPECT_TRUE(h.Burst({{Encode({.slot = 64, .values = Ramp(64, 0, 1)}), {kA0, 7000}},
+                       {Encode({.slot = 4, .values = Ramp(64, 0, 1)}), {kB0, 7100}}})
+                  .empty());
+  EXPECT_EQ(h.counters().slot_out_of_range, 1u);
+  EXPECT_EQ(h.counters().job_slot_out_of_range, 1u);
+  // A round of job 0, counted per job too; the service job's single worker answers itself.
+  const auto v = Ramp(64, 5, 1), w = Ramp(64, 7, 2);
+  auto sent = h.Burst({{Encode({.slot = 3, .values = v}), {kA0, 7000}},
+                       {Encode({.slot = 3, .values = w}), {kB0, 4321}},
+                       {Encode({.slot = 3, .values = w}), {kB0, 7100}}});
+  ASSERT_EQ(sent.size(), 3u);
+  // Completed by a reference-mode sender (thread unknown): everyone gets the triggering port.
+  EXPECT_EQ(sent[0].to, (Endpoint{kA0, 4321}));
+  EXPECT_EQ(sent[1].to, (Endpoint{kB0, 4321}));
+  EXPECT_EQ(sent[0].bytes, ExpectedResponse({.slot = 3}, Sum({v, w}), 0, 0));
+  EXPECT_EQ(sent[2].bytes, ExpectedResponse({.slot = 3}, w, 0, 0));
+  const JobRuntime& rt = *t.reference().runtime;
+  const JobCounters c0 = rt.counters.Snapshot();
+  EXPECT_EQ(c0.received, 3u);
+  EXPECT_EQ(c0.slot_out_of_range, 1u);
+  EXPECT_EQ(c0.multicast_rounds, 1u);
+  EXPECT_EQ(c0.datagrams_sent, 2u);
+  EXPECT_EQ(rt.rank_received[1].load(), 1u);
+
+  // Rank 0 starts a new session: once adopted, job 0's state and per-rank counts are clear.
+  EXPECT_TRUE(h.Burst({{Encode({.slot = 5, .values = v}), {kA0, 7000}}}).empty());
+  ASSERT_EQ(h.core().aggregator().Inspect(5, 0).counter, 1u);
+  ASSERT_TRUE(h.tables().RegisterSession(r0).ok());
+  EXPECT_EQ(h.tables().t->reference().epoch, 2u);
+  EXPECT_EQ(h.core().aggregator().Inspect(5, 0).counter, 1u);  // not adopted yet
+  h.Publish();
+  EXPECT_EQ(h.core().aggregator().Inspect(5, 0).counter, 0u);
+  EXPECT_EQ(rt.rank_received[0].load(), 0u);
+  EXPECT_EQ(rt.counters.Snapshot().received, 4u);  // job counters span the switch's life
 }
 
 // The number of live jobs is bounded (each one owns an aggregator and index entries); an ended

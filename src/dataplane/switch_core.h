@@ -1,28 +1,33 @@
 // dataplane/switch_core.h — the software switch's whole per-datagram path, without I/O.
 //
 // SwitchCore turns a burst of received datagrams into a burst of datagrams to send. Per
-// datagram, in this order (each rejection is counted, see switch_counters.h):
+// datagram, in this order (each rejection is counted, see switch_counters.h), the same for
+// every job, the reference session (job 0) included:
 //   1. wire::Decode                                   (decode_<reason>)
-//   2. source address → (rank, thread) via the session's worker table   (unknown_sender)
-//   3. slot < num_slots                               (slot_out_of_range)
-//   4. elements <= max_elements_per_packet            (too_large)
-//   5. ingress drop simulator, before any state change (sim_ingress_drops)
-//   6. Aggregator::Process (§3.4)                     (consumed / duplicates_dropped /
+//   2. source address → (job, rank, thread) in the job table     (unknown_sender)
+//   3. the job has not ended                          (job_ended)
+//   4. the job is running (every rank registered; job 0 always)   (job_not_running)
+//   5. slot < the job's num_slots                     (slot_out_of_range for job 0,
+//                                                      job_slot_out_of_range for the others)
+//   6. elements <= the job's elements_per_packet      (too_large)
+//   7. ingress drop simulator, before any state change (sim_ingress_drops)
+//   8. the job's Aggregator::Process (docs/protocol.md#switch-state-machine)
+//                                                     (consumed / duplicates_dropped /
 //                                                      size_mismatch / multicast / unicast)
-//   7. egress drop simulator: one decision per packet that produced responses; drops all of
+//   9. egress drop simulator: one decision per packet that produced responses; drops all of
 //      them (sim_egress_drops)
-//   8. the response: msg type 1; size code, job number and tsi of the triggering packet; the
+//  10. the response: msg type 1; size code, job number and tsi of the triggering packet; the
 //      same (slot, set); the round's max exponents; its sums big-endian. A multicast is encoded
-//      once and sent to every worker; a unicast goes back to the sender's address.
-// A job's packets go to that job's own Aggregator and its results to that job's workers only;
-// the per-job counters (JobRuntime) are bumped alongside the switch-wide ones.
-// Multicast addressing (§3.5): to each worker's IPv4 and its registered UDP port for the
-// sender's thread index; a worker that registered no ports (reference mode), or too few,
-// gets the source port of the triggering packet, as the reference switch does.
+//      once and sent to every worker of the job; a unicast goes back to the sender's address.
+// The per-job counters (JobRuntime) are bumped alongside the switch-wide ones from step 3 on.
+// Multicast addressing (docs/protocol.md#switch-state-machine): to each worker's IPv4 and its
+// registered UDP port for the sender's thread index; a worker that registered no ports
+// (reference mode), or too few, gets the source port of the triggering packet, as the
+// reference switch does.
 //
 // Usage (the I/O edge, switch_server.h, does exactly this):
 //   SWITCHML_ASSIGN_OR_RETURN(SwitchCore core, SwitchCore::Create(config));
-//   SWITCHML_RETURN_IF_ERROR(core.RegisterWorker(reg0));  ...
+//   SWITCHML_RETURN_IF_ERROR(core.RegisterWorker(reg0));  ...   // job 0, or AdoptJobs(table)
 //   Outbox out;
 //   core.ProcessBurst(received, out);
 //   channel.SendBurst(out.datagrams());     // pointers into `out`, valid until its next use
@@ -36,12 +41,11 @@
 #include <span>
 #include <vector>
 
-#include "controller/session_sink.h"
 #include "dataplane/aggregator.h"
 #include "dataplane/drop_simulator.h"
 #include "dataplane/job_table.h"
-#include "dataplane/session_table.h"
 #include "dataplane/switch_config.h"
+#include "dataplane/switch_control.h"
 #include "dataplane/switch_counters.h"
 #include "switchml/status.h"
 #include "transport/channel.h"
@@ -91,50 +95,42 @@ class SwitchCore {
   SwitchCore(SwitchCore&&) noexcept = default;
   SwitchCore& operator=(SwitchCore&&) noexcept = default;
 
-  // Applies a worker registration (SessionTable::Apply, UdpSession semantics of §4.3): rank 0
-  // starts a new session and clears all aggregation state. Errors as SessionTable::Apply.
-  Status RegisterWorker(const controller::WorkerRegistration& reg);
-
-  // Switches to `table` (built with SessionTable::Apply, possibly on another thread). If its
-  // epoch differs from the current one a new session started: all aggregation state is
-  // cleared. `table` must be non-null and its num_workers <= config().max_workers.
-  void AdoptSession(std::shared_ptr<const SessionTable> table);
+  // Applies a reference `UdpSession` registration to job 0
+  // (JobTable::RegisterSessionWorker): rank 0 starts a new session and clears job 0's
+  // aggregation state. Errors as JobTable::RegisterSessionWorker.
+  Status RegisterWorker(const WorkerRegistration& reg);
 
   // Switches to the job table `jobs` (built with JobTable's functions from jobs(), possibly on
   // another thread). Jobs keep their aggregation state across tables (it lives in their
-  // JobRuntime); a job absent from `jobs` is no longer reachable. Must be non-null.
+  // JobRuntime), except that a row whose epoch differs from its runtime's (job 0 after rank 0
+  // started a new session) has its aggregation state and per-rank counters cleared here; a
+  // job absent from `jobs` is no longer reachable. Must be non-null, from this switch's
+  // configuration.
   void AdoptJobs(std::shared_ptr<const JobTable> jobs);
 
   // Processes `in` in order and replaces the contents of `out` with the datagrams to send.
   // Never fails: bad datagrams are counted and dropped. Allocates only when `out` must grow.
   //
-  // Batching: the session table pointer, the configuration limits and the outbox capacity are
-  // loaded once per burst, so the per-datagram work is decode + one hash probe + the
-  // element-wise add; a multicast's bytes are encoded once and shared by all its copies, so
+  // Batching: the job table pointer and the outbox capacity are loaded once per burst, so the
+  // per-datagram work is decode + one hash probe + the element-wise add; a multicast's bytes are encoded once and shared by all its copies, so
   // fan-out costs one 24-byte TxDatagram per worker, not one 4 KiB copy.
   void ProcessBurst(std::span<const transport::RxDatagram> in, Outbox& out);
 
   const SwitchConfig& config() const { return config_; }
   const SwitchCounters& counters() const { return counters_; }
-  const SessionTable& session() const { return *session_; }
-  const std::shared_ptr<const SessionTable>& session_ptr() const { return session_; }
-  const Aggregator& aggregator() const { return aggregator_; }
   const JobTable& jobs() const { return *jobs_; }
   const std::shared_ptr<const JobTable>& jobs_ptr() const { return jobs_; }
-  // The empty job table this switch starts with (pool = config.num_slots slots).
-  static std::shared_ptr<const JobTable> EmptyJobTable(const SwitchConfig& config);
+  // Job 0's aggregation state (the reference session's).
+  const Aggregator& aggregator() const { return jobs_->reference().runtime->aggregator; }
 
  private:
-  SwitchCore(const SwitchConfig& config, Aggregator aggregator);
-  // Steps 5-8 for an accepted packet of a job or of the reference session.
-  template <typename JobCountersPtr>
-  void Aggregate(const transport::RxDatagram& d, const wire::PacketView& pkt, Aggregator& agg,
-                 uint32_t rank, uint16_t thread, std::span<const SessionTable::Worker> workers,
-                 JobCountersPtr job, Outbox& out);
+  SwitchCore(const SwitchConfig& config, std::shared_ptr<const JobTable> jobs);
+  // Steps 7-10 for an accepted packet of `job`.
+  void Aggregate(const transport::RxDatagram& d, const wire::PacketView& pkt,
+                 const JobTable::Job& job, JobRuntime& rt, uint32_t rank, uint16_t thread,
+                 Outbox& out);
 
   SwitchConfig config_;
-  Aggregator aggregator_;
-  std::shared_ptr<const SessionTable> session_;
   std::shared_ptr<const JobTable> jobs_;
   DropSimulator ingress_drop_;
   DropSimulator egress_drop_;

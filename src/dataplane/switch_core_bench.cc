@@ -23,7 +23,7 @@ void BM_ProcessBurst(benchmark::State& state) {
     return;
   }
   for (uint32_t r = 0; r < num_workers; ++r) {
-    controller::WorkerRegistration reg;
+    WorkerRegistration reg;
     reg.rank = r;
     reg.num_workers = num_workers;
     reg.ipv4 = testing::Ip(10, 0, 0, 1);

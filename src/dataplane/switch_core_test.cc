@@ -30,9 +30,9 @@ struct Sent {
   const uint8_t* data;  // where the datagram pointed (to check sharing)
 };
 
-controller::WorkerRegistration Reg(uint32_t rank, uint32_t num_workers, uint32_t ipv4,
+WorkerRegistration Reg(uint32_t rank, uint32_t num_workers, uint32_t ipv4,
                                    std::vector<uint16_t> ports = {}) {
-  controller::WorkerRegistration r;
+  WorkerRegistration r;
   r.session_id = 77;
   r.rank = rank;
   r.num_workers = num_workers;
@@ -53,7 +53,7 @@ class CoreHarness {
     return c;
   }
 
-  void Register(const controller::WorkerRegistration& reg) {
+  void Register(const WorkerRegistration& reg) {
     Status s = core_.RegisterWorker(reg);
     ASSERT_TRUE(s.ok()) << s;
   }
@@ -496,7 +496,7 @@ TEST(SwitchCoreRegistration, ErrorsNameFieldAndValue) {
   s = h.core().RegisterWorker(Reg(0, 2, kIpA, {4000, 4001, 4000}));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("4000"));
-  EXPECT_EQ(h.core().session().num_workers(), 0u);  // failed requests changed nothing
+  EXPECT_EQ(h.core().jobs().reference().spec.num_workers, 0u);  // failed requests changed nothing
 
   h.Register(Reg(0, 3, kIpA, {4000, 4001}));
   s = h.core().RegisterWorker(Reg(3, 3, kIpB));
@@ -515,7 +515,7 @@ TEST(SwitchCoreRegistration, ErrorsNameFieldAndValue) {
   h.Register(Reg(2, 3, kIpB));
   s = h.core().RegisterWorker(Reg(1, 3, kIpB, {9000}));
   EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(h.core().session().num_registered(), 3u);
+  EXPECT_EQ(h.core().jobs().reference().num_registered, 3u);
 }
 
 TEST(SwitchCoreRegistration, ReRegisteringARankReplacesIt) {
@@ -523,7 +523,7 @@ TEST(SwitchCoreRegistration, ReRegisteringARankReplacesIt) {
   h.Register(Reg(0, 2, kIpA, {4000}));
   h.Register(Reg(1, 2, kIpB, {5000}));
   h.Register(Reg(1, 2, kIpB, {5001}));
-  EXPECT_EQ(h.core().session().num_registered(), 2u);
+  EXPECT_EQ(h.core().jobs().reference().num_registered, 2u);
   auto pkt = Encode({.slot = 0, .values = Ramp(64, 0, 1)});
   h.Burst({{pkt, {kIpB, 5000}}});
   EXPECT_EQ(h.counters().unknown_sender, 1u);
@@ -540,7 +540,7 @@ TEST(SwitchCoreRegistration, RankZeroStartsANewSessionAndClearsAggregation) {
   CoreHarness h;
   h.Register(Reg(0, 2, kIpA));
   h.Register(Reg(1, 2, kIpB));
-  const uint64_t epoch = h.core().session().epoch();
+  const uint64_t epoch = h.core().jobs().reference().epoch;
   auto pa = Encode({.slot = 0, .values = Ramp(64, 1, 0)});
   auto pb = Encode({.slot = 0, .values = Ramp(64, 2, 0)});
   h.Burst({{pa, {kIpA, 1}}});
@@ -548,8 +548,8 @@ TEST(SwitchCoreRegistration, RankZeroStartsANewSessionAndClearsAggregation) {
 
   // A new session with 3 workers: rank 1 of the old session is forgotten.
   h.Register(Reg(0, 3, kIpA));
-  EXPECT_EQ(h.core().session().epoch(), epoch + 1);
-  EXPECT_EQ(h.core().session().num_registered(), 1u);
+  EXPECT_EQ(h.core().jobs().reference().epoch, epoch + 1);
+  EXPECT_EQ(h.core().jobs().reference().num_registered, 1u);
   EXPECT_EQ(h.core().aggregator().num_workers(), 3u);
   EXPECT_EQ(h.core().aggregator().Inspect(0, 0).counter, 0u);
   EXPECT_EQ(h.core().aggregator().Inspect(0, 0).bitmap[0], 0u);
@@ -558,7 +558,7 @@ TEST(SwitchCoreRegistration, RankZeroStartsANewSessionAndClearsAggregation) {
 
   h.Register(Reg(1, 3, kIpB));
   h.Register(Reg(2, 3, kIpC));
-  EXPECT_EQ(h.core().session().epoch(), epoch + 1);  // joining does not start a session
+  EXPECT_EQ(h.core().jobs().reference().epoch, epoch + 1);  // joining does not start a session
   auto pc = Encode({.slot = 0, .values = Ramp(64, 4, 0)});
   auto sent = h.Burst({{pb, {kIpB, 1}}, {pc, {kIpC, 1}}, {pa, {kIpA, 1}}});
   ASSERT_EQ(sent.size(), 3u);
@@ -566,26 +566,27 @@ TEST(SwitchCoreRegistration, RankZeroStartsANewSessionAndClearsAggregation) {
 }
 
 TEST(SessionTableTest, FindsEveryPortAtFullScale) {
-  // 256 workers x 64 ports, 4 workers per host: 16384 entries in the lookup index.
-  std::shared_ptr<const SessionTable> t = std::make_shared<SessionTable>();
+  // 256 workers x 64 ports of job 0, 4 workers per host: 16384 entries in the lookup index.
+  std::shared_ptr<const JobTable> t = std::make_shared<JobTable>(16, 256, 64);
   for (uint32_t r = 0; r < 256; ++r) {
     std::vector<uint16_t> ports(64);
     for (uint32_t p = 0; p < 64; ++p) ports[p] = uint16_t(10000 + (r % 4) * 64 + p);
-    auto next = SessionTable::Apply(*t, Reg(r, 256, Ip(10, 1, uint8_t(r / 4), 7), ports), 256);
+    auto next = JobTable::RegisterSessionWorker(*t, Reg(r, 256, Ip(10, 1, uint8_t(r / 4), 7), ports));
     ASSERT_TRUE(next.ok()) << next.status();
     t = *next;
   }
-  EXPECT_EQ(t->num_registered(), 256u);
-  EXPECT_EQ(t->epoch(), 1u);
+  EXPECT_EQ(t->reference().num_registered, 256u);
+  EXPECT_EQ(t->reference().epoch, 1u);
   for (uint32_t r = 0; r < 256; ++r) {
     for (uint32_t p = 0; p < 64; ++p) {
-      SessionTable::Sender s;
+      JobTable::Sender s;
       ASSERT_TRUE(t->Find({Ip(10, 1, uint8_t(r / 4), 7), uint16_t(10000 + (r % 4) * 64 + p)}, &s));
+      ASSERT_EQ(s.job, &t->reference());
       ASSERT_EQ(s.rank, r);
       ASSERT_EQ(s.thread, p);
     }
   }
-  SessionTable::Sender s;
+  JobTable::Sender s;
   EXPECT_FALSE(t->Find({Ip(10, 1, 0, 7), 10256}, &s));  // one past the host's last port
   EXPECT_FALSE(t->Find({Ip(10, 1, 64, 7), 10000}, &s));  // unknown host
   EXPECT_FALSE(t->Find({Ip(10, 1, 0, 8), 10000}, &s));

@@ -10,7 +10,7 @@
 //                         + too_large + size_mismatch + aggregator_invalid + sim_ingress_drops
 //                         + consumed + duplicates_dropped + late_duplicates_dropped
 //                         + multicast_rounds + unicast_replies
-// (the per-job part of these is also counted per job, controller::JobCounters).
+// (the per-job part of these is also counted per job, JobCounters).
 //
 //   std::cout << counters.FormatTable();
 //   for (auto& [name, value] : counters.Named()) json[name] = value;

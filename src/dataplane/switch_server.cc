@@ -31,7 +31,6 @@ SwitchServer::SwitchServer(const SwitchConfig& config, std::unique_ptr<transport
       local_endpoint_(channel_->local_endpoint()),
       core_(std::move(core)),
       rx_bytes_(std::make_unique_for_overwrite<uint8_t[]>(kBurstSize * wire::kMaxPacketBytes)),
-      latest_session_(core_.session_ptr()),
       latest_jobs_(core_.jobs_ptr()) {
   for (size_t i = 0; i < kBurstSize; ++i) {
     rx_[i].data = rx_bytes_.get() + i * wire::kMaxPacketBytes;
@@ -65,28 +64,22 @@ void SwitchServer::Stop() {
 
 bool SwitchServer::running() const { return running_.load(std::memory_order_acquire); }
 
-Status SwitchServer::RegisterWorker(const controller::WorkerRegistration& reg) {
-  std::lock_guard<std::mutex> lock(session_mu_);
-  SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<const SessionTable> next,
-                            SessionTable::Apply(*latest_session_, reg, config_.max_workers));
-  latest_session_ = std::move(next);
-  session_generation_.fetch_add(1, std::memory_order_release);
+Status SwitchServer::RegisterWorker(const WorkerRegistration& reg) {
+  std::lock_guard<std::mutex> lock(table_mu_);
+  SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<const JobTable> next,
+                            JobTable::RegisterSessionWorker(*latest_jobs_, reg));
+  PublishJobs(std::move(next));
   return OkStatus();
 }
 
-controller::SwitchInfo SwitchServer::Info() const {
-  controller::SwitchInfo info;
+SwitchInfo SwitchServer::Info() const {
+  SwitchInfo info;
   info.mac = config_.mac;
   info.ipv4 = config_.advertised_ipv4 != 0 ? config_.advertised_ipv4 : local_endpoint_.ipv4;
   info.udp_port = local_endpoint_.port;
   info.num_slots = config_.num_slots;
   info.max_workers = config_.max_workers;
   return info;
-}
-
-std::shared_ptr<const SessionTable> SwitchServer::session() const {
-  std::lock_guard<std::mutex> lock(session_mu_);
-  return latest_session_;
 }
 
 ServerCounters SwitchServer::counters() const {
@@ -116,17 +109,14 @@ void SwitchServer::PublishCounters() {
   });
 }
 
-void SwitchServer::AdoptLatestSession() {
-  if (session_generation_.load(std::memory_order_acquire) == adopted_generation_) return;
-  std::shared_ptr<const SessionTable> table;
+void SwitchServer::AdoptLatestJobs() {
+  if (table_generation_.load(std::memory_order_acquire) == adopted_generation_) return;
   std::shared_ptr<const JobTable> jobs;
   {
-    std::lock_guard<std::mutex> lock(session_mu_);
-    table = latest_session_;
+    std::lock_guard<std::mutex> lock(table_mu_);
     jobs = latest_jobs_;
-    adopted_generation_ = session_generation_.load(std::memory_order_relaxed);
+    adopted_generation_ = table_generation_.load(std::memory_order_relaxed);
   }
-  core_.AdoptSession(std::move(table));
   // The previous job table (and the aggregator of a job it alone still held) is released here,
   // on the I/O thread, between bursts.
   core_.AdoptJobs(std::move(jobs));
@@ -159,7 +149,7 @@ void SwitchServer::SendAll(std::span<const transport::TxDatagram> all) {
 }
 
 void SwitchServer::Run() {
-  AdoptLatestSession();
+  AdoptLatestJobs();
   TimePoint last_sweep = Clock::now();
   while (!stop_.load(std::memory_order_acquire)) {
     // Once per loop, not per packet: one clock read (tens of ns) per burst or idle wake-up.
@@ -181,7 +171,7 @@ void SwitchServer::Run() {
       continue;
     }
     // After the receive, before processing: see the header comment.
-    AdoptLatestSession();
+    AdoptLatestJobs();
     if (inspect_pending_.load(std::memory_order_acquire)) ServeInspections();
     if (*got == 0) continue;
     core_.ProcessBurst(std::span<const transport::RxDatagram>(rx_.data(), *got), outbox_);
@@ -197,24 +187,24 @@ void SwitchServer::Run() {
 
 void SwitchServer::PublishJobs(std::shared_ptr<const JobTable> jobs) {
   latest_jobs_ = std::move(jobs);
-  session_generation_.fetch_add(1, std::memory_order_release);
+  table_generation_.fetch_add(1, std::memory_order_release);
 }
 
-StatusOr<controller::JobInfo> SwitchServer::CreateJob(const controller::JobSpec& spec) {
+StatusOr<JobInfo> SwitchServer::CreateJob(const JobSpec& spec) {
   const std::string token = spec.token.empty() ? RandomToken() : spec.token;
-  std::lock_guard<std::mutex> lock(session_mu_);
+  std::lock_guard<std::mutex> lock(table_mu_);
   uint32_t id = 0;
   const TimePoint now = Clock::now();
   SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<const JobTable> next,
                             JobTable::Create(*latest_jobs_, spec, token, now, &id));
   PublishJobs(next);
-  controller::JobInfo info = next->Describe(*next->FindJob(id), now);
+  JobInfo info = next->Describe(*next->FindJob(id), now);
   info.token = token;
   return info;
 }
 
 Status SwitchServer::DeleteJob(uint32_t job_id, const std::string& token) {
-  std::lock_guard<std::mutex> lock(session_mu_);
+  std::lock_guard<std::mutex> lock(table_mu_);
   SWITCHML_RETURN_IF_ERROR(latest_jobs_->CheckAccess(job_id, token));
   SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<const JobTable> next,
                             JobTable::End(*latest_jobs_, job_id, "deleted through the controller"));
@@ -222,11 +212,11 @@ Status SwitchServer::DeleteJob(uint32_t job_id, const std::string& token) {
   return OkStatus();
 }
 
-StatusOr<controller::JobWorkerGrant> SwitchServer::RegisterJobWorker(
-    const controller::JobRegistration& reg) {
-  controller::JobWorkerGrant grant;
+StatusOr<JobWorkerGrant> SwitchServer::RegisterJobWorker(
+    const JobRegistration& reg) {
+  JobWorkerGrant grant;
   {
-    std::lock_guard<std::mutex> lock(session_mu_);
+    std::lock_guard<std::mutex> lock(table_mu_);
     SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<const JobTable> next,
                               JobTable::Register(*latest_jobs_, reg, &grant, Clock::now()));
     PublishJobs(std::move(next));
@@ -237,8 +227,8 @@ StatusOr<controller::JobWorkerGrant> SwitchServer::RegisterJobWorker(
   return grant;
 }
 
-StatusOr<controller::JobInfo> SwitchServer::GetJob(uint32_t job_id) const {
-  std::lock_guard<std::mutex> lock(session_mu_);
+StatusOr<JobInfo> SwitchServer::GetJob(uint32_t job_id) const {
+  std::lock_guard<std::mutex> lock(table_mu_);
   const JobTable::Job* job = latest_jobs_->FindJob(job_id);
   if (job == nullptr) {
     return NotFoundError("job " + std::to_string(job_id) + " does not exist on this switch");
@@ -246,13 +236,13 @@ StatusOr<controller::JobInfo> SwitchServer::GetJob(uint32_t job_id) const {
   return latest_jobs_->Describe(*job, Clock::now());
 }
 
-controller::JobList SwitchServer::ListJobs() const {
-  std::lock_guard<std::mutex> lock(session_mu_);
+JobList SwitchServer::ListJobs() const {
+  std::lock_guard<std::mutex> lock(table_mu_);
   return latest_jobs_->List(Clock::now());
 }
 
 Status SwitchServer::CheckJobAccess(uint32_t job_id, const std::string& token) const {
-  std::lock_guard<std::mutex> lock(session_mu_);
+  std::lock_guard<std::mutex> lock(table_mu_);
   return latest_jobs_->CheckAccess(job_id, token);
 }
 
@@ -262,14 +252,14 @@ std::vector<std::pair<std::string, uint64_t>> SwitchServer::CounterValues() cons
 
 std::vector<uint32_t> SwitchServer::ExpireIdleJobs(TimePoint now) {
   std::vector<uint32_t> expired;
-  std::lock_guard<std::mutex> lock(session_mu_);
+  std::lock_guard<std::mutex> lock(table_mu_);
   std::shared_ptr<const JobTable> next = JobTable::ExpireIdle(*latest_jobs_, now, &expired);
   if (next != nullptr) PublishJobs(std::move(next));
   return expired;
 }
 
 std::shared_ptr<const JobTable> SwitchServer::jobs() const {
-  std::lock_guard<std::mutex> lock(session_mu_);
+  std::lock_guard<std::mutex> lock(table_mu_);
   return latest_jobs_;
 }
 
@@ -277,13 +267,13 @@ struct SwitchServer::InspectRequest {
   uint32_t job_id = 0;
   uint32_t first_slot = 0;
   uint32_t count = 0;
-  std::promise<StatusOr<std::vector<controller::SlotInfo>>> result;
+  std::promise<StatusOr<std::vector<SlotInfo>>> result;
 };
 
 namespace {
 
-controller::SlotSetInfo ToSlotSetInfo(const SlotSetView& v) {
-  controller::SlotSetInfo s;
+SlotSetInfo ToSlotSetInfo(const SlotSetView& v) {
+  SlotSetInfo s;
   for (size_t i = 0; i < 4; ++i) s.bitmap[i] = v.bitmap[i];
   s.counter = v.counter;
   s.num_elements = v.num_elements;
@@ -294,13 +284,13 @@ controller::SlotSetInfo ToSlotSetInfo(const SlotSetView& v) {
 
 }  // namespace
 
-StatusOr<std::vector<controller::SlotInfo>> SwitchServer::InspectNow(uint32_t job_id,
+StatusOr<std::vector<SlotInfo>> SwitchServer::InspectNow(uint32_t job_id,
                                                                      uint32_t first_slot,
                                                                      uint32_t count) const {
   const Aggregator* agg = nullptr;
   std::shared_ptr<const JobTable> jobs;  // keeps the job's runtime alive while we read
-  if (job_id == 0) {
-    agg = &core_.aggregator();
+  if (job_id == JobTable::kReferenceJobId) {
+    agg = &core_.aggregator();  // the state the I/O thread has adopted
   } else {
     jobs = this->jobs();
     const JobTable::Job* job = jobs->FindJob(job_id);
@@ -313,9 +303,9 @@ StatusOr<std::vector<controller::SlotInfo>> SwitchServer::InspectNow(uint32_t jo
     }
     agg = &job->runtime->aggregator;
   }
-  std::vector<controller::SlotInfo> out;
+  std::vector<SlotInfo> out;
   for (uint32_t s = first_slot; s < agg->num_slots() && s - first_slot < count; ++s) {
-    controller::SlotInfo info;
+    SlotInfo info;
     info.slot = s;
     info.sets[0] = ToSlotSetInfo(agg->Inspect(s, 0));
     info.sets[1] = ToSlotSetInfo(agg->Inspect(s, 1));
@@ -324,7 +314,7 @@ StatusOr<std::vector<controller::SlotInfo>> SwitchServer::InspectNow(uint32_t jo
   return out;
 }
 
-StatusOr<std::vector<controller::SlotInfo>> SwitchServer::InspectSlots(uint32_t job_id,
+StatusOr<std::vector<SlotInfo>> SwitchServer::InspectSlots(uint32_t job_id,
                                                                        uint32_t first_slot,
                                                                        uint32_t count) const {
   if (count == 0 || count > 1024) {

@@ -1,11 +1,13 @@
 // dataplane/switch_server.h — the software switch's I/O edge: one thread, one Channel.
 //
 // SwitchServer owns a transport::Channel and a SwitchCore and runs the run-to-completion loop
-//   RecvBurst (up to kBurstSize datagrams) → adopt a new session table if one was published
+//   RecvBurst (up to kBurstSize datagrams) → adopt a new job table if one was published
 //   → SwitchCore::ProcessBurst → group the responses by destination (for UDP GSO)
 //   → SendBurst until every response is sent.
-// It implements controller::SessionSink and controller::JobSink, so the gRPC services register
-// workers and create/delete jobs from their own threads while the loop runs. Every
+// It implements SessionSink and JobSink (switch_control.h) over one JobTable: a reference
+// UdpSession registers a worker of job 0 (JobTable::RegisterSessionWorker), the JobService
+// creates, registers and deletes the other jobs, all from the gRPC services' threads while
+// the loop runs. Every
 // kSweepInterval the I/O thread also ends jobs that have been idle longer than their
 // idle_timeout (ExpireIdleJobs), which frees their slots.
 //
@@ -16,20 +18,20 @@
 //   server->Stop();   // also done by the destructor
 //
 // Threading:
-//  * Registration never takes a lock the packet path waits on: RegisterWorker builds a new
-//    immutable SessionTable under a writer-side mutex, publishes it as the latest one and bumps
-//    an atomic generation. The I/O thread compares the generation once per burst (one acquire
-//    load) and only when it changed copies the shared_ptr under that mutex, so the lock is
-//    taken once per registration, never per packet. A table from a new session (rank 0) resets
-//    the aggregator. The check runs after RecvBurst returns and before the burst is processed,
-//    so a datagram a worker sends after its registration returned is matched against a table
-//    that includes it.
+//  * Registration never takes a lock the packet path waits on: every change (RegisterWorker,
+//    CreateJob, RegisterJobWorker, DeleteJob, the idle sweep) builds a new immutable JobTable
+//    under a writer-side mutex, publishes it as the latest one and bumps an atomic
+//    generation. The I/O thread compares the generation once per burst (one acquire load) and
+//    only when it changed copies the shared_ptr under that mutex, so the lock is taken once
+//    per change, never per packet. A table in which rank 0 started a new reference session
+//    clears job 0's aggregation state when it is adopted (SwitchCore::AdoptJobs). The check
+//    runs after RecvBurst returns and before the burst is processed, so a datagram a worker
+//    sends after its registration returned is matched against a table that includes it.
 //  * counters() may be called from any thread: the I/O thread mirrors the core's counters into
 //    relaxed atomics after every burst (a few dozen stores per burst, no lock); a snapshot is
 //    per-counter exact but not taken at one instant.
-//  * Jobs are published the same way (an immutable JobTable under the same mutex and
-//    generation). InspectSlots reads aggregation state that only the I/O thread may touch, so
-//    while the loop runs it is served by the I/O thread between bursts (the caller waits).
+//  * InspectSlots reads aggregation state that only the I/O thread may touch, so while the
+//    loop runs it is served by the I/O thread between bursts (the caller waits).
 //  * Start/Stop/RegisterWorker/Info/counters and every JobSink method are thread-safe. Stop() wakes the channel and
 //    joins; the receive timeout (kRecvTimeout) bounds how long that takes even for a channel
 //    whose Wake() is slow.
@@ -46,11 +48,9 @@
 #include <utility>
 #include <vector>
 
-#include "controller/session_sink.h"
-#include "controller/job_sink.h"
 #include "dataplane/job_table.h"
-#include "dataplane/session_table.h"
 #include "dataplane/switch_config.h"
+#include "dataplane/switch_control.h"
 #include "dataplane/switch_core.h"
 #include "dataplane/switch_counters.h"
 #include "switchml/status.h"
@@ -64,7 +64,7 @@ struct ServerCounters {
   uint64_t recv_errors = 0;       // RecvBurst calls that failed
   uint64_t send_errors = 0;       // SendBurst calls that failed
   uint64_t send_dropped = 0;      // responses never sent (send error, or Stop() while blocked)
-  uint64_t sessions_adopted = 0;  // session tables adopted by the I/O thread
+  uint64_t sessions_adopted = 0;  // job tables adopted by the I/O thread (name kept)
 
   template <typename Self, typename F>
   static void Visit(Self& c, F&& f) {
@@ -81,7 +81,7 @@ struct ServerCounters {
   std::string FormatTable() const;
 };
 
-class SwitchServer final : public controller::SessionSink, public controller::JobSink {
+class SwitchServer final : public SessionSink, public JobSink {
  public:
   // 32 datagrams per RecvBurst: one recvmmsg/sendmmsg-sized batch amortises the ~6 µs syscall
   // cost (ENVIRONMENT.md) while a burst of 4 KiB buffers (128 KiB) still fits in L2.
@@ -108,20 +108,21 @@ class SwitchServer final : public controller::SessionSink, public controller::Jo
   void Stop();
   bool running() const;
 
-  // controller::SessionSink. Errors as SessionTable::Apply. Callable before Start().
-  Status RegisterWorker(const controller::WorkerRegistration& reg) override;
-  controller::SwitchInfo Info() const override;
+  // SessionSink: registers a worker of job 0, the reference session. Errors as
+  // JobTable::RegisterSessionWorker. Callable before Start().
+  Status RegisterWorker(const WorkerRegistration& reg) override;
+  SwitchInfo Info() const override;
 
-  // controller::JobSink (errors as documented there and in job_table.h). CreateJob generates
+  // JobSink (errors as documented there and in job_table.h). CreateJob generates
   // a token when the spec has none; RegisterJobWorker's grant carries Info() with num_slots =
   // the job's.
-  StatusOr<controller::JobInfo> CreateJob(const controller::JobSpec& spec) override;
+  StatusOr<JobInfo> CreateJob(const JobSpec& spec) override;
   Status DeleteJob(uint32_t job_id, const std::string& token) override;
-  StatusOr<controller::JobWorkerGrant> RegisterJobWorker(
-      const controller::JobRegistration& reg) override;
-  StatusOr<controller::JobInfo> GetJob(uint32_t job_id) const override;
-  controller::JobList ListJobs() const override;
-  StatusOr<std::vector<controller::SlotInfo>> InspectSlots(uint32_t job_id, uint32_t first_slot,
+  StatusOr<JobWorkerGrant> RegisterJobWorker(
+      const JobRegistration& reg) override;
+  StatusOr<JobInfo> GetJob(uint32_t job_id) const override;
+  JobList ListJobs() const override;
+  StatusOr<std::vector<SlotInfo>> InspectSlots(uint32_t job_id, uint32_t first_slot,
                                                            uint32_t count) const override;
   std::vector<std::pair<std::string, uint64_t>> CounterValues() const override;
   Status CheckJobAccess(uint32_t job_id, const std::string& token) const override;
@@ -130,7 +131,7 @@ class SwitchServer final : public controller::SessionSink, public controller::Jo
   // The I/O thread calls it every kSweepInterval with the current time; tests may call it
   // with a later `now` to skip waiting.
   std::vector<uint32_t> ExpireIdleJobs(TimePoint now);
-  // The latest published job table.
+  // The latest published job table (what the next burst will use); reference() is job 0.
   std::shared_ptr<const JobTable> jobs() const;
 
   ServerCounters counters() const;
@@ -138,20 +139,18 @@ class SwitchServer final : public controller::SessionSink, public controller::Jo
   transport::Endpoint local_endpoint() const { return local_endpoint_; }
   // The most recent channel error seen by the I/O thread (OK if none).
   Status last_error() const;
-  // The latest published session table (what the next burst will use).
-  std::shared_ptr<const SessionTable> session() const;
 
  private:
   SwitchServer(const SwitchConfig& config, std::unique_ptr<transport::Channel> channel,
                SwitchCore core);
   void Run();
-  void AdoptLatestSession();
+  void AdoptLatestJobs();
   void ServeInspections();
-  // Reads slots of `job_id` (0 = reference session) from `core` / the latest job table. Only
-  // on the thread that owns core_.
-  StatusOr<std::vector<controller::SlotInfo>> InspectNow(uint32_t job_id, uint32_t first_slot,
+  // Reads slots of `job_id` (0 = the reference session) from core_'s table (job 0) or the
+  // latest one. Only on the thread that owns core_.
+  StatusOr<std::vector<SlotInfo>> InspectNow(uint32_t job_id, uint32_t first_slot,
                                                          uint32_t count) const;
-  void PublishJobs(std::shared_ptr<const JobTable> jobs);  // session_mu_ held
+  void PublishJobs(std::shared_ptr<const JobTable> jobs);  // table_mu_ held
   void SendAll(std::span<const transport::TxDatagram> all);
   void PublishCounters();
   void RecordError(const Status& s);
@@ -169,11 +168,10 @@ class SwitchServer final : public controller::SessionSink, public controller::Jo
   ServerCounters io_counters_;  // core part refreshed from core_ when published
   uint64_t adopted_generation_ = 0;
 
-  // Session publication (writer side).
-  mutable std::mutex session_mu_;
-  std::shared_ptr<const SessionTable> latest_session_;  // guarded by session_mu_
-  std::shared_ptr<const JobTable> latest_jobs_;         // guarded by session_mu_
-  std::atomic<uint64_t> session_generation_{0};
+  // Table publication (writer side).
+  mutable std::mutex table_mu_;
+  std::shared_ptr<const JobTable> latest_jobs_;  // guarded by table_mu_
+  std::atomic<uint64_t> table_generation_{0};
 
   // Counter mirror for other threads.
   std::array<std::atomic<uint64_t>, ServerCounters::kNumCounters> published_{};

@@ -124,9 +124,9 @@ const uint32_t kIpA = Ip(10, 0, 0, 1);
 const uint32_t kIpB = Ip(10, 0, 0, 2);
 const Endpoint kSwitch{Ip(10, 0, 0, 254), 48864};
 
-controller::WorkerRegistration Reg(uint32_t rank, uint32_t num_workers, uint32_t ipv4,
+WorkerRegistration Reg(uint32_t rank, uint32_t num_workers, uint32_t ipv4,
                                    std::vector<uint16_t> ports = {}) {
-  controller::WorkerRegistration r;
+  WorkerRegistration r;
   r.rank = rank;
   r.num_workers = num_workers;
   r.ipv4 = ipv4;
@@ -175,7 +175,7 @@ TEST(SwitchServerTest, CreateValidates) {
 TEST(SwitchServerTest, InfoDescribesTheSwitch) {
   auto net = std::make_shared<FakeNet>();
   auto server = MakeServer(net);
-  controller::SwitchInfo info = server->Info();
+  SwitchInfo info = server->Info();
   EXPECT_EQ(info.ipv4, kSwitch.ipv4);
   EXPECT_EQ(info.udp_port, 48864);
   EXPECT_EQ(info.num_slots, 64u);
@@ -327,7 +327,7 @@ TEST(SwitchServerTest, NewSessionWhileRunningResetsAggregation) {
   // A new session (same workers): A's half-finished contribution must be gone.
   ASSERT_TRUE(server->RegisterWorker(Reg(0, 2, kIpA, {4000})).ok());
   ASSERT_TRUE(server->RegisterWorker(Reg(1, 2, kIpB, {5000})).ok());
-  EXPECT_EQ(server->session()->epoch(), 2u);
+  EXPECT_EQ(server->jobs()->reference().epoch, 2u);
   net->Inject(pb, {kIpB, 5000});
   ASSERT_TRUE(Eventually([&] { return server->counters().core.consumed == 2; }));
   EXPECT_EQ(server->counters().core.multicast_rounds, 0u);
@@ -345,7 +345,7 @@ TEST(SwitchServerTest, RegistrationErrorsAreReturned) {
   s = server->RegisterWorker(Reg(0, 17, kIpA));  // max_workers = 16
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("num_workers"));
-  EXPECT_EQ(server->session()->epoch(), 0u);
+  EXPECT_EQ(server->jobs()->reference().epoch, 0u);
 }
 
 TEST(SwitchServerTest, ConcurrentRegistrationAndTraffic) {
@@ -380,14 +380,14 @@ TEST(SwitchServerTest, ConcurrentRegistrationAndTraffic) {
   registrar.join();
   server->Stop();
   EXPECT_EQ(server->counters().core.multicast_rounds, uint64_t(kRounds));
-  EXPECT_EQ(server->session()->epoch(), 1u);
+  EXPECT_EQ(server->jobs()->reference().epoch, 1u);
 }
 
 // ---- Jobs through the server (JobSink) ----
 
-controller::JobRegistration JobReg(const controller::JobInfo& job, uint32_t rank, uint32_t ipv4,
+JobRegistration JobReg(const JobInfo& job, uint32_t rank, uint32_t ipv4,
                                    uint16_t port) {
-  controller::JobRegistration r;
+  JobRegistration r;
   r.job_id = job.job_id;
   r.token = job.token;
   r.worker.rank = rank;
@@ -399,7 +399,7 @@ controller::JobRegistration JobReg(const controller::JobInfo& job, uint32_t rank
 TEST(SwitchServerJobsTest, JobTrafficInspectionAndIdleTeardown) {
   auto net = std::make_shared<FakeNet>();
   auto server = MakeServer(net);
-  controller::JobSpec spec;
+  JobSpec spec;
   spec.num_workers = 2;
   spec.num_slots = 16;
   spec.elements_per_packet = 64;
@@ -432,7 +432,7 @@ TEST(SwitchServerJobsTest, JobTrafficInspectionAndIdleTeardown) {
   EXPECT_EQ(server->InspectSlots(77, 0, 1).status().code(), StatusCode::kNotFound);
   auto info = server->GetJob(job->job_id);
   ASSERT_TRUE(info.ok());
-  EXPECT_EQ(info->state, controller::JobState::kRunning);
+  EXPECT_EQ(info->state, JobState::kRunning);
   EXPECT_EQ(info->counters.consumed, 1u);
 
   // An hour later without traffic the job is torn down; its workers' datagrams are then
@@ -458,7 +458,7 @@ TEST(SwitchServerJobsTest, TheIoThreadExpiresIdleJobsByItself) {
   auto net = std::make_shared<FakeNet>();
   auto server = MakeServer(net);
   ASSERT_TRUE(server->Start().ok());
-  controller::JobSpec spec;
+  JobSpec spec;
   spec.num_workers = 1;
   spec.num_slots = 8;
   spec.elements_per_packet = 64;
@@ -470,9 +470,9 @@ TEST(SwitchServerJobsTest, TheIoThreadExpiresIdleJobsByItself) {
   ASSERT_TRUE(keep.ok());
   ASSERT_TRUE(Eventually([&] {
     auto j = server->GetJob(job->job_id);
-    return j.ok() && j->state == controller::JobState::kEnded;
+    return j.ok() && j->state == JobState::kEnded;
   }));
-  EXPECT_EQ(server->GetJob(keep->job_id)->state, controller::JobState::kWaitingForWorkers);
+  EXPECT_EQ(server->GetJob(keep->job_id)->state, JobState::kWaitingForWorkers);
   EXPECT_EQ(server->ListJobs().free_slots, 64u - 8u);
   server->Stop();
 }

@@ -1,6 +1,6 @@
-// quant/quantizer.h — float32 <-> int32 block-exponent quantizer and big-endian int32 kernels.
+// quant/quantizer.h — float32 <-> int32 block-exponent quantizer.
 //
-// Implements the reference's CPU exponent quantizer (spec §5.8.2) with SIMD (Highway, dynamic
+// Implements the reference's CPU exponent quantizer (docs/protocol.md#float32-exponent-quantizer) with SIMD (Highway, dynamic
 // dispatch: Debian's Highway 1.0.3 compiles to scalar code otherwise; the best of AVX3 (AVX-512),
 // AVX2, SSE4, SSSE3 is picked at run time). Every function processes one packet's worth of elements
 // (n <= 1024, but any n works) and is pure, allocation-free and thread-safe.
@@ -21,6 +21,9 @@
 // and of the result; QuantizationErrorBound gives the exact rigorous bound.
 //
 // Results are bit-identical on every SIMD target (rounding is ties-to-even everywhere).
+//
+// The payloads are the wire format's big-endian int32 elements; the int32 kernels (byte order
+// and the switch's add: Int32ToBE, BEToInt32, AddBEInto) are in wire/payload.h.
 #pragma once
 
 #include <cstddef>
@@ -31,12 +34,12 @@ namespace switchml::quant {
 // Exponent of the block: e = biased_exponent(max |x|) - 126 (so |x| < 2^e), -126 for an
 // all-zero or subnormal-max block (and for n == 0; x may then be null). Returns false (and
 // leaves *exp unchanged) if any element is Inf or NaN: such input cannot be quantized
-// (reference defect D12). Also returns false if max |x| >= 2^127, whose e = 128 does not fit
+// (reference defect D12, docs/protocol.md#d12-tiny-blocks-and-non-finite-input). Also returns false if max |x| >= 2^127, whose e = 128 does not fit
 // in int8 (the reference wraps it to -128).
 bool BlockExponent(const float* x, size_t n, int8_t* exp);
 
 // s = INT32_MAX / (num_workers * 2^max_exp), computed in double and clamped to the largest
-// finite float, so tiny blocks keep their precision instead of flushing to zero (D12).
+// finite float, so tiny blocks keep their precision instead of flushing to zero (D12, docs/protocol.md#d12-tiny-blocks-and-non-finite-input).
 // Equals the reference's value wherever that is finite and non-zero (num_workers <= 2^24).
 // num_workers >= 1
 // (0 is treated as 1). The result is always finite and > 0.
@@ -67,12 +70,6 @@ void DequantizeFromBE(const uint8_t* src, size_t n, float scale, float* y);
 // with s = ScaleForExponent(max_exp, num_workers), whose exact sum has magnitude
 // <= |sum_abs_max|. +Inf if the float32 sum itself may overflow. Derivation in quantizer.cc.
 double QuantizationErrorBound(int8_t max_exp, uint32_t num_workers, double sum_abs_max);
-
-// Byte-order kernels for int32 payloads (dst/src hold 4 * n bytes, any alignment).
-void Int32ToBE(const int32_t* x, size_t n, uint8_t* dst);
-void BEToInt32(const uint8_t* src, size_t n, int32_t* y);
-// acc[i] += int32 from big-endian src[i], with 32-bit wrap-around (the switch's add).
-void AddBEInto(int32_t* acc, const uint8_t* src, size_t n);
 
 // The SIMD target picked at run time ("AVX2", "SSE4", "EMU128", "SCALAR", ...).
 const char* ActiveTarget();

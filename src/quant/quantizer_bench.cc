@@ -7,7 +7,9 @@
 // BM_Memcpy (64 MiB copied per iteration: the same DRAM read + write traffic).
 //
 // Kernel benchmarks take the Highway target as an argument (the best one this CPU supports
-// and the scalar fallback), so the SIMD speedup can be read off. Not a CTest test.
+// and the scalar fallback), so the SIMD speedup can be read off. Not a CTest test. BM_AddBEInto
+// measures the switch's int32 add (wire/payload.h, dispatched to the same target) on the same
+// payloads.
 //
 //   quantizer_bench --benchmark_filter='Memcpy|QuantizeDequantize'
 //   bench/run_quantizer.sh      (interleaved repetitions, medians and ratios to memcpy)
@@ -22,6 +24,7 @@
 #include "hwy/targets.h"
 #include "quant/quantizer.h"
 #include "quant/quantizer_internal.h"
+#include "wire/payload.h"
 
 namespace switchml::quant {
 namespace {
@@ -107,7 +110,7 @@ void BM_QuantizeDequantize(benchmark::State& state) {
 }
 BENCHMARK(BM_QuantizeDequantize)->Apply(TargetArgs);
 
-// The same kernels in the order the client engine runs them (spec §5.8.2): the packet sent for
+// The same kernels in the order the client engine runs them (docs/protocol.md#float32-exponent-quantizer): the packet sent for
 // block p carries block p's exponent and block p - window's quantized data, and the result for
 // block p - window is dequantized when it returns. So the exponent scan runs `window` blocks
 // ahead of quantize and dequantize (window = 64 packets, the default).
@@ -194,7 +197,7 @@ void BM_AddBEInto(benchmark::State& state) {
   alignas(64) int32_t slot[kPacketElements] = {};
   for (auto _ : state) {
     for (size_t i = 0; i < kNumElements; i += kPacketElements) {
-      AddBEInto(slot, &buf.payloads[4 * i], kPacketElements);
+      wire::AddBEInto(slot, &buf.payloads[4 * i], kPacketElements);
     }
     benchmark::DoNotOptimize(slot);
   }

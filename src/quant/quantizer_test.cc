@@ -1,7 +1,9 @@
 // Tests of quant/quantizer.h. Every TEST_P runs once per Highway target that quantizer.cc
 // compiled and this CPU supports (AVX2, SSE4, SSSE3, EMU128/SCALAR here): the fixture
 // restricts dynamic dispatch to that target, and the first test checks it really ran there.
-// Results are compared bit for bit with an independent scalar reference written below.
+// Results are compared bit for bit with an independent scalar reference written below. The
+// switch's side of the simulated all-reduce is the wire format's int32 kernels (wire/payload.h,
+// tested in wire/payload_test.cc), which dispatch to the same target.
 
 #include "quant/quantizer.h"
 
@@ -21,6 +23,7 @@
 
 #include "hwy/targets.h"
 #include "quant/quantizer_internal.h"
+#include "wire/payload.h"
 
 namespace switchml::quant {
 namespace {
@@ -125,12 +128,12 @@ Simulation Simulate(const std::vector<std::vector<float>>& inputs) {
       exact[i] += q;
     }
     EXPECT_EQ(payload, expected) << "quantized bytes differ from the reference";
-    AddBEInto(acc.data(), payload.data(), n);
+    wire::AddBEInto(acc.data(), payload.data(), n);
   }
   for (size_t i = 0; i < n; ++i) EXPECT_EQ(int64_t{acc[i]}, exact[i]) << "int32 sum wrapped";
 
   std::vector<uint8_t> result_bytes(4 * n);
-  Int32ToBE(acc.data(), n, result_bytes.data());
+  wire::Int32ToBE(acc.data(), n, result_bytes.data());
   sim.result.assign(n, 0.0f);
   DequantizeFromBE(result_bytes.data(), n, sim.scale, sim.result.data());
   sim.sum.assign(n, 0.0L);
@@ -174,7 +177,7 @@ TEST(QuantDispatch, BestTargetIsActiveByDefault) {
   EXPECT_STREQ(ActiveTarget(), hwy::TargetName(targets & -targets));
 }
 
-// Spec §5.8.2 worked example: 2 workers, 3.0 and 20.0.
+// The worked example of docs/protocol.md#float32-exponent-quantizer: 2 workers, 3.0 and 20.0.
 TEST_P(QuantTarget, WorkedExample) {
   const float a = 3.0f, b = 20.0f;
   int8_t ea = 0, eb = 0;
@@ -194,11 +197,11 @@ TEST_P(QuantTarget, WorkedExample) {
   EXPECT_EQ(std::memcmp(pa, expected_a, 4), 0);
 
   int32_t acc = 0;
-  AddBEInto(&acc, pa, 1);
-  AddBEInto(&acc, pb, 1);
+  wire::AddBEInto(&acc, pa, 1);
+  wire::AddBEInto(&acc, pb, 1);
   EXPECT_EQ(acc, 771751936);
   uint8_t sum_be[4];
-  Int32ToBE(&acc, 1, sum_be);
+  wire::Int32ToBE(&acc, 1, sum_be);
   float y = 0;
   DequantizeFromBE(sum_be, 1, s, &y);
   EXPECT_EQ(y, 23.0f);
@@ -209,9 +212,9 @@ TEST_P(QuantTarget, WorkedExample) {
   QuantizeToBE(&nb, 1, s, 2, pb);
   EXPECT_EQ(RefLoadBE(pa), -100663296);
   acc = 0;
-  AddBEInto(&acc, pa, 1);
-  AddBEInto(&acc, pb, 1);
-  Int32ToBE(&acc, 1, sum_be);
+  wire::AddBEInto(&acc, pa, 1);
+  wire::AddBEInto(&acc, pb, 1);
+  wire::Int32ToBE(&acc, 1, sum_be);
   DequantizeFromBE(sum_be, 1, s, &y);
   EXPECT_EQ(y, -23.0f);
 }
@@ -253,7 +256,7 @@ TEST_P(QuantTarget, SubnormalBlockStaysWithinBound) {
   }
 }
 
-// D12: the reference flushes blocks below ~2^-97 to zero (its scale overflows to +Inf); the
+// D12 (docs/protocol.md#d12-tiny-blocks-and-non-finite-input): the reference flushes blocks below ~2^-97 to zero (its scale overflows to +Inf); the
 // clamped scale keeps about 12 significant bits at 1e-35.
 TEST_P(QuantTarget, TinyBlockIsNotFlushedToZero) {
   std::mt19937 rng(12);
@@ -344,10 +347,10 @@ TEST_P(QuantTarget, ValuesJustBelowTwoToTheExponentNeverWrap) {
         ASSERT_EQ(q, RefQuantize(v, s, workers));
         ASSERT_LE(std::abs(int64_t{q}), limit) << "e " << e << " workers " << workers;
         int32_t acc = 0;
-        for (uint32_t w = 0; w < workers; ++w) AddBEInto(&acc, be, 1);
+        for (uint32_t w = 0; w < workers; ++w) wire::AddBEInto(&acc, be, 1);
         ASSERT_EQ(int64_t{acc}, int64_t{q} * workers) << "e " << e << " workers " << workers;
         uint8_t sum_be[4];
-        Int32ToBE(&acc, 1, sum_be);
+        wire::Int32ToBE(&acc, 1, sum_be);
         float y = 0;
         DequantizeFromBE(sum_be, 1, s, &y);
         const long double exact = static_cast<long double>(v) * workers;
@@ -486,8 +489,9 @@ TEST_P(QuantTarget, BlockExponentMatchesDefinition) {
   }
 }
 
-// Sizes around the vector width, unaligned pointers (floats/ints off by one element, bytes off
-// by 1-3), bit-exact against the reference, and no writes outside [0, n).
+// Sizes around the vector width, unaligned pointers (float arrays and byte buffers at offsets
+// 0-3), bit-exact against the reference, and no writes outside [0, n). The int32 kernels have
+// the same test in wire/payload_test.cc.
 TEST_P(QuantTarget, AllKernelsMatchReferenceForAnySizeAndAlignment) {
   std::mt19937 rng(16);
   std::uniform_int_distribution<int> exponent(-40, 40);
@@ -527,40 +531,6 @@ TEST_P(QuantTarget, AllKernelsMatchReferenceForAnySizeAndAlignment) {
       }
       for (size_t i = 0; i < 3 - offset; ++i) EXPECT_EQ(y_store[i], -7.0f);
       for (size_t i = 3 - offset + n; i < y_store.size(); ++i) EXPECT_EQ(y_store[i], -7.0f);
-
-      // Int32ToBE / BEToInt32 / AddBEInto on random int32s (extremes included).
-      std::vector<int32_t> ints_store(n + 8, 12345);
-      int32_t* ints = ints_store.data() + offset;
-      for (size_t i = 0; i < n; ++i) ints[i] = static_cast<int32_t>(rng());
-      if (n > 1) ints[0] = INT32_MIN, ints[n - 1] = INT32_MAX;
-      std::fill(bytes.begin(), bytes.end(), kGuard);
-      Int32ToBE(ints, n, be);
-      for (size_t i = 0; i < n; ++i) {
-        uint8_t expected[4];
-        RefStoreBE(ints[i], expected);
-        ASSERT_EQ(std::memcmp(be + 4 * i, expected, 4), 0) << "element " << i;
-      }
-      for (size_t i = 0; i < 4 + offset; ++i) EXPECT_EQ(bytes[i], kGuard);
-      for (size_t i = 4 + offset + 4 * n; i < bytes.size(); ++i) EXPECT_EQ(bytes[i], kGuard);
-
-      std::vector<int32_t> back_store(n + 8, 999);
-      int32_t* back = back_store.data() + (3 - offset);
-      BEToInt32(be, n, back);
-      for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], ints[i]);
-      EXPECT_EQ(back_store[n + 3 - offset], 999);
-
-      std::vector<int32_t> acc_store(n + 8, 777);
-      int32_t* acc = acc_store.data() + (3 - offset);
-      std::vector<int32_t> expected_acc(n);
-      for (size_t i = 0; i < n; ++i) {
-        acc[i] = static_cast<int32_t>(rng());
-        expected_acc[i] =
-            static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + static_cast<uint32_t>(ints[i]));
-      }
-      AddBEInto(acc, be, n);
-      for (size_t i = 0; i < n; ++i) ASSERT_EQ(acc[i], expected_acc[i]) << "element " << i;
-      for (size_t i = 0; i < 3 - offset; ++i) EXPECT_EQ(acc_store[i], 777);
-      for (size_t i = 3 - offset + n; i < acc_store.size(); ++i) EXPECT_EQ(acc_store[i], 777);
     }
   }
 }
@@ -573,7 +543,7 @@ TEST_P(QuantTarget, DequantizeEqualsDivisionForEveryScale) {
   for (int32_t& v : sums) v = static_cast<int32_t>(rng()) >> (rng() % 32);
   sums[0] = INT32_MIN, sums[1] = INT32_MAX, sums[2] = 0, sums[3] = 1, sums[4] = -1;
   std::vector<uint8_t> be(4 * sums.size());
-  Int32ToBE(sums.data(), sums.size(), be.data());
+  wire::Int32ToBE(sums.data(), sums.size(), be.data());
   std::vector<float> scales = {std::ldexp(1.0f, -128),
                                std::ldexp(1.0f, -100),
                                0.5f,
@@ -606,33 +576,6 @@ TEST_P(QuantTarget, ZeroElementsTouchNothing) {
   EXPECT_EQ(e, -126);
   QuantizeToBE(nullptr, 0, 1.0f, 1, nullptr);
   DequantizeFromBE(nullptr, 0, 1.0f, nullptr);
-  Int32ToBE(nullptr, 0, nullptr);
-  BEToInt32(nullptr, 0, nullptr);
-  AddBEInto(nullptr, nullptr, 0);
-}
-
-TEST_P(QuantTarget, Int32ToBEWritesExactBytes) {
-  const int32_t x[5] = {0x01020304, -2, INT32_MIN, INT32_MAX, 0};
-  const uint8_t expected[20] = {0x01, 0x02, 0x03, 0x04, 0xFF, 0xFF, 0xFF, 0xFE, 0x80, 0x00,
-                                0x00, 0x00, 0x7F, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x00};
-  uint8_t be[20];
-  Int32ToBE(x, 5, be);
-  EXPECT_EQ(std::memcmp(be, expected, 20), 0);
-  int32_t back[5];
-  BEToInt32(expected, 5, back);
-  EXPECT_EQ(std::memcmp(back, x, sizeof(x)), 0);
-}
-
-TEST_P(QuantTarget, AddBEIntoWrapsAround) {
-  for (size_t n : {1u, 9u, 64u}) {
-    std::vector<int32_t> acc(n, INT32_MAX);
-    std::vector<uint8_t> one(4 * n), minus_one(4 * n);
-    for (size_t i = 0; i < n; ++i) RefStoreBE(1, &one[4 * i]), RefStoreBE(-1, &minus_one[4 * i]);
-    AddBEInto(acc.data(), one.data(), n);
-    for (int32_t v : acc) EXPECT_EQ(v, INT32_MIN);
-    AddBEInto(acc.data(), minus_one.data(), n);
-    for (int32_t v : acc) EXPECT_EQ(v, INT32_MAX);
-  }
 }
 
 // ---------------------------------------------------------------- scalar functions

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "quant/quantizer.h"
+#include "wire/payload.h"
 
 namespace switchml::testing {
 namespace {
@@ -68,9 +69,9 @@ std::vector<float> AllReduce(uint32_t workers, uint64_t offset, size_t n, const 
     for (uint32_t r = 0; r < workers; ++r) {
       FillFloat32(r, offset + b.start, x.data(), b.len);
       quant::QuantizeToBE(x.data(), b.len, scale, workers, payload.data());
-      quant::AddBEInto(acc.data(), payload.data(), b.len);
+      wire::AddBEInto(acc.data(), payload.data(), b.len);
     }
-    quant::Int32ToBE(acc.data(), b.len, sum_be.data());
+    wire::Int32ToBE(acc.data(), b.len, sum_be.data());
     quant::DequantizeFromBE(sum_be.data(), b.len, scale, out.data() + b.start);
   }
   return out;

@@ -29,7 +29,7 @@ DecodeError Decode(std::span<const uint8_t> d, PacketView* out) {
   h.tsi = LoadLE32(p + 2);
   const uint16_t pool = LoadBE16(p + 6);
   h.set = uint8_t(pool >> 15);
-  h.slot = uint16_t(pool & (kMaxSlots - 1));  // bit 14 is ignored on input (§2.1.1)
+  h.slot = uint16_t(pool & (kMaxSlots - 1));  // bit 14 is ignored on input (docs/protocol.md#pool-index)
   h.exp0 = int8_t(p[8]);
   h.exp1 = int8_t(p[9]);
   out->payload = p + kPrefixBytes;

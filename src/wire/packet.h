@@ -1,11 +1,11 @@
-// wire/packet.h — the SwitchML UDP payload, byte for byte (reference spec §2.1).
+// wire/packet.h — the SwitchML UDP payload, byte for byte (docs/protocol.md#wire-format).
 //
 // Layout of a SwitchML datagram (the UDP payload; the switch listens on port 48864 = 0xBEE0):
 //
 //   byte 0      msg_type (bits 7..4, 1 = all-reduce) | unused (bit 3) | size code (bits 2..0)
 //   byte 1      job_number (opaque, echoed)
 //   bytes 2..5  tsi (opaque 32-bit tag, echoed). We write it little-endian, as the reference
-//               x86 client does, so the reference's golden bytes (§2.1.1) decode to the same id.
+//               x86 client does, so the reference's golden bytes (docs/protocol.md#golden-example) decode to the same id.
 //   bytes 6..7  pool index, big-endian: bit 15 = set, bit 14 ignored on input, bits 13..0 = slot
 //   byte 8      exponent e0 (int8)
 //   byte 9      exponent e1 (int8)

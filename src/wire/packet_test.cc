@@ -16,7 +16,7 @@ std::vector<uint8_t> MakeDatagram(const Header& h, uint32_t num_elements) {
   return d;
 }
 
-// The reference's example (§2.1.1): rank 1, thread 0, job id 5, packet id 70, slot 6, set 1,
+// The reference's example (docs/protocol.md#golden-example): rank 1, thread 0, job id 5, packet id 70, slot 6, set 1,
 // 256-byte payload, exponent 3 → "11 05 46 00 00 00 80 06 03 xx".
 TEST(WireTest, GoldenBytesOfReferenceExample) {
   Header h;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "client/engine.h"
+#include "controller/session_sink.h"
 #include "dataplane/switch_core.h"
 #include "switchml/options.h"
 #include "testing/exact_inputs.h"

@@ -1,0 +1,231 @@
+// dataplane/switch_control.h — what the control plane asks of a switch.
+//
+// The interfaces the gRPC services call and the software switch (switch_server.h) implements,
+// with their plain value types (no gRPC), owned by the data plane so that the controller
+// depends on the switch and never the other way round. src/controller re-exports these names
+// in namespace switchml::controller (controller/session_sink.h, controller/job_sink.h), so
+// controller and client code keep writing controller::WorkerRegistration and so on.
+//
+// Two interfaces, one job model behind them (docs/design.md, "Several jobs"):
+//  * SessionSink is the reference `UdpSession` API: a registration without a job id or token
+//    goes to job 0, the reference session (rank 0 starts a new session).
+//  * JobSink is switchml.v1.JobService: jobs with an id, a secret token, a number of workers,
+//    a packet size, a range of switch slots and an idle timeout.
+//
+//   JobSpec spec{.num_workers = 4, .num_slots = 256, .elements_per_packet = 256};
+//   StatusOr<JobInfo> job = sink->CreateJob(spec);          // job->job_id, job->token
+//   JobRegistration reg{.job_id = job->job_id, .token = job->token,
+//                       .worker = {.rank = 0, .num_workers = 4, .ipv4 = ip, .udp_ports = {p}}};
+//   StatusOr<JobWorkerGrant> grant = sink->RegisterJobWorker(reg);
+//
+// Slots: a job's packets carry *job-relative* slots in [0, num_slots), exactly like a
+// reference client's packets; the switch maps them onto the job's own aggregation state. The
+// job's place in the switch's slot pool ([slot_base, slot_base + num_slots)) is reported for
+// accounting; no packet can name another job's slot.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "switchml/status.h"
+
+namespace switchml::dataplane {
+
+struct WorkerRegistration {
+  uint64_t session_id = 0;
+  uint32_t rank = 0;
+  uint32_t num_workers = 0;
+  uint64_t mac = 0;    // informative on the software switch
+  uint32_t ipv4 = 0;   // host order, a.b.c.d = a<<24 | ...
+  // Our extension: the worker's UDP source port for each of its worker threads. Thread t of
+  // every worker uses slot range t, so results for a packet from thread t go to each worker's
+  // port[t]. Empty = reference behaviour: replies go to the port the triggering packet came
+  // from, which requires every worker to use the same ports.
+  std::vector<uint16_t> udp_ports;
+
+  // Our extension: parameters every worker of a session or job must share (besides
+  // num_workers); 0 = not sent (e.g. an unmodified reference client). The first registration
+  // of a session (rank 0's) or job fixes them together with num_workers; a later registration
+  // with any other value, 0 included, is refused with FailedPrecondition naming the field,
+  // both values and both ranks, so workers that disagree (or reference clients mixed with
+  // ours) fail at registration instead of producing wrong sums or a bare timeout.
+  uint32_t protocol_version = 0;     // kClientProtocolVersion for this library's client
+  uint32_t num_worker_threads = 0;
+  uint32_t window_packets = 0;       // the worker's whole window (all its threads)
+  uint32_t elements_per_packet = 0;
+};
+
+// The data-path protocol of this library's client, registered as
+// WorkerRegistration::protocol_version: 1 = per-call descriptor packets. 0 = not sent.
+inline constexpr uint32_t kClientProtocolVersion = 1;
+
+struct SwitchInfo {
+  uint64_t mac = 0;
+  uint32_t ipv4 = 0;          // host order
+  uint16_t udp_port = 48864;  // where workers send data
+  uint32_t num_slots = 0;     // slots per set available to a job
+  uint32_t max_workers = 0;
+};
+
+class SessionSink {
+ public:
+  virtual ~SessionSink() = default;
+  // Called for every UdpSession request. Rank 0 starts a new session (the reference clears all
+  // worker state here). Errors: InvalidArgument (rank/num_workers out of range, bad ports),
+  // FailedPrecondition (num_workers or another agreed parameter of WorkerRegistration differs
+  // from the session's).
+  virtual Status RegisterWorker(const WorkerRegistration& reg) = 0;
+  virtual SwitchInfo Info() const = 0;
+};
+
+enum class JobDataType : uint8_t { kUnspecified = 0, kInt32 = 1, kFloat32 = 2 };
+
+enum class JobState : uint8_t {
+  kWaitingForWorkers = 1,  // created; not every rank has registered; packets are dropped
+  kRunning = 2,            // every rank registered; packets are aggregated
+  kEnded = 3,              // deleted or timed out; its slots are free; kept for a while so
+                           // GetJob can say why (end_reason)
+};
+inline const char* JobStateName(JobState s) {
+  switch (s) {
+    case JobState::kWaitingForWorkers: return "waiting_for_workers";
+    case JobState::kRunning: return "running";
+    case JobState::kEnded: return "ended";
+  }
+  return "unknown";
+}
+inline const char* JobDataTypeName(JobDataType t) {
+  switch (t) {
+    case JobDataType::kUnspecified: return "unspecified";
+    case JobDataType::kInt32: return "int32";
+    case JobDataType::kFloat32: return "float32";
+  }
+  return "unknown";
+}
+
+struct JobSpec {
+  uint32_t num_workers = 0;          // [1, switch max_workers]
+  uint32_t num_slots = 0;            // slots per set this job needs; [1, pool size]
+  uint32_t elements_per_packet = 256;  // 64, 256, 512 or 1024 (<= switch's max); larger
+                                       // packets of the job are dropped (too_large)
+  JobDataType data_type = JobDataType::kUnspecified;  // informative
+  // The switch tears the job down when none of its workers sent anything for this long
+  // (counted from creation until the first packet). 0 = never.
+  std::chrono::milliseconds idle_timeout{0};
+  // Secret workers must present to register. Empty = the switch generates one (32 hex
+  // digits). Otherwise 8..128 printable ASCII characters.
+  std::string token;
+  std::string name;  // informative, <= 64 characters
+};
+
+struct JobCounters {
+  uint64_t received = 0;            // datagrams attributed to this job (all outcomes)
+  uint64_t consumed = 0;
+  uint64_t multicast_rounds = 0;
+  uint64_t unicast_replies = 0;
+  uint64_t duplicates_dropped = 0;
+  uint64_t late_duplicates_dropped = 0;
+  uint64_t size_mismatch = 0;
+  uint64_t slot_out_of_range = 0;   // slot >= the job's num_slots
+  uint64_t too_large = 0;           // more elements than the job's elements_per_packet
+  uint64_t not_running = 0;         // arrived before every rank had registered
+  uint64_t datagrams_sent = 0;
+};
+
+struct JobWorkerInfo {
+  uint32_t rank = 0;
+  uint32_t ipv4 = 0;
+  std::vector<uint16_t> udp_ports;
+  uint64_t received = 0;  // datagrams from this rank
+};
+
+struct JobInfo {
+  uint32_t job_id = 0;
+  JobSpec spec;  // token is cleared except in CreateJob's answer
+  std::string token;  // only set in CreateJob's answer
+  JobState state = JobState::kWaitingForWorkers;
+  uint32_t slot_base = 0;  // first pool slot of the job's range
+  uint32_t num_registered = 0;
+  std::vector<JobWorkerInfo> workers;  // registered ranks, ascending
+  JobCounters counters;
+  std::chrono::milliseconds idle_for{0};  // since the last packet (or creation)
+  std::string end_reason;                 // kEnded only
+};
+
+struct JobList {
+  std::vector<JobInfo> jobs;  // live jobs, then recently ended ones
+  uint32_t pool_slots = 0;
+  uint32_t free_slots = 0;
+  uint32_t largest_free_range = 0;
+};
+
+struct JobRegistration {
+  uint32_t job_id = 0;
+  std::string token;
+  // rank, ipv4, mac, udp_ports and the agreed parameters (protocol_version,
+  // num_worker_threads, window_packets, elements_per_packet) are used; worker.num_workers
+  // must be 0 or the job's. udp_ports must list one port per worker thread (at least one).
+  // num_workers and the agreed parameters must equal those of the job's first registration.
+  WorkerRegistration worker;
+};
+
+// What a registered worker needs to send data.
+struct JobWorkerGrant {
+  SwitchInfo switch_info;  // num_slots = the job's slots, max_workers = the switch's
+  uint32_t job_id = 0;
+  uint32_t num_workers = 0;
+  uint32_t elements_per_packet = 0;
+  JobState state = JobState::kWaitingForWorkers;  // after this registration
+};
+
+// One (slot, set) of a job's aggregation state, for diagnostics (like the reference CLI's
+// show_bitmap / show_statistics).
+struct SlotSetInfo {
+  uint64_t bitmap[4] = {0, 0, 0, 0};  // bit r of word r/64 = rank r counted in this set
+  uint32_t counter = 0;               // workers still missing (0 = idle or complete)
+  uint32_t num_elements = 0;
+  int8_t exp0 = 0;
+  int8_t exp1 = 0;
+};
+struct SlotInfo {
+  uint32_t slot = 0;  // job-relative
+  SlotSetInfo sets[2];
+};
+
+class JobSink {
+ public:
+  virtual ~JobSink() = default;
+  // Errors: InvalidArgument (a spec field out of range, named), ResourceExhausted (no free
+  // range of num_slots slots; the message gives the largest free range).
+  virtual StatusOr<JobInfo> CreateJob(const JobSpec& spec) = 0;
+  // Frees the job's slots at once; its workers' later datagrams are dropped (job_ended).
+  // Errors: NotFound, PermissionDenied (wrong token), FailedPrecondition (already ended).
+  virtual Status DeleteJob(uint32_t job_id, const std::string& token) = 0;
+  // Errors: NotFound (unknown job), PermissionDenied (wrong token), FailedPrecondition (job
+  // ended, or num_workers or an agreed parameter differs from the job's first registration:
+  // the message names the field, both values and both ranks), InvalidArgument (rank >=
+  // num_workers, num_workers differs from the job's, bad ports),
+  // AlreadyExists (rank already registered from another address — a second rank 0 or a
+  // duplicate rank — or an address already used by another worker of any job). Registering
+  // never resets or otherwise changes another worker's state. Repeating an identical
+  // registration is OK (a retried RPC).
+  virtual StatusOr<JobWorkerGrant> RegisterJobWorker(const JobRegistration& reg) = 0;
+  // Errors: NotFound (never existed or forgotten).
+  virtual StatusOr<JobInfo> GetJob(uint32_t job_id) const = 0;
+  virtual JobList ListJobs() const = 0;
+  // Slots [first_slot, first_slot + count) of a job (job_id 0 = the reference UdpSession
+  // session), clipped to the job's range. Errors: NotFound, InvalidArgument (count 0 or
+  // > 1024).
+  virtual StatusOr<std::vector<SlotInfo>> InspectSlots(uint32_t job_id, uint32_t first_slot,
+                                                       uint32_t count) const = 0;
+  // Switch-wide counters (name, value), e.g. drops by reason.
+  virtual std::vector<std::pair<std::string, uint64_t>> CounterValues() const = 0;
+  // OK if `token` opens the live job `job_id`; NotFound, PermissionDenied, or
+  // FailedPrecondition (ended, with the reason) otherwise. For job-scoped barriers.
+  virtual Status CheckJobAccess(uint32_t job_id, const std::string& token) const = 0;
+};
+
+}  // namespace switchml::dataplane
