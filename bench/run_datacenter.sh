@@ -14,13 +14,16 @@
 #   bench/run_datacenter.sh --mtu 9000 --perf-arg=--elements-per-packet=1024   # jumbo frames
 #
 # Backends: switchml (the switch in the switch host), gloo (ring over TCP between worker hosts),
-# mpi (Open MPI over TCP, defaults) and mpi-tuned (the tuned flags of ENVIRONMENT.md); mpirun runs
-# in the switch host and starts its daemons in the worker hosts through an rsh agent that enters
-# their namespaces. Wire bytes per worker come from each worker host's eth0 counters.
+# mpi (Open MPI over TCP, defaults) and mpi-tuned (the tuned flags of
+# docs/benchmarks.md#measured-on-the-development-machine); mpirun runs in the switch host and
+# starts its daemons in the worker hosts through an rsh agent that enters their namespaces.
+# Wire bytes per worker come from each worker host's eth0 counters.
 set -u
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 PERF="$root/build/allreduce_perf"
 SWITCHML="$root/build/switchml"
 CLUSTER="$root/scripts/cluster.sh"
@@ -36,7 +39,7 @@ SWITCH_FLAGS=()
 PLOT=""
 
 usage() {
-  sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sml_help_header "${BASH_SOURCE[0]}"
   cat <<EOF
 Options:
   --rate R              tbf rate of every worker link, tc units (default $RATE; 'none' = unlimited)
@@ -81,15 +84,14 @@ while [ $# -gt 0 ]; do
     --switch-arg) SWITCH_FLAGS+=("$2"); shift ;;
     --switch-arg=*) SWITCH_FLAGS+=("${1#--switch-arg=}") ;;
     -h|--help) usage; exit 0 ;;
-    *) echo "run_datacenter.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift
 done
 
-die() { echo "run_datacenter.sh: $*" >&2; exit 2; }
 # Exit status 77 (CTest's "skipped"): this machine cannot run the scenario.
-[ "$(id -u)" -eq 0 ] || { echo "run_datacenter.sh: needs root (network namespaces); run as root" >&2; exit 77; }
-ip netns list >/dev/null 2>&1 || { echo "run_datacenter.sh: 'ip netns' is not available here" >&2; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "run_datacenter.sh needs root (network namespaces); run as root"
+ip netns list >/dev/null 2>&1 || skip "run_datacenter.sh: 'ip netns' is not available here"
 [ -x "$PERF" ] || die "allreduce_perf not found at '$PERF' (build it or pass --perf)"
 [ -x "$CLUSTER" ] || die "cluster script not found at '$CLUSTER' (pass --cluster-sh)"
 case "$MTU" in 1500|9000) ;; *) die "--mtu must be 1500 or 9000, got '$MTU'" ;; esac
@@ -113,7 +115,9 @@ echo "# datacenter scenario: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, lo
 echo "# cluster $NAME: $max_n worker hosts + switch host, rate ${RATE} per worker link (both directions), MTU $MTU"
 "$CLUSTER" up --name "$NAME" --workers "$max_n" "${rate_args[@]}" --mtu "$MTU" >"$OUT/logs/cluster-up.log" 2>&1 ||
   { cat "$OUT/logs/cluster-up.log" >&2; die "could not create the emulated cluster"; }
-remove_cluster() { "$CLUSTER" down --name "$NAME" >/dev/null 2>&1 || true; }
+# Removed at exit whatever happens (after the processes of the runs are stopped).
+sml_exit_trap
+sml_at_exit '"$CLUSTER" down --name "$NAME" >/dev/null 2>&1 || true'
 # shellcheck disable=SC1090
 source "/tmp/switchml-cluster-$NAME.env"
 read -r -a WORKER_IPS <<<"$CLUSTER_WORKER_IPS"
@@ -145,8 +149,6 @@ mpi_launch() {
 mpi_prefix() { "$CLUSTER" exec --name "$NAME" --host sw -- "$@"; }
 # shellcheck source=bench/scenario_lib.sh
 source "$here/scenario_lib.sh"
-trap '_scenario_cleanup; remove_cluster' EXIT
-trap 'exit 130' INT TERM
 
 echo "# workers {${WORKERS}}, types {${TYPES}}, backends {${BACKENDS}}, $MIN..$MAX, $ITERS iterations; output in $OUT"
 IFS=',' read -r -a backend_list <<<"$BACKENDS"

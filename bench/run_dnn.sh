@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run_dnn.sh — the DNN benchmark (spec §6.3, docs/dnn-benchmark.md) in one command: for
+# bench/run_dnn.sh — the DNN benchmark (docs/dnn-benchmark.md) in one command: for
 # each model, bucket size and backend it starts n dnn_bench ranks (SwitchML: behind a fresh
 # `switchml switch`; Gloo: a fresh FileStore rendezvous), each simulating the model's backward
 # pass with one asynchronous all-reduce per layer (or per DDP-style bucket), then prints a table
@@ -20,6 +20,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 BENCH="$root/build/dnn_bench"
 SWITCHML="$root/build/switchml"
 CLUSTER_SH="$root/scripts/cluster.sh"
@@ -36,7 +38,7 @@ OUT=""
 EXTRA=()
 
 usage() {
-  sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sml_help_header "${BASH_SOURCE[0]}"
   cat <<EOF
 
 Options:
@@ -59,26 +61,23 @@ Options:
 EOF
 }
 
-die() { echo "run_dnn.sh: $*" >&2; exit 2; }
-need_arg() { [ $# -ge 2 ] || die "$1 needs a value (see --help)"; }
-
 while [ $# -gt 0 ]; do
   case "$1" in
-    --cluster) need_arg "$@"; RATE="$2"; shift ;;
-    --workers) need_arg "$@"; WORKERS="$2"; shift ;;
-    --models) need_arg "$@"; MODELS="$2"; shift ;;
-    --backends) need_arg "$@"; BACKENDS="$2"; shift ;;
-    --bucket-mib) need_arg "$@"; BUCKETS="${2//,/ }"; shift ;;
-    --compute-ms) need_arg "$@"; COMPUTE_MS="$2"; shift ;;
-    --iterations) need_arg "$@"; ITERATIONS="$2"; shift ;;
-    --warmup) need_arg "$@"; WARMUP="$2"; shift ;;
+    --cluster) sml_need_value "$@"; RATE="$2"; shift ;;
+    --workers) sml_need_value "$@"; WORKERS="$2"; shift ;;
+    --models) sml_need_value "$@"; MODELS="$2"; shift ;;
+    --backends) sml_need_value "$@"; BACKENDS="$2"; shift ;;
+    --bucket-mib) sml_need_value "$@"; BUCKETS="${2//,/ }"; shift ;;
+    --compute-ms) sml_need_value "$@"; COMPUTE_MS="$2"; shift ;;
+    --iterations) sml_need_value "$@"; ITERATIONS="$2"; shift ;;
+    --warmup) sml_need_value "$@"; WARMUP="$2"; shift ;;
     --quick) ITERATIONS=1; WARMUP=1 ;;
-    --timeout) need_arg "$@"; TIMEOUT="$2"; shift ;;
-    --bench) need_arg "$@"; BENCH="$2"; shift ;;
-    --switchml) need_arg "$@"; SWITCHML="$2"; shift ;;
-    --cluster-sh) need_arg "$@"; CLUSTER_SH="$2"; shift ;;
-    --out) need_arg "$@"; OUT="$2"; shift ;;
-    --bench-arg) need_arg "$@"; EXTRA+=("$2"); shift ;;
+    --timeout) sml_need_value "$@"; TIMEOUT="$2"; shift ;;
+    --bench) sml_need_value "$@"; BENCH="$2"; shift ;;
+    --switchml) sml_need_value "$@"; SWITCHML="$2"; shift ;;
+    --cluster-sh) sml_need_value "$@"; CLUSTER_SH="$2"; shift ;;
+    --out) sml_need_value "$@"; OUT="$2"; shift ;;
+    --bench-arg) sml_need_value "$@"; EXTRA+=("$2"); shift ;;
     --bench-arg=*) EXTRA+=("${1#--bench-arg=}") ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
@@ -108,16 +107,9 @@ mkdir -p "$OUT/logs"
 rm -f "$OUT"/*.json
 
 NAME=""
-# shellcheck source=bench/switch_lib.sh
-source "$here/switch_lib.sh"
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  if [ -n "$NAME" ]; then "$CLUSTER_SH" down --name "$NAME" >/dev/null 2>&1 || true; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# At exit: the processes of the runs stopped (with their descendants), then the cluster removed.
+sml_exit_trap
+sml_at_exit 'if [ -n "$NAME" ]; then "$CLUSTER_SH" down --name "$NAME" >/dev/null 2>&1 || true; fi'
 
 # Where things run: on loopback every host is this one; on the cluster a host is a namespace.
 SWITCH_IP=127.0.0.1
@@ -127,6 +119,7 @@ on_host() {  # on_host HOST CMD...: exec CMD on HOST (sw or w<i>)
   shift
   if [ -n "$NAME" ]; then exec "$CLUSTER_SH" exec --name "$NAME" --host "$h" -- "$@"; else exec "$@"; fi
 }
+on_switch_host() { on_host sw "$@"; }
 if [ -n "$RATE" ]; then
   [ "$(id -u)" = 0 ] || die "--cluster needs root (network namespaces)"
   [ -x "$CLUSTER_SH" ] || die "cluster.sh not found at '$CLUSTER_SH' (pass --cluster-sh)"
@@ -165,9 +158,9 @@ wait_ranks() {
 
 run_switchml() {  # TAG MODEL BUCKET
   local tag=$1 model=$2 bucket=$3 port r ranks=() rc=0
-  start_switch "$OUT/logs/$tag.switch.ready" "$OUT/logs/$tag.switch.log" \
-      on_host sw "$SWITCHML" switch --bind "$SWITCH_IP" --port 0 --controller-port 0 || return 1
-  port=$SWITCH_CTL_PORT
+  sml_start_switch --bind "$SWITCH_IP" --via on_switch_host --ready "$OUT/logs/$tag.switch.ready" \
+      --log "$OUT/logs/$tag.switch.log" --deadline 20 || return 1
+  port=$CTL_PORT
   for ((r = 0; r < WORKERS; r++)); do
     local bind=()
     [ -z "$NAME" ] || bind=(--bind-ip "${WORKER_IPS[$r]}")
@@ -175,10 +168,10 @@ run_switchml() {  # TAG MODEL BUCKET
         --controller "$SWITCH_IP:$port" "${bind[@]}" --bucket-mib "$bucket" --json "$OUT/$tag.json" "${common[@]}") \
         >"$OUT/logs/$tag.rank$r.log" 2>&1 &
     ranks+=("$!")
-    pids+=("$!")
+    sml_track "$!"
   done
   wait_ranks "$tag" "${ranks[@]}" || rc=1
-  stop_switch
+  sml_stop_switch 10 || true  # SIGTERM: it prints its counters
   return $rc
 }
 
@@ -190,7 +183,7 @@ run_gloo() {  # TAG MODEL BUCKET
         --rendezvous-dir "$rdv" --host "${WORKER_IPS[$r]}" --bucket-mib "$bucket" --json "$OUT/$tag.json" \
         "${common[@]}") >"$OUT/logs/$tag.rank$r.log" 2>&1 &
     ranks+=("$!")
-    pids+=("$!")
+    sml_track "$!"
   done
   wait_ranks "$tag" "${ranks[@]}" || rc=1
   rm -rf "$rdv"

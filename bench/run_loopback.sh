@@ -11,12 +11,15 @@
 #
 # Backends: switchml (a fresh `switchml switch` per run), gloo (ring, FileStore rendezvous in a
 # fresh directory), mpi (Open MPI, `--mca btl tcp,self`, defaults), mpi-tuned (the same plus the
-# tuned flags of ENVIRONMENT.md). Each rank is its own process with explicit --rank/--workers
-# (mpi: from mpirun), so the same commands run inside namespaces given addresses.
+# tuned flags of docs/benchmarks.md#measured-on-the-development-machine). Each rank is its own
+# process with explicit --rank/--workers (mpi: from mpirun), so the same commands run inside
+# namespaces given addresses.
 set -u
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 PERF="$root/build/allreduce_perf"
 SWITCHML="$root/build/switchml"
 MPIRUN="$(command -v mpirun.openmpi || true)"
@@ -28,7 +31,7 @@ ELEMENTS=1024  # lo's MTU is 64 KiB: jumbo payloads (size code 5) fit
 EXTRA=()
 
 usage() {
-  sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sml_help_header "${BASH_SOURCE[0]}"
   cat <<EOF
 Options:
   --quick               4 KiB .. 256 KiB, 3 iterations: a smoke run of the whole harness (< 60 s)
@@ -64,12 +67,12 @@ while [ $# -gt 0 ]; do
     --perf-arg) EXTRA+=("$2"); shift ;;
     --perf-arg=*) EXTRA+=("${1#--perf-arg=}") ;;
     -h|--help) usage; exit 0 ;;
-    *) echo "run_loopback.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift
 done
 
-[ -x "$PERF" ] || { echo "run_loopback.sh: allreduce_perf not found at '$PERF' (build it or pass --perf)" >&2; exit 2; }
+[ -x "$PERF" ] || die "allreduce_perf not found at '$PERF' (build it or pass --perf)"
 [ -n "$OUT" ] || OUT="$(mktemp -d /tmp/switchml-bench-loopback.XXXXXX)"
 mkdir -p "$OUT/logs"
 rm -f "$OUT"/*.json

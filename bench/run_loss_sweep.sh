@@ -60,34 +60,33 @@ the 2-core development host: 6.5 minutes, most of it in the 5% runs (docs/reliab
 EOF
 }
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+source "$(dirname "$0")/../scripts/lib.sh"
+ROOT=$SML_ROOT
 CLUSTER_SH="$ROOT/scripts/cluster.sh"
 WORKERS=4 SIZE=16MiB RATE=500mbit RATES=0.0001,0.001,0.01,0.05 DIRS=to,from,both TYPES=int32,float32
 ITERS=3 WARMUP=1 RUN_TIMEOUT=300 OUT="" SWITCHML="$ROOT/build/switchml" NAME="lsw$$" KEEP=0
 PYTHON=${PYTHON:-python3}
 WORKER_ARGS=() SWITCH_ARGS=() OFFLOAD=on EPP=256
 
-die() { echo "run_loss_sweep.sh: error: $*" >&2; exit 2; }
-need() { [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --workers) need "$@"; WORKERS=$2; shift 2 ;;
-    --size) need "$@"; SIZE=$2; shift 2 ;;
-    --rate) need "$@"; RATE=$2; shift 2 ;;
-    --rates) need "$@"; RATES=$2; shift 2 ;;
-    --directions) need "$@"; DIRS=$2; shift 2 ;;
-    --types) need "$@"; TYPES=$2; shift 2 ;;
-    --iters) need "$@"; ITERS=$2; shift 2 ;;
-    --run-timeout) need "$@"; RUN_TIMEOUT=$2; shift 2 ;;
-    --out) need "$@"; OUT=$2; shift 2 ;;
-    --switchml) need "$@"; SWITCHML=$2; shift 2 ;;
-    --name) need "$@"; NAME=$2; shift 2 ;;
-    --worker-arg) need "$@"; WORKER_ARGS+=("$2"); shift 2 ;;
+    --workers) sml_need_value "$@"; WORKERS=$2; shift 2 ;;
+    --size) sml_need_value "$@"; SIZE=$2; shift 2 ;;
+    --rate) sml_need_value "$@"; RATE=$2; shift 2 ;;
+    --rates) sml_need_value "$@"; RATES=$2; shift 2 ;;
+    --directions) sml_need_value "$@"; DIRS=$2; shift 2 ;;
+    --types) sml_need_value "$@"; TYPES=$2; shift 2 ;;
+    --iters) sml_need_value "$@"; ITERS=$2; shift 2 ;;
+    --run-timeout) sml_need_value "$@"; RUN_TIMEOUT=$2; shift 2 ;;
+    --out) sml_need_value "$@"; OUT=$2; shift 2 ;;
+    --switchml) sml_need_value "$@"; SWITCHML=$2; shift 2 ;;
+    --name) sml_need_value "$@"; NAME=$2; shift 2 ;;
+    --worker-arg) sml_need_value "$@"; WORKER_ARGS+=("$2"); shift 2 ;;
     --worker-arg=*) WORKER_ARGS+=("${1#--worker-arg=}"); shift ;;
-    --switch-arg) need "$@"; SWITCH_ARGS+=("$2"); shift 2 ;;
+    --switch-arg) sml_need_value "$@"; SWITCH_ARGS+=("$2"); shift 2 ;;
     --switch-arg=*) SWITCH_ARGS+=("${1#--switch-arg=}"); shift ;;
-    --offload) need "$@"; OFFLOAD=$2; shift 2 ;;
-    --elements-per-packet) need "$@"; EPP=$2; shift 2 ;;
+    --offload) sml_need_value "$@"; OFFLOAD=$2; shift 2 ;;
+    --elements-per-packet) sml_need_value "$@"; EPP=$2; shift 2 ;;
     --quick) SIZE=4MiB RATES=0.001,0.01 ITERS=1 WARMUP=0; shift ;;
     --keep) KEEP=1; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -113,24 +112,17 @@ for d in "${DIR_LIST[@]}"; do [[ $d == to || $d == from || $d == both ]] || die 
 IFS=, read -r -a TYPE_LIST <<< "$TYPES"
 for t in "${TYPE_LIST[@]}"; do [[ $t == int32 || $t == float32 ]] || die "--types: '$t' is not int32 or float32"; done
 [[ -x "$SWITCHML" ]] || die "--switchml: '$SWITCHML' is not an executable (build it: ninja -C build switchml_cli)"
-[[ $(id -u) == 0 ]] || { echo "run_loss_sweep.sh: needs root (network namespaces, tc, iptables); skipped" >&2; exit 77; }
+[[ $(id -u) == 0 ]] || skip "run_loss_sweep.sh needs root (network namespaces, tc, iptables)"
 if [[ -n "$OUT" ]]; then
   touch "$OUT" 2>/dev/null || die "--out: cannot write '$OUT'"
   OUT=$(cd "$(dirname "$OUT")" && pwd)/$(basename "$OUT")
 fi
 
-WORK=$(mktemp -d /tmp/switchml-loss-sweep.XXXXXX)
-PIDS=()
+# The work directory (logs, per-rank JSON) is kept on failure and with --keep. At exit the
+# switches and workers are stopped, then the cluster is removed, whatever happens.
+sml_work_dir switchml-loss-sweep
 CLUSTER_UP=0
-cleanup() {
-  local rc=$?
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  ((CLUSTER_UP)) && "$CLUSTER_SH" down --name "$NAME" >/dev/null 2>&1 || true
-  if ((KEEP || rc != 0)); then echo "work directory (logs, per-rank JSON): $WORK" >&2; else rm -rf "$WORK"; fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+sml_at_exit '((CLUSTER_UP)) && "$CLUSTER_SH" down --name "$NAME" >/dev/null 2>&1 || true'
 
 echo "== cluster $NAME: $WORKERS workers, $RATE per link"
 CLUSTER_UP=1
@@ -139,6 +131,8 @@ CLUSTER_UP=1
 # shellcheck disable=SC1090
 source "/tmp/switchml-cluster-$NAME.env"
 CX=("$CLUSTER_SH" exec --name "$NAME" --host)
+# in_sw CMD...: execs CMD in the switch host, under `timeout` (a hung switch is killed).
+in_sw() { exec timeout -k 5 $((RUN_TIMEOUT + 30)) "${CX[@]}" sw -- "$@"; }
 
 # dropped_in NS...: datagrams dropped so far by the loss rules (chain SMLLOSS) of these
 # namespaces, as "DATAGRAMS PACKETS". A packet the rules see may carry a GSO batch of datagrams
@@ -179,16 +173,10 @@ run_one() {
   # shellcheck disable=SC2086
   read -r d_w0 p_w0 < <(dropped_in $CLUSTER_WORKER_NS)
   local o0; o0=$(other_drops)
-  local ready="$WORK/$label.ready"
-  timeout -k 5 $((RUN_TIMEOUT + 30)) "${CX[@]}" sw -- "$SWITCHML" switch --bind "$CLUSTER_SWITCH_IP" --port 0 \
-      --controller-port 0 --ready-file "$ready" --counters-json "$WORK/$label.switch.json" \
-      ${SWITCH_ARGS[@]+"${SWITCH_ARGS[@]}"} > "$WORK/$label.switch.log" 2>&1 &
-  local sw_pid=$!
-  PIDS+=("$sw_pid")
-  local k
-  for ((k = 0; k < 600; k++)); do [[ -s "$ready" ]] && break; sleep 0.05; done
-  [[ -s "$ready" ]] || { cat "$WORK/$label.switch.log"; die "$label: switch did not start within 30 s"; }
-  local ctl; ctl=$("$PYTHON" -c "import json,sys; print(json.load(open(sys.argv[1]))['controller_port'])" "$ready")
+  sml_start_switch --bind "$CLUSTER_SWITCH_IP" --via in_sw --ready "$WORK/$label.ready" \
+      --log "$WORK/$label.switch.log" --deadline 30 -- --counters-json "$WORK/$label.switch.json" \
+      ${SWITCH_ARGS[@]+"${SWITCH_ARGS[@]}"} || die "$label: switch did not start"
+  local sw_pid=$SW_PID ctl=$CTL_PORT
   local pids=() t0; t0=$(date +%s.%N)
   for ((i = 0; i < WORKERS; i++)); do
     # job timeout: a run that makes no progress for 60 s fails inside the worker; `timeout`
@@ -198,7 +186,7 @@ run_one() {
         --job-timeout-ms 60000 --rpc-timeout-ms 30000 --json "$WORK/$label.r$i.json" \
         ${WORKER_ARGS[@]+"${WORKER_ARGS[@]}"} > "$WORK/$label.r$i.log" 2>&1 &
     pids+=($!)
-    PIDS+=($!)
+    sml_track $!
   done
   local rcs=()
   for ((i = 0; i < WORKERS; i++)); do
@@ -207,9 +195,8 @@ run_one() {
     rcs+=("$rc")
   done
   local wall; wall=$("$PYTHON" -c "import sys,time; print(round(time.time() - float(sys.argv[1]), 3))" "$t0")
-  kill -TERM "$sw_pid" 2>/dev/null || true
   local sw_rc=0
-  wait "$sw_pid" || sw_rc=$?
+  sml_stop "$sw_pid" 30 switch || sw_rc=$?
   local d_sw1 d_w1 p_sw1 p_w1
   read -r d_sw1 p_sw1 < <(dropped_in "$CLUSTER_SWITCH_NS")
   # shellcheck disable=SC2086

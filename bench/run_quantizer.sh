@@ -13,6 +13,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 BIN="$root/build/src/quant/quantizer_bench"
 REPS=10
 MIN_TIME=0.3
@@ -20,7 +22,7 @@ FILTER='QuantizeDequantize|WorkerOrder|BM_Quantize/|BM_Dequantize/'
 OUT=""
 
 usage() {
-  sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sml_help_header "${BASH_SOURCE[0]}"
   cat <<EOF
 Options:
   --repetitions N   interleaved repetitions of every benchmark (default $REPS)
@@ -32,17 +34,15 @@ Options:
 EOF
 }
 
-die() { echo "run_quantizer.sh: $*" >&2; exit 2; }
-need_value() { [ $# -ge 2 ] || die "$1 needs a value (see --help)"; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    --repetitions) need_value "$@"; REPS="$2"; shift ;;
-    --min-time) need_value "$@"; MIN_TIME="$2"; shift ;;
-    --filter) need_value "$@"; FILTER="$2"; shift ;;
+    --repetitions) sml_need_value "$@"; REPS="$2"; shift ;;
+    --min-time) sml_need_value "$@"; MIN_TIME="$2"; shift ;;
+    --filter) sml_need_value "$@"; FILTER="$2"; shift ;;
     --quick) REPS=2; MIN_TIME=0.05 ;;
-    --bin) need_value "$@"; BIN="$2"; shift ;;
-    --out) need_value "$@"; OUT="$2"; shift ;;
+    --bin) sml_need_value "$@"; BIN="$2"; shift ;;
+    --out) sml_need_value "$@"; OUT="$2"; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac

@@ -16,6 +16,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 BIN="$root/build/switch_rate"
 OUT=""
 WORKERS="2 4 8"
@@ -29,7 +31,7 @@ OFFLOAD_FLAG=()
 EXTRA=()
 
 usage() {
-  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sml_help_header "${BASH_SOURCE[0]}"
   cat <<EOF
 Options:
   --workers "2 4 8"         worker counts (space or comma separated; default "2 4 8")
@@ -46,23 +48,21 @@ Options:
 EOF
 }
 
-die() { echo "run_switch_rate.sh: $*" >&2; exit 2; }
-need_value() { [ $# -ge 2 ] || die "$1 needs a value (see --help)"; }
 is_number() { [[ "$1" =~ ^[0-9]+([.][0-9]+)?$ ]]; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    --workers) need_value "$@"; WORKERS="${2//,/ }"; WORKERS_SET=1; shift ;;
-    --seconds) need_value "$@"; SECONDS_PER_RUN="$2"; shift ;;
-    --warmup) need_value "$@"; WARMUP="$2"; shift ;;
-    --elements-per-packet) need_value "$@"; ELEMENTS="$2"; shift ;;
-    --window) need_value "$@"; WINDOW="$2"; shift ;;
-    --repeat) need_value "$@"; REPEAT="$2"; shift ;;
+    --workers) sml_need_value "$@"; WORKERS="${2//,/ }"; WORKERS_SET=1; shift ;;
+    --seconds) sml_need_value "$@"; SECONDS_PER_RUN="$2"; shift ;;
+    --warmup) sml_need_value "$@"; WARMUP="$2"; shift ;;
+    --elements-per-packet) sml_need_value "$@"; ELEMENTS="$2"; shift ;;
+    --window) sml_need_value "$@"; WINDOW="$2"; shift ;;
+    --repeat) sml_need_value "$@"; REPEAT="$2"; shift ;;
     --no-udp-offload) OFFLOAD_FLAG=(--no-udp-offload) ;;
     --quick) QUICK=1 ;;
-    --bin) need_value "$@"; BIN="$2"; shift ;;
-    --out) need_value "$@"; OUT="$2"; shift ;;
-    --bench-arg) need_value "$@"; EXTRA+=("$2"); shift ;;
+    --bin) sml_need_value "$@"; BIN="$2"; shift ;;
+    --out) sml_need_value "$@"; OUT="$2"; shift ;;
+    --bench-arg) sml_need_value "$@"; EXTRA+=("$2"); shift ;;
     --bench-arg=*) EXTRA+=("${1#--bench-arg=}") ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;

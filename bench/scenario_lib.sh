@@ -11,21 +11,21 @@
 #   SCENARIO                name used in messages ("loopback", "datacenter")
 #   SWITCH_IP               address the switch binds to and workers reach it at
 # and defines the hooks:
-#   on_switch_host CMD...   runs CMD where the switch lives (must `exec`, so that a
-#                           backgrounded call's $! is CMD's pid)
+#   on_switch_host CMD...   runs CMD where the switch lives (must `exec`: it is the launcher of
+#                           sml_start_switch --via, whose pid must be the switch's)
 #   on_worker_host R CMD... runs CMD on rank R's host (same rule)
 #   rank_args R             prints flags for rank R's allreduce_perf, one per line
 #   mpi_launch N            prints the mpirun launch flags for N ranks, one per line
 #   mpi_prefix CMD...       runs mpirun (CMD) where it must run
-# Functions return non-zero when a run failed or found a wrong element.
+# Functions return non-zero when a run failed or found a wrong element. Sourcing it installs
+# the exit trap of scripts/lib.sh (sml_exit_trap): every process a run started is stopped at exit,
+# with its descendants; the caller adds its own cleanup with sml_at_exit.
 
-# shellcheck source=bench/switch_lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/switch_lib.sh"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
-pids=()
 failed=()
-_scenario_cleanup() { local p; for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; }
-trap _scenario_cleanup EXIT
+sml_exit_trap
 
 # Waits for the rank processes in "$@" (pids); returns non-zero if any failed.
 wait_ranks() {
@@ -45,19 +45,19 @@ run_switchml() {  # n [switch flags...]
   local n=$1 tag="switchml-n$1" port r rc=0 ranks=() args
   shift
   [ -x "$SWITCHML" ] || { echo "$SCENARIO: switchml CLI not found at '$SWITCHML' (pass --switchml)" >&2; return 1; }
-  start_switch "$OUT/logs/$tag.switch.ready" "$OUT/logs/$tag.switch.log" \
-      on_switch_host "$SWITCHML" switch --bind "$SWITCH_IP" --port 0 --controller-port 0 "$@" || return 1
-  port=$SWITCH_CTL_PORT
+  sml_start_switch --bind "$SWITCH_IP" --via on_switch_host --ready "$OUT/logs/$tag.switch.ready" \
+      --log "$OUT/logs/$tag.switch.log" --deadline 20 -- "$@" || return 1
+  port=$CTL_PORT
   for ((r = 0; r < n; r++)); do
     mapfile -t args < <(rank_args "$r")
     on_worker_host "$r" timeout "$TIMEOUT" "$PERF" --backend switchml --rank "$r" --workers "$n" \
         --controller "$SWITCH_IP:$port" --label switchml --json "$OUT/$tag.json" "${common[@]}" "${args[@]}" \
         >"$OUT/logs/$tag.rank$r.log" 2>&1 &
     ranks+=("$!")
-    pids+=("$!")
+    sml_track "$!"
   done
   wait_ranks "${ranks[@]}" || rc=1
-  stop_switch
+  sml_stop_switch 10 || true  # SIGTERM: it prints its counters
   show_logs "$tag" "$n" "$rc"
   return $rc
 }
@@ -70,7 +70,7 @@ run_gloo() {  # n
     on_worker_host "$r" timeout "$TIMEOUT" "$PERF" --backend gloo --rank "$r" --workers "$n" --rendezvous-dir "$rdv" \
         --label gloo --json "$OUT/$tag.json" "${common[@]}" "${args[@]}" >"$OUT/logs/$tag.rank$r.log" 2>&1 &
     ranks+=("$!")
-    pids+=("$!")
+    sml_track "$!"
   done
   wait_ranks "${ranks[@]}" || rc=1
   rm -rf "$rdv"
@@ -79,15 +79,18 @@ run_gloo() {  # n
 }
 
 MPI_BASE=(--allow-run-as-root --oversubscribe --bind-to none --mca btl tcp,self)
-# ENVIRONMENT.md: Open MPI's TCP PUT protocol and busy polling cost it half its bandwidth here.
+# Open MPI's TCP PUT protocol and busy polling cost it half its bandwidth on the development
+# machine; these flags recover it (docs/benchmarks.md#measured-on-the-development-machine).
 MPI_TUNED=(--mca btl_tcp_flags send,inplace,need-ack,need-csum --mca mpi_yield_when_idle 1
            --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4)
 
 # Seconds mpirun may take to start every rank (rank 0's first output line); see run_mpi.
 MPI_LAUNCH_TIMEOUT=${MPI_LAUNCH_TIMEOUT:-90}
 
+_mpi_started_or_gone() { ! sml_alive "$1" || grep -q '^# allreduce_perf' "$2"; }
+
 run_mpi() {  # n label [mpirun flags...]
-  local n=$1 label=$2 tag="$2-n$1" rc=0 launch args attempt job waited
+  local n=$1 label=$2 tag="$2-n$1" rc=0 launch args attempt job
   shift 2
   [ -n "$MPIRUN" ] || { echo "$SCENARIO: mpirun.openmpi not found (install openmpi-bin)" >&2; return 1; }
   mapfile -t launch < <(mpi_launch "$n")
@@ -97,19 +100,15 @@ run_mpi() {  # n label [mpirun flags...]
     mpi_prefix timeout "$TIMEOUT" "$MPIRUN" "${MPI_BASE[@]}" "$@" "${launch[@]}" -np "$n" "$PERF" --backend mpi \
         --label "$label" --json "$OUT/$tag.json" "${common[@]}" "${args[@]}" >"$OUT/logs/$tag.log" 2>&1 &
     job=$!
-    pids+=("$job")
+    sml_track "$job"
     # Launch watchdog: mpirun first starts one daemon per host; when one never reports back (seen
     # now and then through the emulated cluster's rsh agent) it waits, silently, until the run's
     # timeout. Rank 0 prints its header once MPI_Init returned everywhere; without it after
-    # MPI_LAUNCH_TIMEOUT seconds the launch is killed and tried once more.
-    waited=0
-    while kill -0 "$job" 2>/dev/null && ! grep -q '^# allreduce_perf' "$OUT/logs/$tag.log" &&
-          [ "$waited" -lt "$MPI_LAUNCH_TIMEOUT" ]; do
-      sleep 1
-      waited=$((waited + 1))
-    done
-    if kill -0 "$job" 2>/dev/null && ! grep -q '^# allreduce_perf' "$OUT/logs/$tag.log"; then
-      pkill -TERM -f -- "--json $OUT/$tag.json" 2>/dev/null
+    # MPI_LAUNCH_TIMEOUT seconds the launch (mpirun, its daemons and ranks) is stopped and tried
+    # once more.
+    SML_POLL_S=0.5 sml_wait_for "$MPI_LAUNCH_TIMEOUT" "" _mpi_started_or_gone "$job" "$OUT/logs/$tag.log"
+    if sml_alive "$job" && ! grep -q '^# allreduce_perf' "$OUT/logs/$tag.log"; then
+      sml_kill_tree "$job"
       wait "$job" 2>/dev/null
       echo "# $tag: mpirun started no rank within $MPI_LAUNCH_TIMEOUT s (attempt $attempt of 2)"
       rc=1

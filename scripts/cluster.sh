@@ -1,46 +1,54 @@
 #!/usr/bin/env bash
 # cluster.sh — an emulated cluster of hosts on one Linux machine, for tests and benchmarks.
 #
-# Topology (the one calibrated in docs/ENVIRONMENT.md, "The emulated datacenter"):
+# Topology (the one calibrated in docs/benchmarks.md#measured-on-the-development-machine):
 #
-#   PREFIX-w0 (eth0 10.R.0.1) ──veth── w0 ┐
-#   PREFIX-w1 (eth0 10.R.0.2) ──veth── w1 ├─ br0   (bridge, in namespace PREFIX-br)
-#   ...                                   │
-#   PREFIX-sw (eth0 10.R.0.254) ─veth── sw ┘
+#   PREFIX-w0  (eth0 10.R.0.1)   ──veth── w0  ┐
+#   PREFIX-w1  (eth0 10.R.0.2)   ──veth── w1  ├─ br0   (bridge, in namespace PREFIX-br)
+#   ...                                       │
+#   PREFIX-sw  (eth0 10.R.0.254) ──veth── sw  ┤   switch host 0
+#   PREFIX-sw1 (eth0 10.R.0.253) ──veth── sw1 ┤   switch host 1 (--switches K > 1 only)
+#   ...                                       ┘   ... switch host K-1 at 10.R.0.(254-(K-1))
 #
 # Every host is a network namespace of its own; the bridge lives in a namespace of its own too, so
 # nothing at all is created in the caller's namespace and two clusters never share an interface
 # name. Veth pairs are created directly inside the namespaces. Optional tbf rate limits sit on both
-# ends of every worker link (worker side: worker->switch; bridge side: switch->worker); the switch
-# link is unshaped (it is the fabric and must carry n*R). Neighbour entries are static, IPv6 is off.
-# Optional random loss is an iptables statistic DROP rule in INPUT on the receiving side (switch
-# namespace for worker->switch loss, worker namespaces for switch->worker loss); dropping in OUTPUT
-# would make sendmmsg fail with EPERM.
+# ends of every worker link (worker side: worker->bridge; bridge side: bridge->worker) and,
+# separately (--switch-rate), on both ends of every switch host's link (switch side:
+# switch->bridge; bridge side: bridge->switch); by default the switch links are unshaped (one
+# switch host is the fabric and must carry n*R). Neighbour entries are static, IPv6 is off.
+# Optional random loss is an iptables statistic DROP rule in INPUT on the receiving side (every
+# switch namespace for worker->switch loss, worker namespaces for switch->worker loss); dropping in
+# OUTPUT would make sendmmsg fail with EPERM.
 #
-# Everything a cluster owns carries its name: namespaces PREFIX-br, PREFIX-sw, PREFIX-w<i> and the
-# state file /tmp/switchml-cluster-PREFIX.env. `down` removes exactly those, killing only the
+# Everything a cluster owns carries its name: namespaces PREFIX-br, PREFIX-sw, PREFIX-sw<j> (j >= 1),
+# PREFIX-w<i> and the state file /tmp/switchml-cluster-PREFIX.env. `down` removes exactly those, killing only the
 # processes that run inside those namespaces (never by process name). Run `cluster.sh --help`.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 PROG=$(basename "$0")
 STATE_DIR=/tmp
 IPTABLES=${IPTABLES:-iptables}
 LOSS_CHAIN=SMLLOSS
 MAX_WORKERS=250
+MAX_SWITCHES=8
 
 usage() {
   cat <<EOF
 Usage:
-  $PROG up   --name PREFIX --workers N [--rate RATE] [--burst SIZE] [--mtu 1500|9000]
+  $PROG up   --name PREFIX --workers N [--switches K] [--rate RATE] [--burst SIZE]
+             [--switch-rate RATE] [--switch-burst SIZE] [--mtu 1500|9000]
              [--loss-to-switch P] [--loss-from-switch P]
   $PROG down --name PREFIX
   $PROG loss --name PREFIX [--to-switch P] [--from-switch P]
-  $PROG exec --name PREFIX --host w<i>|sw|br -- COMMAND [ARGS...]
+  $PROG exec --name PREFIX --host w<i>|sw|sw<j>|br -- COMMAND [ARGS...]
   $PROG info --name PREFIX
   $PROG list
 
-Emulated cluster: one network namespace per worker host (PREFIX-w0 .. PREFIX-w<N-1>), one for
-the switch host (PREFIX-sw) and one holding the Linux bridge that joins them (PREFIX-br).
+Emulated cluster: one network namespace per worker host (PREFIX-w0 .. PREFIX-w<N-1>), one per
+switch host (host 0 is PREFIX-sw, hosts 1..K-1 are PREFIX-sw1 .. PREFIX-sw<K-1>; with the default
+K = 1 there is just PREFIX-sw) and one holding the Linux bridge that joins them all (PREFIX-br).
 Needs root, iproute2 (ip, tc) and iptables.
 
 Commands:
@@ -50,28 +58,38 @@ Commands:
           that run inside those namespaces (SIGTERM, then SIGKILL after 2 s). Idempotent: exits 0
           when nothing exists. Also cleans up after a crashed run.
   loss    Replace the random-loss rules of a running cluster (0 removes them).
-  exec    Run COMMAND inside a host's namespace (w3 = worker 3, sw = switch host, br = bridge).
+  exec    Run COMMAND inside a host's namespace (w3 = worker 3; sw or sw0 = switch host 0,
+          sw2 = switch host 2; br = bridge).
   info    Print the state file (shell variables, see below).
   list    Show the clusters that exist (including leftovers of crashed runs).
 
 Options:
   --name PREFIX          1-32 characters [A-Za-z0-9_]; choose a unique one per run, e.g. sml\$\$.
-  --workers N            Worker hosts, 1..$MAX_WORKERS.
+  --workers N            Worker hosts, 1..$MAX_WORKERS (and N + K <= 254).
+  --switches K           Switch hosts, 1..$MAX_SWITCHES (default 1).
   --rate RATE            tbf rate limit on each worker link, in tc units (e.g. 500mbit, 1gbit);
                          applied on both ends of the link. Default: unlimited.
-  --burst SIZE           tbf burst (default 256kb; use >= 1mb above a few Gbit/s).
+  --burst SIZE           tbf burst of the worker links (default 256kb; use >= 1mb above a few
+                         Gbit/s).
+  --switch-rate RATE     tbf rate limit on each switch host's link, on both ends (switch->bridge
+                         and bridge->switch). Default: unlimited (one switch host carries n*R).
+  --switch-burst SIZE    tbf burst of the switch links (default: the --burst value).
   --mtu M                MTU of every link (default 1500; 9000 for jumbo frames).
-  --loss-to-switch P     Drop each UDP datagram arriving at the switch host with probability P.
+  --loss-to-switch P     Drop each UDP datagram arriving at a switch host with probability P.
   --loss-from-switch P   Drop each UDP datagram arriving at a worker host with probability P.
 
 Addresses: subnet 10.R.0.0/24 with R = 1 + (cksum of PREFIX) mod 250; worker i is 10.R.0.(i+1),
-the switch host is 10.R.0.254 (interface eth0 in every host). MAC of host with last octet X is
+switch host j is 10.R.0.(254-j) (interface eth0 in every host). MAC of host with last octet X is
 02:00:0a:RR:00:XX. Namespaces isolate addresses, so clusters that happen to share R never clash.
+Every host has a static neighbour entry for every other host (workers and switch hosts).
 
 State file: $STATE_DIR/switchml-cluster-PREFIX.env, shell syntax, for other scripts:
-  CLUSTER_NAME CLUSTER_WORKERS CLUSTER_SUBNET CLUSTER_SWITCH_IP CLUSTER_SWITCH_NS CLUSTER_BRIDGE_NS
-  CLUSTER_WORKER_IPS CLUSTER_WORKER_NS (space-separated, in rank order) CLUSTER_RATE CLUSTER_MTU
-  CLUSTER_LOSS_TO_SWITCH CLUSTER_LOSS_FROM_SWITCH
+  CLUSTER_NAME CLUSTER_WORKERS CLUSTER_SUBNET CLUSTER_BRIDGE_NS
+  CLUSTER_WORKER_IPS CLUSTER_WORKER_NS (space-separated, in rank order)
+  CLUSTER_SWITCHES (K) CLUSTER_SWITCH_IPS CLUSTER_SWITCH_NSS (space-separated, host 0 first)
+  CLUSTER_SWITCH_IP CLUSTER_SWITCH_NS (switch host 0)
+  CLUSTER_RATE CLUSTER_BURST CLUSTER_SWITCH_RATE CLUSTER_SWITCH_BURST (rates empty: unlimited)
+  CLUSTER_MTU CLUSTER_LOSS_TO_SWITCH CLUSTER_LOSS_FROM_SWITCH
 
 Example:
   $PROG up --name demo --workers 4 --rate 500mbit
@@ -87,7 +105,7 @@ Example:
 EOF
 }
 
-die() { echo "$PROG: error: $*" >&2; exit 1; }
+SML_DIE_STATUS=1  # die (scripts/lib.sh): "cluster.sh: error: ..." on stderr, exit 1
 note() { echo "$PROG: $*" >&2; }
 
 # ---------------------------------------------------------------------------------------------
@@ -100,10 +118,14 @@ check_name() {
 state_file() { echo "$STATE_DIR/switchml-cluster-$1.env"; }
 subnet_octet() { local c; c=$(printf '%s' "$1" | cksum | cut -d' ' -f1); echo $((1 + c % 250)); }
 host_mac() { printf '02:00:0a:%02x:00:%02x' "$1" "$2"; }  # (R, last octet)
+# Switch host j of cluster $1: namespace (host 0 keeps the name PREFIX-sw), bridge port, address.
+switch_ns() { if (($2 == 0)); then echo "$1-sw"; else echo "$1-sw$2"; fi; }
+switch_port() { if (($1 == 0)); then echo sw; else echo "sw$1"; fi; }
+switch_octet() { echo $((254 - $1)); }
 
 # Namespaces of cluster $1 that exist now (exact pattern, so prefix "a" never matches "ab-w0").
 cluster_namespaces() {
-  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$1-(br|sw|w[0-9]+)\$" || true
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$1-(br|sw[0-9]*|w[0-9]+)\$" || true
 }
 ns_exists() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qxF -- "$1"; }
 
@@ -131,9 +153,9 @@ set_loss() {
   fi
 }
 
-apply_loss() {  # to_switch from_switch (reads NAME, WORKERS)
-  set_loss "$NAME-sw" "$1"
-  local i
+apply_loss() {  # to_switch from_switch (reads NAME, WORKERS, SWITCH_NS)
+  local i ns
+  for ns in $SWITCH_NS; do set_loss "$ns" "$1"; done
   for ((i = 0; i < WORKERS; i++)); do set_loss "$NAME-w$i" "$2"; done
 }
 
@@ -147,12 +169,18 @@ write_state() {  # file; reads the cluster variables
     echo "CLUSTER_NAME=$NAME"
     echo "CLUSTER_WORKERS=$WORKERS"
     echo "CLUSTER_SUBNET=10.$R.0.0/24"
-    echo "CLUSTER_SWITCH_IP=10.$R.0.254"
-    echo "CLUSTER_SWITCH_NS=$NAME-sw"
+    echo "CLUSTER_SWITCH_IP=${SWITCH_IPS%% *}"
+    echo "CLUSTER_SWITCH_NS=${SWITCH_NS%% *}"
+    echo "CLUSTER_SWITCHES=$SWITCHES"
+    echo "CLUSTER_SWITCH_IPS=\"$SWITCH_IPS\""
+    echo "CLUSTER_SWITCH_NSS=\"$SWITCH_NS\""
     echo "CLUSTER_BRIDGE_NS=$NAME-br"
     echo "CLUSTER_WORKER_IPS=\"$WORKER_IPS\""
     echo "CLUSTER_WORKER_NS=\"$WORKER_NS\""
     echo "CLUSTER_RATE=$RATE"
+    echo "CLUSTER_BURST=$BURST"
+    echo "CLUSTER_SWITCH_RATE=$SWITCH_RATE"
+    echo "CLUSTER_SWITCH_BURST=$SWITCH_BURST"
     echo "CLUSTER_MTU=$MTU"
     echo "CLUSTER_LOSS_TO_SWITCH=$LOSS_TO"
     echo "CLUSTER_LOSS_FROM_SWITCH=$LOSS_FROM"
@@ -172,13 +200,16 @@ up_rollback() {
 }
 
 do_up() {
-  WORKERS="" RATE="" BURST=256kb MTU=1500 LOSS_TO=0 LOSS_FROM=0
+  WORKERS="" SWITCHES=1 RATE="" BURST=256kb SWITCH_RATE="" SWITCH_BURST="" MTU=1500 LOSS_TO=0 LOSS_FROM=0
   while (($#)); do
     case "$1" in
       --name) NAME=${2-}; shift 2 || die "--name needs a value" ;;
       --workers) WORKERS=${2-}; shift 2 || die "--workers needs a value" ;;
+      --switches) SWITCHES=${2-}; shift 2 || die "--switches needs a value" ;;
       --rate) RATE=${2-}; shift 2 || die "--rate needs a value" ;;
       --burst) BURST=${2-}; shift 2 || die "--burst needs a value" ;;
+      --switch-rate) SWITCH_RATE=${2-}; shift 2 || die "--switch-rate needs a value" ;;
+      --switch-burst) SWITCH_BURST=${2-}; shift 2 || die "--switch-burst needs a value" ;;
       --mtu) MTU=${2-}; shift 2 || die "--mtu needs a value" ;;
       --loss-to-switch) LOSS_TO=${2-}; shift 2 || die "--loss-to-switch needs a value" ;;
       --loss-from-switch) LOSS_FROM=${2-}; shift 2 || die "--loss-from-switch needs a value" ;;
@@ -189,10 +220,19 @@ do_up() {
   check_name
   [[ "$WORKERS" =~ ^[0-9]+$ ]] && ((WORKERS >= 1 && WORKERS <= MAX_WORKERS)) ||
       die "--workers must be an integer in [1, $MAX_WORKERS], got '$WORKERS'"
+  [[ "$SWITCHES" =~ ^[0-9]+$ ]] && ((SWITCHES >= 1 && SWITCHES <= MAX_SWITCHES)) ||
+      die "--switches must be an integer in [1, $MAX_SWITCHES], got '$SWITCHES'"
+  ((WORKERS + SWITCHES <= 254)) ||
+      die "--workers $WORKERS plus --switches $SWITCHES exceed the 254 host addresses of 10.R.0.0/24"
   [[ "$MTU" =~ ^[0-9]+$ ]] && ((MTU >= 1280 && MTU <= 9000)) || die "--mtu must be in [1280, 9000], got '$MTU'"
   [[ -z "$RATE" || "$RATE" =~ ^[0-9]+(\.[0-9]+)?([kKmMgGtT]?(bit|bps))$ ]] ||
       die "--rate must be a tc rate such as 500mbit or 1gbit, got '$RATE'"
   [[ "$BURST" =~ ^[0-9]+([kKmMgG]?(b|bit)?)$ ]] || die "--burst must be a tc size such as 256kb, got '$BURST'"
+  [[ -z "$SWITCH_RATE" || "$SWITCH_RATE" =~ ^[0-9]+(\.[0-9]+)?([kKmMgGtT]?(bit|bps))$ ]] ||
+      die "--switch-rate must be a tc rate such as 500mbit or 1gbit, got '$SWITCH_RATE'"
+  SWITCH_BURST=${SWITCH_BURST:-$BURST}
+  [[ "$SWITCH_BURST" =~ ^[0-9]+([kKmMgG]?(b|bit)?)$ ]] ||
+      die "--switch-burst must be a tc size such as 256kb, got '$SWITCH_BURST'"
   check_probability --loss-to-switch "$LOSS_TO"
   check_probability --loss-from-switch "$LOSS_FROM"
   ((EUID == 0)) || die "needs root (network namespaces)"
@@ -210,14 +250,21 @@ do_up() {
   fi
 
   R=$(subnet_octet "$NAME")
-  local br="$NAME-br" sw="$NAME-sw" i ns
-  local -a hosts=() host_ips=() host_macs=()
+  local br="$NAME-br" i ns
+  # Hosts in order: workers 0..N-1, then switch hosts 0..K-1 (ports[] names their bridge ports).
+  local -a hosts=() host_ips=() host_macs=() ports=()
   for ((i = 0; i < WORKERS; i++)); do
     hosts+=("$NAME-w$i"); host_ips+=("10.$R.0.$((i + 1))"); host_macs+=("$(host_mac "$R" $((i + 1)))")
+    ports+=("w$i")
   done
-  hosts+=("$sw"); host_ips+=("10.$R.0.254"); host_macs+=("$(host_mac "$R" 254)")
+  for ((i = 0; i < SWITCHES; i++)); do
+    hosts+=("$(switch_ns "$NAME" "$i")"); host_ips+=("10.$R.0.$(switch_octet "$i")")
+    host_macs+=("$(host_mac "$R" "$(switch_octet "$i")")"); ports+=("$(switch_port "$i")")
+  done
   WORKER_IPS="${host_ips[*]:0:WORKERS}"
   WORKER_NS="${hosts[*]:0:WORKERS}"
+  SWITCH_IPS="${host_ips[*]:WORKERS}"
+  SWITCH_NS="${hosts[*]:WORKERS}"
 
   UP_CREATING=1
   trap up_rollback EXIT
@@ -238,8 +285,7 @@ do_up() {
   ip -n "$br" link add br0 type bridge stp_state 0 forward_delay 0 mcast_snooping 0
   local n=${#hosts[@]} port
   for ((i = 0; i < n; i++)); do
-    ns=${hosts[i]}
-    if ((i < WORKERS)); then port="w$i"; else port=sw; fi
+    ns=${hosts[i]} port=${ports[i]}
     ip -n "$br" link add "$port" mtu "$MTU" type veth peer name eth0 mtu "$MTU" address "${host_macs[i]}" netns "$ns"
     ip -n "$br" link set "$port" master br0
     ip -n "$br" link set "$port" up
@@ -249,7 +295,7 @@ do_up() {
   ip -n "$br" link set br0 mtu "$MTU"
   ip -n "$br" link set br0 up
 
-  # Static neighbour entries: every host knows every other host's MAC.
+  # Static neighbour entries: every host (worker or switch) knows every other host's MAC.
   local j batch
   for ((i = 0; i < n; i++)); do
     batch=""
@@ -260,21 +306,24 @@ do_up() {
     [[ -n "$batch" ]] && ip -n "${hosts[i]}" -batch - <<<"$batch"
   done
 
-  # Rate limits on both ends of every worker link; the switch link stays unshaped.
-  if [[ -n "$RATE" ]]; then
-    for ((i = 0; i < WORKERS; i++)); do
-      tc -n "${hosts[i]}" qdisc replace dev eth0 root tbf rate "$RATE" burst "$BURST" latency 50ms
-      tc -n "$br" qdisc replace dev "w$i" root tbf rate "$RATE" burst "$BURST" latency 50ms
-    done
-  fi
+  # Rate limits on both ends of every worker link and, with --switch-rate, of every switch link:
+  # the host side shapes host->bridge, the bridge port shapes bridge->host.
+  local rate burst
+  for ((i = 0; i < n; i++)); do
+    if ((i < WORKERS)); then rate=$RATE burst=$BURST; else rate=$SWITCH_RATE burst=$SWITCH_BURST; fi
+    [[ -n "$rate" ]] || continue
+    tc -n "${hosts[i]}" qdisc replace dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms
+    tc -n "$br" qdisc replace dev "${ports[i]}" root tbf rate "$rate" burst "$burst" latency 50ms
+  done
 
   if ! is_zero "$LOSS_TO" || ! is_zero "$LOSS_FROM"; then apply_loss "$LOSS_TO" "$LOSS_FROM"; fi
 
   write_state "$sf"
   UP_CREATING=0
   trap - EXIT INT TERM
-  echo "cluster '$NAME' up: $WORKERS worker(s) ${host_ips[0]}..${host_ips[WORKERS - 1]}, switch 10.$R.0.254," \
-       "rate ${RATE:-unlimited}, mtu $MTU, loss to/from switch $LOSS_TO/$LOSS_FROM; state in $sf"
+  echo "cluster '$NAME' up: $WORKERS worker(s) ${host_ips[0]}..${host_ips[WORKERS - 1]}," \
+       "$SWITCHES switch host(s) ${SWITCH_IPS// /, }, rate ${RATE:-unlimited}," \
+       "switch rate ${SWITCH_RATE:-unlimited}, mtu $MTU, loss to/from switch $LOSS_TO/$LOSS_FROM; state in $sf"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -296,7 +345,7 @@ ns_pids() {
 }
 
 do_down() {
-  local sf namespaces ns pids left t
+  local sf namespaces ns pids
   sf=$(state_file "$NAME")
   namespaces=$(cluster_namespaces "$NAME")
   if [[ -z "$namespaces" && ! -e "$sf" ]]; then
@@ -310,14 +359,9 @@ do_down() {
   pids=$(echo $pids)
   if [[ -n "$pids" ]]; then
     note "cluster '$NAME': stopping processes $pids"
-    kill -TERM $pids 2>/dev/null || true
-    for ((t = 0; t < 20; t++)); do
-      left=""
-      for p in $pids; do kill -0 "$p" 2>/dev/null && left+=" $p"; done
-      [[ -z "$left" ]] && break
-      sleep 0.1
-    done
-    [[ -n "$left" ]] && { note "cluster '$NAME': killing$left"; kill -KILL $left 2>/dev/null || true; }
+    # shellcheck disable=SC2086
+    sml_terminate 2 $pids
+    [[ -z "$SML_KILLED" ]] || note "cluster '$NAME': killed $SML_KILLED"
   fi
   local failed=0
   for ns in $namespaces; do
@@ -338,6 +382,10 @@ load_state() {
   source "$sf"
   WORKERS=$CLUSTER_WORKERS R=${CLUSTER_SUBNET#10.}; R=${R%%.*}
   RATE=$CLUSTER_RATE MTU=$CLUSTER_MTU WORKER_IPS=$CLUSTER_WORKER_IPS WORKER_NS=$CLUSTER_WORKER_NS
+  # State files written before --switches existed have one switch host and no burst variables.
+  SWITCHES=${CLUSTER_SWITCHES:-1} SWITCH_IPS=${CLUSTER_SWITCH_IPS:-$CLUSTER_SWITCH_IP}
+  SWITCH_NS=${CLUSTER_SWITCH_NSS:-$CLUSTER_SWITCH_NS} BURST=${CLUSTER_BURST:-256kb}
+  SWITCH_RATE=${CLUSTER_SWITCH_RATE:-} SWITCH_BURST=${CLUSTER_SWITCH_BURST:-$BURST}
   LOSS_TO=$CLUSTER_LOSS_TO_SWITCH LOSS_FROM=$CLUSTER_LOSS_FROM_SWITCH
 }
 
@@ -367,20 +415,22 @@ do_exec() {
       --name) NAME=${2-}; shift 2 || die "--name needs a value" ;;
       --host) host=${2-}; shift 2 || die "--host needs a value" ;;
       --) shift; break ;;
-      *) die "exec: unknown option '$1' (expected: exec --name P --host w<i>|sw|br -- COMMAND...)" ;;
+      *) die "exec: unknown option '$1' (expected: exec --name P --host w<i>|sw|sw<j>|br -- COMMAND...)" ;;
     esac
   done
   check_name
-  [[ "$host" =~ ^(w[0-9]+|sw|br)$ ]] || die "--host must be w<i>, sw or br, got '$host'"
+  [[ "$host" =~ ^(w[0-9]+|sw|sw[0-9]+|br)$ ]] || die "--host must be w<i>, sw, sw<j> or br, got '$host'"
   (($#)) || die "exec: no command given after --"
-  ns_exists "$NAME-$host" || die "namespace $NAME-$host does not exist"
-  exec ip netns exec "$NAME-$host" "$@"
+  local ns="$NAME-$host"
+  [[ "$host" == sw0 ]] && ns="$NAME-sw"  # switch host 0 keeps the name PREFIX-sw
+  ns_exists "$ns" || die "namespace $ns does not exist"
+  exec ip netns exec "$ns" "$@"
 }
 
 do_list() {
   local prefixes p sf
   prefixes=$( {
-    ip netns list 2>/dev/null | awk '{print $1}' | sed -nE 's/^([A-Za-z0-9_]{1,32})-(br|sw)$/\1/p'
+    ip netns list 2>/dev/null | awk '{print $1}' | sed -nE 's/^([A-Za-z0-9_]{1,32})-(br|sw[0-9]*)$/\1/p'
     for sf in "$STATE_DIR"/switchml-cluster-*.env; do
       [[ -e "$sf" ]] || continue
       sf=${sf##*/switchml-cluster-}; echo "${sf%.env}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sanitizer run of the unit tests (ARCHITECTURE.md §3.10).
+# Sanitizer run of the unit tests (AddressSanitizer+UBSan or ThreadSanitizer).
 #
 #   scripts/sanitize.sh address [ctest args...]   # ASan + UBSan into build-asan/
 #   scripts/sanitize.sh thread  [ctest args...]   # TSan into build-tsan/

@@ -64,7 +64,7 @@ sleep 0.3
 for r in 0 1; do
   "$SWITCHML" allreduce --rank $r --workers 2 --controller 127.0.0.1:$CTL_PORT --type int32 --count 100000 \
       --json "$WORK/r$r.json" > "$WORK/r$r.log" 2>&1 &
-  PIDS+=($!)
+  sml_track $!
   eval "W$r=$!"
 done
 wait "$W0" || { cat "$WORK/r0.log"; fail "rank 0 failed after malformed traffic"; }
@@ -78,14 +78,15 @@ C="$WORK/switch-counters.json"
 [ "$(json_get "$C" "j['unknown_sender']")" -ge 1 ] || fail "unregistered sender not counted"
 pass "malformed datagrams dropped and counted: $(json_get "$C" "{k: v for k, v in j.items() if v and ('decode' in k or 'unknown' in k or 'trunc' in k)}")"
 
-# Workers that disagree on the tensor size (contract C1): the call descriptor that every call
-# carries makes the call fail on BOTH ranks, naming the two counts, well within the job timeout
-# (the reference would hang one rank and give the other a partial result with status OK).
+# Workers that disagree on the tensor size (contract C1,
+# docs/protocol.md#c1-identical-call-sequence): the call descriptor that every call carries
+# makes the call fail on BOTH ranks, naming the two counts, well within the job timeout (the
+# reference would hang one rank and give the other a partial result with status OK).
 start_switch
 for r in 0 1; do
   "$SWITCHML" allreduce --rank $r --workers 2 --controller 127.0.0.1:$CTL_PORT --type int32 \
       --count $((1000 + 500 * r)) --job-timeout-ms 1500 > "$WORK/m$r.log" 2>&1 &
-  PIDS+=($!)
+  sml_track $!
   eval "M$r=$!"
 done
 rc0=0; rc1=0

@@ -18,23 +18,21 @@
 #      and frees its slots, and the restarted worker plus the survivors run a new job exact.
 # (jobs_test.sh covers a killed worker's survivor and teardown; (c) adds the rejoin.)
 # Prints every error the user sees and how long it took, for docs/reliability.md.
+source "$(dirname "$0")/../../scripts/lib.sh"
 if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
-  echo "usage: $0 path/to/switchml"; sed -n '2,/^if \[/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0
+  echo "usage: $0 path/to/switchml"; sml_help_header "$0"; exit 0
 fi
-[ -x "${1:-}" ] || { echo "$0: error: argument 1 must be the switchml binary, got '${1:-}'" >&2; exit 2; }
 source "$(dirname "$0")/lib.sh"
 
 JOB_TIMEOUT_MS=2000
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 jobs() { "$SWITCHML" jobs "$@"; }
 
-# wait_child PID MAX_S: waits (polling) for a background child to exit; sets RC to its exit code
-# and fails if it is still running after MAX_S seconds.
+# wait_child PID MAX_S: waits for a background child to exit; sets RC to its exit code and fails
+# if it is still running after MAX_S seconds.
 wait_child() {
-  local pid=$1 max=$2 i
-  for i in $(seq 1 $((max * 20))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-  kill -0 "$pid" 2>/dev/null && fail "process $pid still running after $max s (hang)"
-  RC=0; wait "$pid" || RC=$?
+  sml_wait_gone "$1" "$2" "process $1 to exit" || fail "process $1 still running after $2 s (hang)"
+  RC=0; wait "$1" || RC=$?
 }
 
 # expect_failure NAME LOG RC PATTERN MAX_MS ELAPSED_MS: an exit code of 1 (not a crash, not a
@@ -101,8 +99,8 @@ A_ID=$JOB_ID; A_TOKEN=$JOB_TOKEN
 # timeout here, so that the workers still retransmit (at least every max_rto = 2 s) after the
 # switch is back even if the restart is slow on a loaded machine.
 JOB_TIMEOUT_MS=4000
-run_rank $CTL $A_ID $A_TOKEN 0 2 2000000 a0 --iters 200 & PA0=$!; PIDS+=($!)
-run_rank $CTL $A_ID $A_TOKEN 1 2 2000000 a1 --iters 200 & PA1=$!; PIDS+=($!)
+run_rank $CTL $A_ID $A_TOKEN 0 2 2000000 a0 --iters 200 & PA0=$!; sml_track $!
+run_rank $CTL $A_ID $A_TOKEN 1 2 2000000 a1 --iters 200 & PA1=$!; sml_track $!
 wait_streaming $CTL $A_ID 2000
 kill -0 $PA0 && kill -0 $PA1 || fail "(a) a worker ended before the switch was killed"
 kill -9 "$SW_PID"
@@ -144,8 +142,8 @@ if [ "$JOB_ID" = "$A_ID" ]; then
       --rpc-timeout-ms 3000 > "$WORK/old2.log" 2>&1 || rc=$?
   expect_failure "(a) old token for the reused job id $A_ID" "$WORK/old2.log" $rc "PERMISSION_DENIED" 6000 $(( $(now_ms) - t1 ))
 fi
-run_rank $CTL $JOB_ID $JOB_TOKEN 0 2 1,65,300000,3000000 a2r0 & P0=$!; PIDS+=($!)
-run_rank $CTL $JOB_ID $JOB_TOKEN 1 2 1,65,300000,3000000 a2r1 & P1=$!; PIDS+=($!)
+run_rank $CTL $JOB_ID $JOB_TOKEN 0 2 1,65,300000,3000000 a2r0 & P0=$!; sml_track $!
+run_rank $CTL $JOB_ID $JOB_TOKEN 1 2 1,65,300000,3000000 a2r1 & P1=$!; sml_track $!
 wait_child $P0 60; [ $RC -eq 0 ] || { cat "$WORK/a2r0.log"; fail "(a) new job after restart: rank 0 rc $RC"; }
 wait_child $P1 60; [ $RC -eq 0 ] || { cat "$WORK/a2r1.log"; fail "(a) new job after restart: rank 1 rc $RC"; }
 expect_exact "(a) new JobService job after the switch restart" a2r0 a2r1
@@ -153,7 +151,7 @@ expect_exact "(a) new JobService job after the switch restart" a2r0 a2r1
 for r in 0 1; do
   "$SWITCHML" allreduce --controller $CTL --rank $r --workers 2 --type int32 --counts 1000,300000 \
       --job-timeout-ms $JOB_TIMEOUT_MS --rpc-timeout-ms 3000 --json "$WORK/s$r.json" > "$WORK/s$r.log" 2>&1 &
-  eval "PS$r=$!"; PIDS+=($!)
+  eval "PS$r=$!"; sml_track $!
 done
 wait_child $PS0 60; [ $RC -eq 0 ] || { cat "$WORK/s0.log"; fail "(a) reference session after restart: rank 0 rc $RC"; }
 wait_child $PS1 60; [ $RC -eq 0 ] || { cat "$WORK/s1.log"; fail "(a) reference session after restart: rank 1 rc $RC"; }
@@ -164,22 +162,19 @@ stop_switch
 echo "== (b) standalone controller SIGKILLed while a job streams, restarted on the same port"
 start_switch
 SW_CTL=127.0.0.1:$CTL_PORT
-# start_controller [PORT]: sets C_PID and C_PORT.
+# start_controller [PORT]: sets C_PID and C_PORT; its output goes to controller-N.log (N = 1, 2, ...).
+CONTROLLER_STARTS=0
 start_controller() {
-  rm -f "$WORK/cready"
-  "$SWITCHML" controller --listen 127.0.0.1:${1:-0} --switch $SW_CTL --rpc-timeout-ms 3000 \
-      --ready-file "$WORK/cready" >> "$WORK/controller.log" 2>&1 &
-  C_PID=$!; PIDS+=($!)
-  for _ in $(seq 1 200); do [ -s "$WORK/cready" ] && break; sleep 0.05; done
-  [ -s "$WORK/cready" ] || { cat "$WORK/controller.log"; fail "controller did not start"; }
-  C_PORT=$(json_get "$WORK/cready" "j['controller_port']")
+  CONTROLLER_STARTS=$((CONTROLLER_STARTS + 1))
+  sml_start_controller --listen 127.0.0.1:${1:-0} --log "$WORK/controller-$CONTROLLER_STARTS.log" --deadline 10 -- \
+      --switch $SW_CTL --rpc-timeout-ms 3000 || fail "controller did not start"
 }
 start_controller
 CTL=127.0.0.1:$C_PORT
 create_job $CTL 2
 B_ID=$JOB_ID; B_TOKEN=$JOB_TOKEN
-run_rank $CTL $B_ID $B_TOKEN 0 2 2000000 b0 --iters 40 & PB0=$!; PIDS+=($!)
-run_rank $CTL $B_ID $B_TOKEN 1 2 2000000 b1 --iters 40 & PB1=$!; PIDS+=($!)
+run_rank $CTL $B_ID $B_TOKEN 0 2 2000000 b0 --iters 40 & PB0=$!; sml_track $!
+run_rank $CTL $B_ID $B_TOKEN 1 2 2000000 b1 --iters 40 & PB1=$!; sml_track $!
 wait_streaming $CTL $B_ID 2000
 kill -9 $C_PID
 t0=$(now_ms)
@@ -199,8 +194,8 @@ jobs show --controller $CTL $B_ID > "$WORK/b.json" || fail "(b) restarted contro
 pass "(b) the restarted controller sees job $B_ID: $(json_get "$WORK/b.json" "j['state'], j['counters']['received']") datagrams"
 jobs delete --controller $CTL $B_ID --token $B_TOKEN > /dev/null || fail "(b) delete of the old job via the new controller"
 create_job $CTL 2
-run_rank $CTL $JOB_ID $JOB_TOKEN 0 2 1,65,300000 b2r0 & P0=$!; PIDS+=($!)
-run_rank $CTL $JOB_ID $JOB_TOKEN 1 2 1,65,300000 b2r1 & P1=$!; PIDS+=($!)
+run_rank $CTL $JOB_ID $JOB_TOKEN 0 2 1,65,300000 b2r0 & P0=$!; sml_track $!
+run_rank $CTL $JOB_ID $JOB_TOKEN 1 2 1,65,300000 b2r1 & P1=$!; sml_track $!
 wait_child $P0 60; [ $RC -eq 0 ] || { cat "$WORK/b2r0.log"; fail "(b) new job: rank 0 rc $RC"; }
 wait_child $P1 60; [ $RC -eq 0 ] || { cat "$WORK/b2r1.log"; fail "(b) new job: rank 1 rc $RC"; }
 expect_exact "(b) new job through the restarted controller" b2r0 b2r1
@@ -210,7 +205,7 @@ jobs delete --controller $CTL $JOB_ID --token $JOB_TOKEN > /dev/null || fail "(b
 # at once; a rank arriving after the restart waits for a peer that left and fails at its RPC
 # deadline; the job keeps both ranks registered, so it must be deleted and created again.
 create_job $CTL 2
-run_rank $CTL $JOB_ID $JOB_TOKEN 0 2 1000 bb0 & P0=$!; PIDS+=($!)
+run_rank $CTL $JOB_ID $JOB_TOKEN 0 2 1000 bb0 & P0=$!; sml_track $!
 for _ in $(seq 1 100); do
   jobs show --controller $CTL $JOB_ID > "$WORK/show.json" && [ "$(json_get "$WORK/show.json" "j['num_registered']")" = 1 ] && break
   sleep 0.05
@@ -225,7 +220,7 @@ expect_failure "(b) rank waiting in the job barrier (controller killed)" "$WORK/
     "UNAVAILABLE: job $JOB_ID rank 0: barrier: controller 127\.0\.0\.1:$C_PORT" 3000 $(( $(now_ms) - t0 ))
 start_controller $C_PORT
 t0=$(now_ms)
-run_rank $CTL $JOB_ID $JOB_TOKEN 1 2 1000 bb1 & P1=$!; PIDS+=($!)
+run_rank $CTL $JOB_ID $JOB_TOKEN 1 2 1000 bb1 & P1=$!; sml_track $!
 wait_child $P1 10
 expect_failure "(b) other rank arriving after the restart" "$WORK/bb1.log" $RC \
     "DEADLINE_EXCEEDED: job $JOB_ID rank 1: barrier: .*1 of 2 workers had arrived" 5000 $(( $(now_ms) - t0 ))
@@ -235,8 +230,8 @@ t0=$(now_ms); rc=0
 expect_failure "(b) restarted rank 0 rejoining the same job" "$WORK/bb0r.log" $rc "ALREADY_EXISTS: .*rank 0" 6000 $(( $(now_ms) - t0 ))
 jobs delete --controller $CTL $JOB_ID --token $JOB_TOKEN > /dev/null || fail "(b) delete"
 create_job $CTL 2
-run_rank $CTL $JOB_ID $JOB_TOKEN 0 2 1000,65537 bc0 & P0=$!; PIDS+=($!)
-run_rank $CTL $JOB_ID $JOB_TOKEN 1 2 1000,65537 bc1 & P1=$!; PIDS+=($!)
+run_rank $CTL $JOB_ID $JOB_TOKEN 0 2 1000,65537 bc0 & P0=$!; sml_track $!
+run_rank $CTL $JOB_ID $JOB_TOKEN 1 2 1000,65537 bc1 & P1=$!; sml_track $!
 wait_child $P0 60; [ $RC -eq 0 ] || { cat "$WORK/bc0.log"; fail "(b) recreated job: rank 0 rc $RC"; }
 wait_child $P1 60; [ $RC -eq 0 ] || { cat "$WORK/bc1.log"; fail "(b) recreated job: rank 1 rc $RC"; }
 expect_exact "(b) the job deleted and created again runs" bc0 bc1
@@ -267,8 +262,8 @@ done
 eval "$out"
 JOB_ID=$SWITCHML_JOB_ID; JOB_TOKEN=$SWITCHML_JOB_TOKEN
 pass "(b) the controller created a job on the restarted switch $(( $(now_ms) - t0 )) ms after it was back"
-run_rank $CTL $JOB_ID $JOB_TOKEN 0 2 1000,65537 bd0 & P0=$!; PIDS+=($!)
-run_rank $CTL $JOB_ID $JOB_TOKEN 1 2 1000,65537 bd1 & P1=$!; PIDS+=($!)
+run_rank $CTL $JOB_ID $JOB_TOKEN 0 2 1000,65537 bd0 & P0=$!; sml_track $!
+run_rank $CTL $JOB_ID $JOB_TOKEN 1 2 1000,65537 bd1 & P1=$!; sml_track $!
 wait_child $P0 60; [ $RC -eq 0 ] || { cat "$WORK/bd0.log"; fail "(b) job on the restarted switch: rank 0 rc $RC"; }
 wait_child $P1 60; [ $RC -eq 0 ] || { cat "$WORK/bd1.log"; fail "(b) job on the restarted switch: rank 1 rc $RC"; }
 expect_exact "(b) a job through the controller on the restarted switch" bd0 bd1
@@ -286,7 +281,7 @@ C_ID=$JOB_ID; C_TOKEN=$JOB_TOKEN
 # time a worker spends preparing its input before the first datagram, so one huge tensor
 # (30M elements take over a second to fill on a loaded 2-core machine) gets the job torn down
 # before it streams.
-for r in 0 1 2; do run_rank $CTL $C_ID $C_TOKEN $r 3 2000000 c$r --iters 60 & eval "PC$r=$!"; PIDS+=($!); done
+for r in 0 1 2; do run_rank $CTL $C_ID $C_TOKEN $r 3 2000000 c$r --iters 60 & eval "PC$r=$!"; sml_track $!; done
 wait_streaming $CTL $C_ID 3000
 kill -9 $PC2
 t0=$(now_ms)
@@ -324,7 +319,7 @@ t1=$(now_ms); rc=0
 expect_failure "(c) restarted rank 2 joining the torn-down job" "$WORK/c2e.log" $rc \
     "FAILED_PRECONDITION: .*job $C_ID has ended" 6000 $(( $(now_ms) - t1 ))
 create_job $CTL 3 --idle-timeout-s 1
-for r in 0 1 2; do run_rank $CTL $JOB_ID $JOB_TOKEN $r 3 1,65,300000,2000000 cn$r & eval "PN$r=$!"; PIDS+=($!); done
+for r in 0 1 2; do run_rank $CTL $JOB_ID $JOB_TOKEN $r 3 1,65,300000,2000000 cn$r & eval "PN$r=$!"; sml_track $!; done
 for r in 0 1 2; do
   eval "p=\$PN$r"
   wait_child "$p" 60; [ $RC -eq 0 ] || { cat "$WORK/cn$r.log"; fail "(c) new job: rank $r rc $RC"; }

@@ -10,10 +10,10 @@
 # `switchml jobs list --json` / `jobs show`), less at most what the kernel dropped at the
 # switch's socket; no other drop counter may move. At exit the switch's counters must add up.
 # HOSTILE_RATE sets the forged datagrams per second (default 8000).
+source "$(dirname "$0")/../../scripts/lib.sh"
 if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
-  echo "usage: $0 path/to/switchml"; sed -n '2,/^if \[/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0
+  echo "usage: $0 path/to/switchml"; sml_help_header "$0"; exit 0
 fi
-[ -x "${1:-}" ] || { echo "$0: error: argument 1 must be the switchml binary, got '${1:-}'" >&2; exit 2; }
 source "$(dirname "$0")/lib.sh"
 FORGE="$(dirname "$0")/forge_packets.py"
 jobs() { "$SWITCHML" jobs "$@"; }
@@ -45,9 +45,9 @@ forge() {
   python3 "$FORGE" --port "$UDP_PORT" --rate "${HOSTILE_RATE:-8000}" --duration 170 \
       --report "$WORK/forge-$name.json" --started-file "$WORK/forge-$name.started" "$@" \
       > "$WORK/forge-$name.log" 2>&1 &
-  eval "FORGER_$name=$!"; PIDS+=($!)
-  for _ in $(seq 1 200); do [ -e "$WORK/forge-$name.started" ] && break; sleep 0.05; done
-  [ -e "$WORK/forge-$name.started" ] || { cat "$WORK/forge-$name.log"; fail "forger $name did not start"; }
+  eval "FORGER_$name=$!"; sml_track $!
+  sml_wait_for 10 "forger $name to start" test -e "$WORK/forge-$name.started" ||
+    { cat "$WORK/forge-$name.log"; fail "forger $name did not start"; }
 }
 # The unregistered classes flood from before the job starts to after it ends.
 forge open
@@ -58,7 +58,7 @@ for r in 0 1 2; do
   "$SWITCHML" allreduce --controller $CTL --job-id $SWITCHML_JOB_ID --job-token $SWITCHML_JOB_TOKEN \
       --rank $r --workers 3 --type int32 --counts $COUNT --iters $ITERS --job-timeout-ms 20000 \
       --json "$WORK/w$r.json" > "$WORK/w$r.log" 2>&1 &
-  eval "W$r=$!"; PIDS+=($!)
+  eval "W$r=$!"; sml_track $!
 done
 start=$SECONDS
 # Once it streams, learn rank 0's registered port and spoof it.
@@ -78,8 +78,7 @@ echo "spoofing rank 0 (127.0.0.1:$RANK0_PORT) while the job streams"
 
 for r in 0 1 2; do
   eval "p=\$W$r"
-  for _ in $(seq 1 2400); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
-  kill -0 "$p" 2>/dev/null && fail "rank $r still running after $((SECONDS - start)) s (hang)"
+  sml_wait_gone "$p" 120 "rank $r to finish" || fail "rank $r still running after $((SECONDS - start)) s (hang)"
   rc=0; wait "$p" || rc=$?
   [ $rc -eq 0 ] || { cat "$WORK/w$r.log"; fail "rank $r failed under hostile traffic (exit code $rc)"; }
 done
@@ -87,7 +86,7 @@ for name in open spoof; do
   eval "f=\$FORGER_$name"
   kill -0 "$f" 2>/dev/null || { cat "$WORK/forge-$name.log"; fail "forger $name stopped before the job ended"; }
   kill -TERM "$f"
-  for _ in $(seq 1 100); do [ -s "$WORK/forge-$name.json" ] && break; sleep 0.05; done
+  sml_wait_file "$WORK/forge-$name.json" 5 "forger $name's report" || true
   wait "$f" || fail "forger $name exited with an error: $(cat "$WORK/forge-$name.log")"
   cat "$WORK/forge-$name.log"
 done

@@ -23,13 +23,13 @@ pass "wrong operator credential: $(grep -m1 -o 'PERMISSION_DENIED.*' "$WORK/wron
   # A second switch without a credential generates one, readable only by its user.
   unset SWITCHML_OPERATOR_TOKEN
   start_switch_on 0 0 gen-switch.log
-  trap 'kill -9 "$SW_PID" 2>/dev/null || true' EXIT
-  tf=$(json_get "$WORK/ready" "j['operator_token_file']")
+  trap sml_stop_tracked EXIT
+  tf=$(json_get "$SW_READY" "j['operator_token_file']")
   [ "$(stat -c %a "$tf")" = 600 ] || fail "generated token file $tf has mode $(stat -c %a "$tf")"
   grep -q "operator credential: generated, in $tf" "$WORK/gen-switch.log" || fail "the log does not name $tf"
   jobs list --controller 127.0.0.1:$CTL_PORT --operator-token-file "$tf" > /dev/null ||
     fail "jobs list with the generated token file failed"
-  kill -TERM "$SW_PID"; wait "$SW_PID" || fail "the second switch exited with an error"
+  sml_stop_switch 10 || fail "the second switch exited with status $?"
   [ ! -e "$tf" ] || fail "the generated token file $tf was not removed at exit"
   pass "a switch without a credential generated $tf (mode 600), removed at exit"
 ) || { FAILED=1; exit 1; }
@@ -51,9 +51,9 @@ run_rank() {  # job id token rank workers type counts log [iterations]
   exec "$SWITCHML" allreduce --controller $CTL --job-id $1 --job-token $2 --rank $3 --workers $4 --type $5 \
       --counts $6 ${8:+--iters $8} --job-timeout-ms 3000 --json "$WORK/$7.json" > "$WORK/$7.log" 2>&1
 }
-run_rank $A_ID $A_TOKEN 0 2 int32 1,65,300000 a0 & PA0=$!; PIDS+=($!)
-run_rank $A_ID $A_TOKEN 1 2 int32 1,65,300000 a1 & PA1=$!; PIDS+=($!)
-for r in 0 1 2; do run_rank $B_ID $B_TOKEN $r 3 float32 7,1000,200000 b$r & eval PB$r=$!; PIDS+=($!); done
+run_rank $A_ID $A_TOKEN 0 2 int32 1,65,300000 a0 & PA0=$!; sml_track $!
+run_rank $A_ID $A_TOKEN 1 2 int32 1,65,300000 a1 & PA1=$!; sml_track $!
+for r in 0 1 2; do run_rank $B_ID $B_TOKEN $r 3 float32 7,1000,200000 b$r & eval PB$r=$!; sml_track $!; done
 
 # While they run: a wrong token and a duplicate rank are refused and disturb nothing.
 if "$SWITCHML" allreduce --controller $CTL --job-id $A_ID --job-token wrong --rank 0 --workers 2 \
@@ -87,8 +87,8 @@ eval "$out"
 D_ID=$SWITCHML_JOB_ID; D_TOKEN=$SWITCHML_JOB_TOKEN
 # Many 2M-element all-reduces rather than one huge tensor: filling a huge one can take longer
 # than the 1 s idle timeout, and the job would be torn down before it streamed at all.
-run_rank $D_ID $D_TOKEN 0 2 int32 2000000 d0 60 & PD0=$!; PIDS+=($!)
-run_rank $D_ID $D_TOKEN 1 2 int32 2000000 d1 60 & PD1=$!; PIDS+=($!)
+run_rank $D_ID $D_TOKEN 0 2 int32 2000000 d0 60 & PD0=$!; sml_track $!
+run_rank $D_ID $D_TOKEN 1 2 int32 2000000 d1 60 & PD1=$!; sml_track $!
 for _ in $(seq 1 100); do grep -q '"state": "running"' <(jobs show --controller $CTL $D_ID) && break; sleep 0.1; done
 sleep 0.5  # let it stream
 kill -9 $PD1
@@ -104,8 +104,8 @@ pass "killed job torn down: $(jobs show --controller $CTL $D_ID | grep -m1 end_r
 out=$(jobs create --controller $CTL --workers 2 --slots 256 --name E) || fail "create E: $out"
 eval "$out"
 E_ID=$SWITCHML_JOB_ID; E_TOKEN=$SWITCHML_JOB_TOKEN
-run_rank $E_ID $E_TOKEN 0 2 float32 100000 e0 & PE0=$!; PIDS+=($!)
-run_rank $E_ID $E_TOKEN 1 2 float32 100000 e1 & PE1=$!; PIDS+=($!)
+run_rank $E_ID $E_TOKEN 0 2 float32 100000 e0 & PE0=$!; sml_track $!
+run_rank $E_ID $E_TOKEN 1 2 float32 100000 e1 & PE1=$!; sml_track $!
 wait $PE0 && wait $PE1 || fail "a new job on the freed slots failed"
 pass "a new job runs on the freed slots"
 
@@ -115,8 +115,8 @@ jobs delete --controller $CTL $E_ID --token $E_TOKEN > /dev/null || fail "delete
 out=$(jobs create --controller $CTL --workers 2 --slots 256 --name F 2>&1) || fail "create F: $out"
 eval "$out"
 F_ID=$SWITCHML_JOB_ID; F_TOKEN=$SWITCHML_JOB_TOKEN
-run_rank $F_ID $F_TOKEN 0 2 int32 2000000 f0 200 & PF0=$!; PIDS+=($!)
-run_rank $F_ID $F_TOKEN 1 2 int32 2000000 f1 200 & PF1=$!; PIDS+=($!)
+run_rank $F_ID $F_TOKEN 0 2 int32 2000000 f0 200 & PF0=$!; sml_track $!
+run_rank $F_ID $F_TOKEN 1 2 int32 2000000 f1 200 & PF1=$!; sml_track $!
 for _ in $(seq 1 100); do grep -q '"state": "running"' <(jobs show --controller $CTL $F_ID) && break; sleep 0.1; done
 sleep 0.5
 jobs delete --controller $CTL $F_ID --token $F_TOKEN > /dev/null || fail "delete F failed"

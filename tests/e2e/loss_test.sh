@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# 1% ingress and 1% egress loss in the switch's drop simulator (spec §3.10): int32 exact,
-# float32 bit-identical to the loss-free run, and no hang (CTest timeout).
+# 1% ingress and 1% egress loss in the switch's drop simulator (docs/protocol.md#drop-simulator):
+# int32 exact, float32 bit-identical to the loss-free run, and no hang (CTest timeout).
 source "$(dirname "$0")/lib.sh"
 COUNTS=1,64,65,65537,1000000
 for type in int32 float32; do

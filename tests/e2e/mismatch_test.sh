@@ -34,9 +34,9 @@ pair() {
   local start end rc0=0 rc1=0
   start=$(now)
   # shellcheck disable=SC2086
-  run_rank "$name-r0" 0 $job $f0 & local p0=$!; PIDS+=($p0)
+  run_rank "$name-r0" 0 $job $f0 & local p0=$!; sml_track $p0
   # shellcheck disable=SC2086
-  run_rank "$name-r1" 1 $job $f1 & local p1=$!; PIDS+=($p1)
+  run_rank "$name-r1" 1 $job $f1 & local p1=$!; sml_track $p1
   wait $p0 || rc0=$?
   wait $p1 || rc1=$?
   end=$(now)
@@ -103,26 +103,22 @@ done
 
 echo "== through a standalone controller (switchml controller) driving the switch"
 SW_CTL=$CTL
-rm -f "$WORK/cready"
-"$SWITCHML" controller --listen 127.0.0.1:0 --switch "$SW_CTL" --rpc-timeout-ms 3000 \
-    --ready-file "$WORK/cready" > "$WORK/controller.log" 2>&1 &
-C_PID=$!; PIDS+=($C_PID)
-for _ in $(seq 1 200); do [ -s "$WORK/cready" ] && break; sleep 0.05; done
-[ -s "$WORK/cready" ] || { cat "$WORK/controller.log"; fail "standalone controller did not start"; }
-CTL=127.0.0.1:$(json_get "$WORK/cready" "j['controller_port']")
+sml_start_controller --deadline 10 -- --switch "$SW_CTL" --rpc-timeout-ms 3000 ||
+    fail "standalone controller did not start"
+CTL=127.0.0.1:$C_PORT
 expect_refused "standalone-session-threads" num_worker_threads 1 2 "--size 1MiB --type int32" \
     "--threads=1" "--threads=2"
 new_job
 expect_refused "standalone-job-window" window_packets 256 128 \
     "$JOB_FLAGS --size 1MiB --type int32" "--window=256" "--window=128"
 delete_job
-kill -TERM $C_PID; wait $C_PID || true
+sml_stop "$C_PID" 10 controller || true
 CTL=$SW_CTL
 
 # Workers that agree still run (the same switch, after all those refusals).
 pair_ok() {  # NAME "FLAGS"
-  run_rank "$1-r0" 0 $2 & local p0=$!; PIDS+=($p0)
-  run_rank "$1-r1" 1 $2 & local p1=$!; PIDS+=($p1)
+  run_rank "$1-r0" 0 $2 & local p0=$!; sml_track $p0
+  run_rank "$1-r1" 1 $2 & local p1=$!; sml_track $p1
   wait $p0 && wait $p1 || { cat "$WORK/$1"-r*.err; fail "$1: agreeing workers failed"; }
   pass "$1: agreeing workers run"
 }

@@ -1,17 +1,17 @@
 # shellcheck shell=bash disable=SC2034
-# Shared helpers for the emulated-cluster tests (CTest label `netns`). Source it after setting
-# CLUSTER_SH (path to scripts/cluster.sh) and, for tests that use the fixture's cluster, NAME_FILE.
+# What the emulated-cluster tests (CTest label `netns`) share beyond scripts/lib.sh (sourced here;
+# see its header for fail, pass, skip (exit 77, the SKIP_RETURN_CODE of every netns test),
+# json_get, sml_track, sml_at_exit, sml_wait_*, ...). Source it after setting CLUSTER_SH (path to
+# scripts/cluster.sh) and, for tests that use the fixture's cluster, NAME_FILE. set -euo pipefail
+# is on. It makes the work directory $WORK (kept on failure or with KEEP=1); the processes a test
+# tracks (sml_track) are stopped at exit, then its sml_at_exit commands run.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
-SKIP=77  # CTest SKIP_RETURN_CODE of every netns test
 NETTOOL="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/nettool.py"
 PYTHON=${PYTHON:-python3}
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
-pass() { echo "ok: $*"; }
-skip() { echo "SKIP: $*"; exit "$SKIP"; }
-
-# Exits with SKIP unless this process can create network namespaces and has the tools.
+# Exits with SML_SKIP (77) unless this process can create network namespaces and has the tools.
 require_netns() {
   [[ $(id -u) == 0 ]] || skip "the emulated cluster needs root (network namespaces); run ctest as root"
   command -v ip >/dev/null || skip "ip (iproute2) is not installed"
@@ -34,7 +34,8 @@ load_cluster() {
   CX=("$CLUSTER_SH" exec --name "$NAME" --host)
 }
 
-# cx HOST CMD...: runs CMD in host HOST (w<i>, sw, br) of the loaded cluster, in the foreground.
+# cx HOST CMD...: runs CMD in host HOST (w<i>, sw or sw<j>, br) of the loaded cluster, in the
+# foreground.
 # To start one in the background use `"${CX[@]}" HOST -- CMD... &` instead: then $! is the pid of
 # CMD itself (cluster.sh and ip netns exec both exec), whereas `cx ... &` would fork a subshell and
 # $! would be that subshell's pid.
@@ -44,35 +45,17 @@ cx() { local h=$1; shift; "${CX[@]}" "$h" -- "$@"; }
 # name), so that a failed test leaves none behind for the next one.
 kill_cluster_processes() {
   local ns pids
-  for ns in $(ip netns list | awk '{print $1}' | grep -E "^$NAME-(br|sw|w[0-9]+)\$"); do
+  for ns in $(ip netns list | awk '{print $1}' | grep -E "^$NAME-(br|sw[0-9]*|w[0-9]+)\$"); do
     pids=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')
     [[ -z "${pids// /}" ]] || kill -9 $pids 2>/dev/null || true
   done
 }
 
-# Background processes of the test, killed at exit whatever happens.
-PIDS=()
-WORK=$(mktemp -d /tmp/switchml-netns-test.XXXXXX)
-KEEP_WORK=0
-on_exit() {
-  local rc=$?
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  if ((rc != 0 && rc != SKIP)) || ((KEEP_WORK)); then echo "logs in $WORK"; else rm -rf "$WORK"; fi
-  for hook in "${EXIT_HOOKS[@]}"; do eval "$hook" || true; done
-  exit "$rc"
-}
-EXIT_HOOKS=()
-trap on_exit EXIT
+sml_work_dir switchml-netns-test
 
-# wait_file FILE SECONDS: waits until FILE is non-empty.
-wait_file() {
-  local i
-  for ((i = 0; i < $2 * 20; i++)); do [[ -s "$1" ]] && return 0; sleep 0.05; done
-  return 1
-}
-
-# json_get FILE EXPR: evaluates a Python expression over the JSON document `j`.
-json_get() { "$PYTHON" -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"; }
+# in_sw CMD...: execs CMD in (the first) switch host of the loaded cluster (the launcher for
+# sml_start_switch --via in_sw).
+in_sw() { exec "${CX[@]}" sw -- "$@"; }
 
 # leftovers NAME: prints whatever still carries cluster NAME's prefix (namespaces, links in this
 # namespace, the state file); empty when everything is gone.

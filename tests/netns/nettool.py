@@ -6,8 +6,10 @@ namespace with `cluster.sh exec`).
       ICMP echo over a raw socket (needs root). Exit 0 iff every request got its reply.
   nettool.py tcp-sink --bind IP --ready-file F --json OUT [--timeout S]
       Accepts one TCP connection, reads it to EOF and writes {"bytes","seconds","mbit_per_s"} to
-      OUT, measured from the first to the last byte received (the receiver's goodput). Writes the
-      chosen port to F (written atomically) once listening.
+      OUT, measured from the first to the last byte received (the receiver's goodput), and
+      "t_first", "t_last": those two instants on CLOCK_MONOTONIC (shared by all namespaces), so
+      that concurrent transfers can be summed over their union. Writes the chosen port to F
+      (written atomically) once listening.
   nettool.py tcp-send IP:PORT --seconds S
       Sends as fast as the socket accepts for S seconds, then closes.
 """
@@ -89,7 +91,8 @@ def tcp_sink(args) -> int:
             total += n  # bytes that arrived after the first read, over [first, last]
         last = now
     secs = (last - first) if first is not None else 0.0
-    result = {"bytes": total, "seconds": secs, "mbit_per_s": total * 8 / secs / 1e6 if secs > 0 else 0.0}
+    result = {"bytes": total, "seconds": secs, "mbit_per_s": total * 8 / secs / 1e6 if secs > 0 else 0.0,
+              "t_first": first, "t_last": last}
     with open(args.json, "w") as f:
         json.dump(result, f)
     print(json.dumps(result))

@@ -49,8 +49,8 @@ measure() {
   "${CX[@]}" "$to" -- "$PYTHON" "$NETTOOL" tcp-sink --bind "$to_ip" --ready-file "$ready" --json "$out" --timeout 30 \
       > "$WORK/sink-$label.log" 2>&1 &
   local sink=$!
-  PIDS+=("$sink")
-  wait_file "$ready" 20 || { cat "$WORK/sink-$label.log"; fail "$label: sink did not start"; }
+  sml_track "$sink"
+  sml_wait_file "$ready" 20 "the $label sink's ready file" || { cat "$WORK/sink-$label.log"; fail "$label: sink did not start"; }
   cx "$from" "$PYTHON" "$NETTOOL" tcp-send "$to_ip:$(cat "$ready")" --seconds "$SECONDS_PER_RUN" \
       > "$WORK/send-$label.log" 2>&1 || { cat "$WORK/send-$label.log"; fail "$label: sender failed"; }
   wait "$sink" || { cat "$WORK/sink-$label.log"; fail "$label: sink failed"; }

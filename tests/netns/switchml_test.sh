@@ -21,7 +21,8 @@ while ((F32_N > 2 && (F32_N & (F32_N - 1)) == 0)); do F32_N=$((F32_N - 1)); done
 
 # Whatever happens, leave the shared cluster without loss rules for the other tests.
 # No process of this test survives it either.
-EXIT_HOOKS+=("'$CLUSTER_SH' loss --name '$NAME' --to-switch 0 --from-switch 0 >/dev/null" kill_cluster_processes)
+sml_at_exit "'$CLUSTER_SH' loss --name '$NAME' --to-switch 0 --from-switch 0 >/dev/null"
+sml_at_exit kill_cluster_processes
 
 # dropped_packets: datagrams dropped so far by the loss rules of all hosts.
 dropped_packets() {
@@ -35,14 +36,11 @@ dropped_packets() {
 
 # run_job TYPE LABEL: one switch + N workers (F32_N for float32); fails unless all exit 0.
 run_job() {
-  local type=$1 label=$2 ready="$WORK/ready-$2" i N=$N
+  local type=$1 label=$2 i N=$N
   [[ $type == float32 ]] && N=$F32_N
-  "${CX[@]}" sw -- "$SWITCHML" switch --bind "$CLUSTER_SWITCH_IP" --port 0 --controller-port 0 --ready-file "$ready" \
-      --counters-json "$WORK/switch-$label.json" > "$WORK/switch-$label.log" 2>&1 &
-  local sw_pid=$!
-  PIDS+=("$sw_pid")
-  wait_file "$ready" 30 || { cat "$WORK/switch-$label.log"; fail "$label: switch did not start"; }
-  local ctl; ctl=$(json_get "$ready" "j['controller_port']")
+  sml_start_switch --bind "$CLUSTER_SWITCH_IP" --via in_sw --ready "$WORK/ready-$label" --log "$WORK/switch-$label.log" \
+      -- --counters-json "$WORK/switch-$label.json" || fail "$label: switch did not start"
+  local sw_pid=$SW_PID ctl=$CTL_PORT
   local t0=$SECONDS pids=()
   for ((i = 0; i < N; i++)); do
     # Generous job timeout: the 2-core host runs N workers and the switch at once.
@@ -50,14 +48,13 @@ run_job() {
         --type "$type" --size "$SIZE" --job-timeout-ms 60000 --rpc-timeout-ms 30000 \
         --json "$WORK/$label-r$i.json" > "$WORK/$label-r$i.log" 2>&1 &
     pids+=($!)
-    PIDS+=($!)
+    sml_track $!
   done
   local failed=""
   for ((i = 0; i < N; i++)); do wait "${pids[i]}" || failed+=" $i"; done
   local took=$((SECONDS - t0))
-  kill -TERM "$sw_pid" 2>/dev/null || true
   local sw_rc=0
-  wait "$sw_pid" || sw_rc=$?
+  sml_stop "$sw_pid" 10 switch || sw_rc=$?
   ((sw_rc == 0)) || { tail -5 "$WORK/switch-$label.log"; fail "$label: the switch exited with status $sw_rc on SIGTERM"; }
   if [[ -n "$failed" ]]; then
     for i in $failed; do echo "--- rank $i"; tail -5 "$WORK/$label-r$i.log"; done

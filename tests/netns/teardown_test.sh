@@ -16,7 +16,7 @@ require_netns
 base=$(printf 'smltd%04x' $((RANDOM ^ ($$ & 0xffff))))
 A=${base}a B=${base}b C=${base}c D=${base}d
 # Whatever happens below, remove every cluster this test creates.
-EXIT_HOOKS+=("for n in $A $B $C $D ${D}1; do '$CLUSTER_SH' down --name \$n >/dev/null 2>&1; done")
+sml_at_exit "for n in $A $B $C $D ${D}1; do '$CLUSTER_SH' down --name \$n >/dev/null 2>&1; done"
 
 assert_gone() {  # NAME WHAT
   local left; left=$(leftovers "$1")
@@ -111,11 +111,17 @@ bad "--name must be" up --name "bad-name!" --workers 1
 bad "--name must be" up --name "x123456789x123456789x123456789xyz" --workers 1
 bad "--name is required" up --workers 1
 bad "--rate must be" up --name "$D" --workers 1 --rate fast
+bad "--switches must be" up --name "$D" --workers 1 --switches 0
+bad "--switches must be" up --name "$D" --workers 1 --switches 9
+bad "exceed the 254 host addresses" up --name "$D" --workers 250 --switches 5
+bad "--switch-rate must be" up --name "$D" --workers 1 --switch-rate fast
+bad "--switch-burst must be" up --name "$D" --workers 1 --switch-burst big
 bad "--mtu must be" up --name "$D" --workers 1 --mtu 100000
 bad "--loss-to-switch must be" up --name "$D" --workers 1 --loss-to-switch 1.5
 bad "--loss-from-switch must be" up --name "$D" --workers 1 --loss-from-switch 1
 bad "unknown option" up --name "$D" --workers 1 --bogus
 bad "--host must be" exec --name "$D" --host x1 -- true
+bad "does not exist" exec --name "$D" --host sw1 -- true
 bad "does not exist" exec --name "$D" --host w0 -- true
 bad "unknown command" frobnicate
 assert_gone "$D" "rejected arguments"

@@ -2,7 +2,9 @@
 # The fixture's cluster has the calibrated topology: WORKERS worker hosts and a switch host, each in
 # a namespace of its own with a distinct address, joined by a bridge in a namespace of its own;
 # static neighbour entries; IPv6 off; MTU as requested; every worker reaches the switch (ICMP echo)
-# and one worker reaches another.
+# and one worker reaches another. The fixture's cluster has the default single switch host, which
+# keeps the names it had before --switches existed (namespace PREFIX-sw, bridge port sw, host sw
+# and sw0, 10.R.0.254) and an unshaped switch link; tests/netns/switches_test.sh covers K > 1.
 # Usage: topology_test.sh CLUSTER_SH NAME_FILE WORKERS
 CLUSTER_SH=${1:?cluster.sh}
 NAME_FILE=${2:?name file}
@@ -19,6 +21,19 @@ read -r -a nss <<<"$CLUSTER_WORKER_NS"
 expected=$( { echo "$NAME-br"; echo "$NAME-sw"; for ((i = 0; i < WORKERS; i++)); do echo "$NAME-w$i"; done; } | sort)
 actual=$(ip netns list | awk '{print $1}' | grep -E "^$NAME-" | sort)
 [[ "$actual" == "$expected" ]] || fail "namespaces differ: expected [$expected], got [$actual]"
+# One switch host (the default) under the old names; the list variables agree with the old ones.
+[[ ${CLUSTER_SWITCHES:-} == 1 ]] || fail "state file says CLUSTER_SWITCHES='${CLUSTER_SWITCHES:-}', expected 1"
+[[ $CLUSTER_SWITCH_NS == "$NAME-sw" && ${CLUSTER_SWITCH_NSS:-} == "$NAME-sw" ]] ||
+    fail "switch namespace '$CLUSTER_SWITCH_NS' / list '${CLUSTER_SWITCH_NSS:-}', expected $NAME-sw"
+[[ $CLUSTER_SWITCH_IP == "${CLUSTER_SUBNET%.0/24}.254" && ${CLUSTER_SWITCH_IPS:-} == "$CLUSTER_SWITCH_IP" ]] ||
+    fail "switch address '$CLUSTER_SWITCH_IP' / list '${CLUSTER_SWITCH_IPS:-}', expected ${CLUSTER_SUBNET%.0/24}.254"
+[[ -z ${CLUSTER_SWITCH_RATE-x} ]] || fail "CLUSTER_SWITCH_RATE is '${CLUSTER_SWITCH_RATE-unset}', expected empty (unlimited)"
+ip -n "$CLUSTER_BRIDGE_NS" link show dev sw >/dev/null 2>&1 || fail "the bridge has no port named sw"
+for h in sw sw0; do
+  got=$(cx "$h" ip netns identify) || fail "exec --host $h failed"
+  [[ $got == "$NAME-sw" ]] || fail "exec --host $h ran in namespace '$got', expected $NAME-sw"
+done
+pass "one switch host under the old names ($NAME-sw, port sw, hosts sw and sw0, $CLUSTER_SWITCH_IP)"
 # Nothing of the cluster lives in the caller's namespace.
 ! ip -o link show | grep -qF -- "$NAME" || fail "interfaces named after the cluster in the root namespace"
 

@@ -12,21 +12,15 @@ SIZE=${4:?tensor size}
 source "$(dirname "$0")/lib.sh"
 # The operator credential of the switch and of `switchml jobs` (ip netns exec keeps the
 # environment).
-SWITCHML_OPERATOR_TOKEN=${SWITCHML_OPERATOR_TOKEN:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
-export SWITCHML_OPERATOR_TOKEN
+sml_operator_token
 load_cluster
 [[ -x "$SWITCHML" ]] || fail "switchml binary not found at $SWITCHML"
 ((CLUSTER_WORKERS >= 8)) || fail "needs 8 worker hosts, the cluster has $CLUSTER_WORKERS"
-EXIT_HOOKS+=(kill_cluster_processes)
+sml_at_exit kill_cluster_processes
 "$CLUSTER_SH" loss --name "$NAME" --to-switch 0 --from-switch 0 >/dev/null
 
-ready="$WORK/ready"
-"${CX[@]}" sw -- "$SWITCHML" switch --bind "$CLUSTER_SWITCH_IP" --port 0 --controller-port 0 --ready-file "$ready" \
-    > "$WORK/switch.log" 2>&1 &
-sw_pid=$!
-PIDS+=("$sw_pid")
-wait_file "$ready" 30 || { cat "$WORK/switch.log"; fail "switch did not start"; }
-CTL="$CLUSTER_SWITCH_IP:$(json_get "$ready" "j['controller_port']")"
+sml_start_switch --bind "$CLUSTER_SWITCH_IP" --via in_sw || fail "switch did not start"
+CTL="$CLUSTER_SWITCH_IP:$CTL_PORT"
 
 declare -A ID TOKEN WORKERS=([A]=3 [B]=5)
 for job in A B; do
@@ -46,7 +40,7 @@ for ((i = 0; i < 8; i++)); do
       --job-id "${ID[$job]}" --job-token "${TOKEN[$job]}" --type "$type" --size "$SIZE" \
       --job-timeout-ms 60000 --rpc-timeout-ms 30000 --json "$WORK/w$i.json" > "$WORK/w$i.log" 2>&1 &
   pids+=($!)
-  PIDS+=($!)
+  sml_track $!
 done
 failed=""
 for ((i = 0; i < 8; i++)); do wait "${pids[i]}" || failed+=" w$i"; done
@@ -58,6 +52,5 @@ for ((i = 0; i < 8; i++)); do
   [[ $(json_get "$WORK/w$i.json" "j['ok']") == True ]] || fail "w$i: report not ok"
 done
 cx w0 "$SWITCHML" jobs list --controller "$CTL" > "$WORK/jobs.log" || fail "jobs list failed"
-kill -TERM "$sw_pid" 2>/dev/null || true
-wait "$sw_pid" || fail "the switch exited with an error on SIGTERM"
+sml_stop_switch || fail "the switch exited with status $? on SIGTERM"
 pass "two concurrent jobs on one switch (A 3 x int32 exact, B 5 x float32 within bound), $SIZE each, in $((SECONDS - t0))s"

@@ -47,20 +47,18 @@ seeded run of the client's randomized differential test (label soak; the tests e
 EOF
 }
 
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-MINUTES=10 LANES=3 LOSS=0.01 RSS_GROWTH_MIB=16 SEED="" SWITCHML="$ROOT/build/switchml" OUT="" KEEP=0
+source "$(dirname "$0")/../../scripts/lib.sh"
+MINUTES=10 LANES=3 LOSS=0.01 RSS_GROWTH_MIB=16 SEED="" SWITCHML="$SML_ROOT/build/switchml" OUT="" KEEP=0
 PYTHON=${PYTHON:-python3}
-die() { echo "soak.sh: error: $*" >&2; exit 2; }
-need() { [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --minutes) need "$@"; MINUTES=$2; shift 2 ;;
-    --lanes) need "$@"; LANES=$2; shift 2 ;;
-    --loss) need "$@"; LOSS=$2; shift 2 ;;
-    --rss-growth-mib) need "$@"; RSS_GROWTH_MIB=$2; shift 2 ;;
-    --seed) need "$@"; SEED=$2; shift 2 ;;
-    --switchml) need "$@"; SWITCHML=$2; shift 2 ;;
-    --out) need "$@"; OUT=$2; shift 2 ;;
+    --minutes) sml_need_value "$@"; MINUTES=$2; shift 2 ;;
+    --lanes) sml_need_value "$@"; LANES=$2; shift 2 ;;
+    --loss) sml_need_value "$@"; LOSS=$2; shift 2 ;;
+    --rss-growth-mib) sml_need_value "$@"; RSS_GROWTH_MIB=$2; shift 2 ;;
+    --seed) sml_need_value "$@"; SEED=$2; shift 2 ;;
+    --switchml) sml_need_value "$@"; SWITCHML=$2; shift 2 ;;
+    --out) sml_need_value "$@"; OUT=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
@@ -87,40 +85,20 @@ JOB_TIMEOUT_MS=10000      # normal jobs: fail after 10 s without progress
 KILL_JOB_TIMEOUT_MS=3000  # the job whose worker is killed
 SLOTS_PER_JOB=256
 
-WORK=$(mktemp -d /tmp/switchml-soak.XXXXXX)
-PIDS=()  # switch + lane subshells, killed at exit whatever happens
+# The work directory (logs of every job) is kept on failure and with --keep. At exit the switch
+# and the lane subshells are stopped with all their descendants (the workers and their `timeout`
+# processes), whatever happens.
+sml_work_dir switchml-soak
 FAILED=0
-cleanup() {
-  local rc=$?
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  # Each lane records its workers' pids (`timeout` processes); neither they nor their switchml
-  # children may outlive the soak.
-  cat "$WORK"/lane*.pids 2>/dev/null | while read -r p; do
-    pkill -9 -P "$p" 2>/dev/null || true
-    kill -9 "$p" 2>/dev/null || true
-  done
-  if ((KEEP || rc != 0)); then echo "work directory (logs of every job): $WORK" >&2; else rm -rf "$WORK"; fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-json_get() { "$PYTHON" -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"; }
 now() { date +%s; }
 
 # The operator credential of the switch and of every `switchml jobs` call (docs/operations.md).
-SWITCHML_OPERATOR_TOKEN=${SWITCHML_OPERATOR_TOKEN:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
-export SWITCHML_OPERATOR_TOKEN
+sml_operator_token
 
 # ---- the switch: exactly LANES x 256 slots, so a job only starts when another one freed slots.
-"$SWITCHML" switch --bind 127.0.0.1 --port 0 --controller-port 0 --ready-file "$WORK/ready" \
-    --slots $((LANES * SLOTS_PER_JOB)) --ingress-drop "$LOSS" --egress-drop "$LOSS" --drop-seed "$SEED" \
-    --counters-json "$WORK/switch-counters.json" > "$WORK/switch.log" 2>&1 &
-SW_PID=$!
-PIDS+=("$SW_PID")
-for _ in $(seq 1 200); do [[ -s "$WORK/ready" ]] && break; sleep 0.05; done
-[[ -s "$WORK/ready" ]] || { cat "$WORK/switch.log"; die "the switch did not start within 10 s"; }
-CTL=127.0.0.1:$(json_get "$WORK/ready" "j['controller_port']")
+sml_start_switch --deadline 10 -- --slots $((LANES * SLOTS_PER_JOB)) --ingress-drop "$LOSS" --egress-drop "$LOSS" \
+    --drop-seed "$SEED" --counters-json "$WORK/switch-counters.json" || die "the switch did not start"
+CTL=127.0.0.1:$CTL_PORT
 jobs_cmd() { "$SWITCHML" jobs "$@"; }
 
 START=$(now)
@@ -190,7 +168,6 @@ run_job() {
         --job-timeout-ms "$jto" --rpc-timeout-ms 20000 --json "$WORK/l$lane-j$job-r$r.json" \
         > "$WORK/l$lane-j$job-r$r.log" 2>&1) &
     pids+=($!)
-    echo $! >> "$WORK/lane$lane.pids"
   done
   if ((kill)); then
     # Wait (10 s at most) until the job streams, then SIGKILL rank 1 (timeout's child: kill both).
@@ -203,9 +180,8 @@ run_job() {
       sleep 0.1
     done
     sleep 1
-    # SIGKILL the worker (the child of its `timeout` process, found by parent pid), then timeout.
-    pkill -9 -P "${pids[1]}" 2>/dev/null || true
-    kill -9 "${pids[1]}" 2>/dev/null || true
+    # SIGKILL the worker and its `timeout` process.
+    sml_kill_tree -KILL "${pids[1]}"
     local tk; tk=$(date +%s.%N)
     local rc0=0; wait "${pids[0]}" || rc0=$?
     wait "${pids[1]}" 2>/dev/null || true  # the killed rank: reap it
@@ -254,7 +230,6 @@ EOF
   local secs; secs=$("$PYTHON" -c "import sys,time; print(round(time.time() - float(sys.argv[1]), 3))" "$t0")
   jobs_cmd delete --controller "$CTL" "$id" --token "$token" > /dev/null 2>&1 || true
   record_job "$lane" "$job" "$kind" "$type" "$workers" "$counts" "$secs" "${rcs[@]}"
-  : > "$WORK/lane$lane.pids"
   # Keep the work directory small: the logs of good jobs are not needed.
   if tail -n 1 "$WORK/lane$lane.jsonl" | grep -q '"ok": true'; then rm -f "$WORK/l$lane-j$job-"*; fi
 }
@@ -290,7 +265,7 @@ lane() {
 
 for ((L = 0; L < LANES; L++)); do
   lane "$L" > "$WORK/lane$L.out" 2>&1 &
-  PIDS+=($!)
+  sml_track $!
   LANE_PIDS+=($!)
 done
 
@@ -324,16 +299,14 @@ done
 
 echo "soak: load phase over after $(($(now) - START)) s; waiting for the running jobs (120 s at most)"
 for p in "${LANE_PIDS[@]}"; do
-  for ((i = 0; i < 1200; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$p" 2>/dev/null; then echo "soak: a lane is still running after 120 s (hang?)"; FAILED=1; fi
+  sml_wait_gone "$p" 120 "a lane to finish its job" ||
+      { echo "soak: a lane is still running after 120 s (hang?)"; FAILED=1; }
 done
 echo "$(($(now) - START)) $(rss_kib)" >> "$WORK/rss.txt"
 jobs_cmd list --controller "$CTL" > "$WORK/jobs-list.txt" 2>&1 || true
-kill -TERM "$SW_PID" 2>/dev/null || true
 sw_rc=0
-for ((i = 0; i < 100; i++)); do kill -0 "$SW_PID" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$SW_PID" 2>/dev/null && { echo "soak: the switch ignored SIGTERM for 10 s"; FAILED=1; }
-wait "$SW_PID" || sw_rc=$?
+sml_stop_switch 10 || sw_rc=$?
+((sw_rc != 124)) || { echo "soak: the switch ignored SIGTERM for 10 s"; FAILED=1; }
 
 "$PYTHON" - "$WORK" "$OUT" "$DURATION_S" "$WARMUP_S" "$RSS_GROWTH_MIB" "$LANES" "$LOSS" "$SEED" "$sw_rc" "$FAILED" <<'EOF'
 import glob, json, os, sys

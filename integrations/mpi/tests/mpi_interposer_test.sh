@@ -18,19 +18,11 @@
 #               MPI_Wait) with the SwitchML status printed, later routed calls fail at once,
 #               PMPI calls still work, nothing hangs.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../../scripts/lib.sh"
 SCENARIO=$1 FLAVOR=$2 MPIRUN=$3 SWITCHML=$4 LIB=$5 CHECK=$6 COMPARE=$7
 NP=3
 for v in $(compgen -v SWITCHML_ || true); do unset "$v"; done
-WORK=$(mktemp -d /tmp/switchml-mpi.XXXXXX)
-SW_PID=""
-FAILED=0
-cleanup() {
-  [ -n "$SW_PID" ] && kill -9 "$SW_PID" 2>/dev/null || true
-  if [ "${KEEP:-0}" = 1 ] || [ "$FAILED" = 1 ]; then echo "logs in $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-fail() { FAILED=1; echo "FAIL: $*" >&2; exit 1; }
-pass() { echo "ok: $*"; }
+sml_work_dir switchml-mpi  # logs kept on failure or with KEEP=1; the switch is stopped at exit
 
 # run_mpi LOG VAR=VALUE... -- ARGS...: runs CHECK under mpirun with those environment variables;
 # returns mpirun's exit status; output in LOG.
@@ -80,16 +72,7 @@ baseline() {
   pass "$FLAVOR baseline without the interposer"
 }
 
-start_switch() {
-  "$SWITCHML" switch --bind 127.0.0.1 --port 0 --controller-port 0 --ready-file "$WORK/ready" \
-      > "$WORK/switch.log" 2>&1 &
-  SW_PID=$!
-  for _ in $(seq 1 200); do [ -s "$WORK/ready" ] && break; sleep 0.05; done
-  [ -s "$WORK/ready" ] || fail "switch did not start: $(cat "$WORK/switch.log")"
-  CTL_PORT=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['controller_port'])" "$WORK/ready")
-}
-
-free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"; }
+start_switch() { sml_start_switch --deadline 10 || fail "switch did not start"; }
 
 case "$SCENARIO" in
 routed|min_elements|inline)
@@ -123,11 +106,11 @@ routed|min_elements|inline)
   "$COMPARE" "$WORK/base.txt" "$WORK/sw.txt" "$NP" || fail "results differ from the baseline"
   grep -q "warning" "$WORK/sw.log" && fail "unexpected warning: $(grep warning "$WORK/sw.log")"
   pass "$FLAVOR $SCENARIO: results match, counters $(grep 'stats: rank=0 ' "$WORK/sw.log" | cut -c1-200)"
-  kill -TERM "$SW_PID"; wait "$SW_PID" || true; SW_PID=""
+  sml_stop_switch || true
   ;;
 fallback)
   baseline
-  PORT=$(free_port)
+  PORT=$(sml_free_port tcp)
   COMMON=(LD_PRELOAD="$LIB" SWITCHML_CONTROLLER="127.0.0.1:$PORT" SWITCHML_RPC_TIMEOUT_MS=1500
           SWITCHML_MPI_STATS=1)
   # pmpi: a warning per rank, exact results, every call passed through.
@@ -187,7 +170,7 @@ error)
       passthrough_allreduce=2
   [ "$ELAPSED" -lt 60 ] || fail "error mode took ${ELAPSED}s"
   pass "$FLAVOR routed errors: MPI_ERR_OTHER on every rank in ${ELAPSED}s, messages printed"
-  kill -TERM "$SW_PID"; wait "$SW_PID" || true; SW_PID=""
+  sml_stop_switch || true
   ;;
 *) fail "unknown scenario $SCENARIO" ;;
 esac

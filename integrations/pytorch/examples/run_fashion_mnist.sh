@@ -3,10 +3,11 @@
 # same seed, over torch.distributed backend "switchml" and then "gloo", and prints both side by
 # side. See --help and docs/training.md.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../../scripts/lib.sh"
 
 PROG=$(basename "$0")
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../../.." && pwd)
+REPO=$SML_ROOT
 TRAIN_PY="$HERE/fashion_mnist_ddp.py"
 CLUSTER_SH="$REPO/scripts/cluster.sh"
 
@@ -49,8 +50,6 @@ Exit status: 0 when both runs finished and every rank ended with identical param
 EOF
 }
 
-die() { echo "$PROG: $*" >&2; exit 2; }
-
 WORKERS=4 EPOCHS=2 BATCH=64 MAX_STEPS=0 SEED=1 LR=0.05 TRAIN_SUBSET=0 TEST_SUBSET=0 EVERY=0
 OUT="" BUILD="$REPO/build" PYTHON=/usr/bin/python3 RATE="" TIMEOUT=1800 KEEP=0
 need_int() { [[ "$2" =~ ^[0-9]+$ ]] || die "$1 must be a non-negative integer, got '$2'"; }
@@ -90,35 +89,18 @@ if [[ -n "$RATE" ]]; then
   [[ -x "$CLUSTER_SH" ]] || die "$CLUSTER_SH not found"
 fi
 
-WORK=$(mktemp -d /tmp/switchml-fmnist.XXXXXX)
+# The work directory is kept on failure and with --keep-logs (KEEP=1). At exit the switch and the
+# ranks (with their `timeout` processes) are stopped, then the cluster is torn down.
+sml_work_dir switchml-fmnist
 NAME=""       # cluster name prefix once created
-SWITCH_PID="" # pid of the running switch, if any
-PIDS=()       # rank processes of the current run
-on_exit() {
-  local rc=$?
-  local p
-  # TERM first: \`timeout\` passes it on to the rank it wraps (SIGKILL would orphan the rank).
-  for p in "${PIDS[@]}" $SWITCH_PID; do kill -TERM "$p" 2>/dev/null || true; done
-  if ((${#PIDS[@]})) || [[ -n "$SWITCH_PID" ]]; then
-    sleep 1
-    for p in "${PIDS[@]}" $SWITCH_PID; do kill -9 "$p" 2>/dev/null || true; done
-  fi
-  if [[ -n "$NAME" ]]; then "$CLUSTER_SH" down --name "$NAME" >/dev/null 2>&1 || echo "$PROG: could not tear down cluster $NAME (run: $CLUSTER_SH down --name $NAME)" >&2; fi
-  if ((rc != 0 || KEEP)); then echo "logs in $WORK" >&2; else rm -rf "$WORK"; fi
-  exit "$rc"
-}
-trap on_exit EXIT
-trap 'exit 130' INT TERM
-
-# wait_file FILE SECONDS: waits until FILE is non-empty.
-wait_file() {
-  local i
-  for ((i = 0; i < $2 * 20; i++)); do [[ -s "$1" ]] && return 0; sleep 0.05; done
-  return 1
-}
+SWITCHML="$BUILD/switchml"
+sml_at_exit 'if [[ -n "$NAME" ]]; then "$CLUSTER_SH" down --name "$NAME" >/dev/null 2>&1 || echo "$PROG: could not tear down cluster $NAME (run: $CLUSTER_SH down --name $NAME)" >&2; fi'
 
 # on_host HOST: the command prefix that runs a command in cluster host HOST (nothing on loopback).
 on_host() { if [[ -n "$NAME" ]]; then echo "$CLUSTER_SH exec --name $NAME --host $1 --"; fi; }
+# in_sw CMD...: execs CMD in the switch host (on loopback: here).
+# shellcheck disable=SC2046
+in_sw() { exec $(on_host sw) "$@"; }
 
 if [[ -n "$RATE" ]]; then
   NAME="fm$$"
@@ -134,29 +116,20 @@ else
   MODE="loopback"
 fi
 
-# start_switch: a fresh switch on free ports; sets SWITCH_PID and CONTROLLER.
+# start_switch: a fresh switch on free ports; sets SW_PID and CONTROLLER.
 start_switch() {
-  local ready="$WORK/switch-ready.json"
-  rm -f "$ready"
-  # shellcheck disable=SC2046
-  $(on_host sw) "$BUILD/switchml" switch --bind "$SWITCH_IP" --port 0 --controller-port 0 \
-      --ready-file "$ready" --counters-json "$WORK/switch-counters.json" > "$WORK/switch.log" 2>&1 &
-  SWITCH_PID=$!
-  wait_file "$ready" 30 || { cat "$WORK/switch.log" >&2; die "the switch did not start within 30 s"; }
-  CONTROLLER="$SWITCH_IP:$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["controller_port"])' "$ready")"
+  sml_start_switch --bind "$SWITCH_IP" --via in_sw --ready "$WORK/switch-ready.json" --deadline 30 -- \
+      --counters-json "$WORK/switch-counters.json" || die "the switch did not start"
+  CONTROLLER="$SWITCH_IP:$CTL_PORT"
 }
 
 stop_switch() {
-  [[ -n "$SWITCH_PID" ]] || return 0
+  [[ -n "${SW_PID:-}" ]] || return 0
   # CPU seconds (user + system) the switch used so far: it shares the cores with the ranks.
-  awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", ($14 + $15) / hz}' "/proc/$SWITCH_PID/stat" \
+  awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", ($14 + $15) / hz}' "/proc/$SW_PID/stat" \
       > "$WORK/switch-cpu-s" 2>/dev/null || true
-  kill -TERM "$SWITCH_PID" 2>/dev/null || true
-  local i
-  for ((i = 0; i < 100; i++)); do kill -0 "$SWITCH_PID" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "$SWITCH_PID" 2>/dev/null || true
-  wait "$SWITCH_PID" 2>/dev/null || true
-  SWITCH_PID=""
+  sml_stop_switch 10 || true
+  SW_PID=""
 }
 
 # udp_rcvbuf_errors HOST: the UDP RcvbufErrors counter of a cluster host's namespace (datagrams
@@ -208,7 +181,7 @@ run_backend() {
         --lr "$LR" --max-steps "$MAX_STEPS" --train-subset "$TRAIN_SUBSET" --test-subset "$TEST_SUBSET" \
         --timeout "$((TIMEOUT < 600 ? TIMEOUT : 600))" --out "$result" > "$WORK/$backend-rank$i.log" 2>&1 &
     pids+=($!)
-    PIDS+=($!)
+    sml_track $!
   done
   # Rank 0's progress lines, live, until rank 0 exits.
   tail -n +1 -f --pid="${pids[0]}" "$WORK/$backend-rank0.log" &
@@ -219,7 +192,7 @@ run_backend() {
     if ((rc == 124)); then failed+=" $i(timed out after ${TIMEOUT}s)"; elif ((rc != 0)); then failed+=" $i(exit $rc)"; fi
   done
   wait "$tail_pid" 2>/dev/null || true
-  PIDS=()
+  sml_untrack "${pids[@]}"
   stop_switch
   [[ -z "$NAME" || $backend != switchml ]] || report_udp_drops
   if [[ -n "$failed" ]]; then

@@ -22,6 +22,7 @@
 # not train the same model.
 # Usage: fashion_mnist_smoke.sh BUILD_DIR   (exit 77 = skipped: no torch / no backend built)
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../../../scripts/lib.sh"
 BUILD=${1:?usage: fashion_mnist_smoke.sh BUILD_DIR}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RUN="$HERE/../examples/run_fashion_mnist.sh"
@@ -30,12 +31,12 @@ ACC_FLOOR=0.70
 ACC_TOL_PP=2.0
 LOSS_TOL=0.10
 
-"$PYTHON" -c "import torch, numpy" 2>/dev/null || { echo "skipped: $PYTHON cannot import torch and numpy"; exit 77; }
-[[ -d "$BUILD/python/switchml_torch" ]] || { echo "skipped: $BUILD/python/switchml_torch not built"; exit 77; }
-[[ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] || { echo "skipped: dataset-fashion-mnist is not installed"; exit 77; }
+"$PYTHON" -c "import torch, numpy" 2>/dev/null || skip "$PYTHON cannot import torch and numpy"
+[[ -d "$BUILD/python/switchml_torch" ]] || skip "$BUILD/python/switchml_torch not built"
+[[ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] || skip "dataset-fashion-mnist is not installed"
 
-OUT=$(mktemp /tmp/switchml-fmnist-smoke.XXXXXX.json)
-trap 'rm -f "$OUT"' EXIT
+sml_work_dir switchml-fmnist-smoke  # kept (with the JSON) when the test fails
+OUT=$WORK/fashion_mnist.json
 "$RUN" --build "$BUILD" --python "$PYTHON" --workers 2 --epochs 1 --batch-size 32 --max-steps 200 \
     --train-subset 12800 --test-subset 2000 --every 25 --timeout 90 --out "$OUT"
 
