@@ -13,6 +13,7 @@
 // mean over timed iterations (nccl-tests), the JSON also the minimum. Per-rank measurements are
 // gathered with the backend's own all-reduce (int32 SUM, exact everywhere; perf_metrics.h).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -83,150 +84,262 @@ struct RowResult {
   double max_abs_error = 0, tolerance = 0;
 };
 
-int Run(const PerfArgs& a) {
-  const DataType type = a.type == "int32" ? DataType::kInt32 : DataType::kFloat32;
-  if (a.type != "int32" && a.type != "float32") {
-    std::cerr << "allreduce_perf: error: --type must be float32 or int32, got '" << a.type << "'\n";
-    return 2;
-  }
-  auto min_b = tools::ParseSize(a.min_bytes), max_b = tools::ParseSize(a.max_bytes);
-  if (!min_b.ok() || !max_b.ok()) {
-    std::cerr << "allreduce_perf: error: " << (!min_b.ok() ? "--min-bytes: " + min_b.status().message()
-                                                           : "--max-bytes: " + max_b.status().message())
-              << "\n";
-    return 2;
-  }
-  auto sizes = SizeSweep(*min_b, *max_b, a.step_factor, 4);
-  if (!sizes.ok()) { std::cerr << "allreduce_perf: error: " << sizes.status().message() << "\n"; return 2; }
-  if (a.iters < 1) { std::cerr << "allreduce_perf: error: --iters must be >= 1\n"; return 2; }
-  if (a.iface_shared != "auto" && a.iface_shared != "yes" && a.iface_shared != "no") {
-    std::cerr << "allreduce_perf: error: --iface-shared must be auto, yes or no, got '" << a.iface_shared << "'\n";
-    return 2;
-  }
-  BackendConfig cfg = a.backend;
-  cfg.timeout = std::chrono::milliseconds(a.timeout_ms);
-  if (cfg.iface.empty()) cfg.iface = a.iface;
-  auto backend_or = CreateBackend(cfg);
-  if (!backend_or.ok()) {
-    std::cerr << "allreduce_perf (" << cfg.backend << ", rank " << cfg.rank << "): error: "
-              << backend_or.status().ToString() << "\n";
-    return backend_or.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  Backend& b = **backend_or;
-  const uint32_t rank = b.rank(), n = b.num_workers();
-  const bool shared = a.iface_shared == "yes" || (a.iface_shared == "auto" && a.iface == "lo");
-  const bool exact_float = !b.quantizes_float32();
-  const std::string label = a.label.empty() ? cfg.backend : a.label;
-  const bool iface_readable = ReadIface(a.iface).has_value();
-  auto fail = [&](const std::string& msg) {
-    std::cerr << "allreduce_perf (" << label << ", rank " << rank << "): error: " << msg << "\n";
-    return 1;
-  };
+// What this rank measured for one size, before the gather.
+struct RankSample {
+  std::vector<uint64_t> times_ns;  // one per timed iteration
+  testing::Verification worst;     // most wrong elements of any iteration, largest error
+  std::optional<IfaceBytes> if0, if1;
+  std::optional<PacketCounters> c0, c1;
+};
 
-  if (rank == 0) {
+// The columns of the table: size, count, type, time, algbw, busbw, #wrong, retx, wire/wkr, ATE/s.
+constexpr std::array<int, 10> kColumns = {12, 12, 8, 11, 9, 9, 8, 7, 12, 10};
+
+int Usage(const std::string& msg) {
+  std::cerr << "allreduce_perf: error: " << msg << "\n";
+  return 2;
+}
+
+// The flag checks that need no backend; returns the sizes of the sweep.
+StatusOr<std::vector<uint64_t>> CheckArgs(const PerfArgs& a) {
+  if (Status s = CheckChoice("--type", a.type, {"float32", "int32"}); !s.ok()) return s;
+  auto min_b = tools::ParseSize(a.min_bytes), max_b = tools::ParseSize(a.max_bytes);
+  if (!min_b.ok()) return InvalidArgumentError("--min-bytes: " + min_b.status().message());
+  if (!max_b.ok()) return InvalidArgumentError("--max-bytes: " + max_b.status().message());
+  auto sizes = SizeSweep(*min_b, *max_b, a.step_factor, 4);
+  if (!sizes.ok()) return sizes.status();
+  if (a.iters < 1) return InvalidArgumentError("--iters must be >= 1");
+  if (Status s = CheckChoice("--iface-shared", a.iface_shared, {"auto", "yes", "no"}); !s.ok()) return s;
+  return sizes;
+}
+
+nlohmann::json RowJson(const RowResult& r, uint32_t n) {
+  nlohmann::json row = {{"bytes", r.bytes},
+                        {"count", r.count},
+                        {"time_us", r.mean_s * 1e6},
+                        {"min_time_us", r.min_s * 1e6},
+                        {"max_time_us", r.max_s * 1e6},
+                        {"algbw_GBps", AlgBwGBps(r.bytes, r.mean_s)},
+                        {"busbw_GBps", AlgBwGBps(r.bytes, r.mean_s) * AllReduceBusBwFactor(n)},
+                        {"goodput_Gbps", GoodputGbps(r.bytes, r.mean_s)},
+                        {"ate_per_s", AggregatedElementsPerSecond(r.count, r.mean_s)},
+                        {"wrong", r.wrong},
+                        {"max_abs_error", r.max_abs_error},
+                        {"tolerance", r.tolerance},
+                        {"retx_pct", nullptr},
+                        {"wire_tx_per_worker_B", nullptr},
+                        {"wire_over_size", nullptr}};
+  if (r.retx_pct) row["retx_pct"] = *r.retx_pct;
+  if (r.wire_tx_per_worker) {
+    row["wire_tx_per_worker_B"] = *r.wire_tx_per_worker;
+    row["wire_over_size"] = *r.wire_tx_per_worker / double(r.bytes);
+  }
+  return row;
+}
+
+// The steps of one rank's sweep; they share the backend and the settings. The Print* and
+// WriteJson steps are rank 0's.
+class PerfRun {
+ public:
+  PerfRun(const PerfArgs& a, const BackendConfig& cfg, Backend& b)
+      : a_(a),
+        cfg_(cfg),
+        b_(b),
+        rank_(b.rank()),
+        n_(b.num_workers()),
+        type_(a.type == "int32" ? DataType::kInt32 : DataType::kFloat32),
+        shared_(a.iface_shared == "yes" || (a.iface_shared == "auto" && a.iface == "lo")),
+        exact_float_(!b.quantizes_float32()),
+        label_(a.label.empty() ? cfg.backend : a.label) {}
+
+  uint32_t rank() const { return rank_; }
+
+  int Fail(const std::string& msg) const {
+    std::cerr << "allreduce_perf (" << label_ << ", rank " << rank_ << "): error: " << msg << "\n";
+    return 1;
+  }
+
+  void PrintHeader(const std::vector<uint64_t>& sizes) const {
     std::printf("# allreduce_perf: backend %s (%s), %u ranks, %s, sizes %s..%s x%llu, %u warm-up + %u timed iterations\n",
-                cfg.backend.c_str(), label.c_str(), n, a.type.c_str(), tools::FormatBytes(sizes->front()).c_str(),
-                tools::FormatBytes(sizes->back()).c_str(), (unsigned long long)a.step_factor, a.warmup, a.iters);
-    if (cfg.backend == "switchml")
-      std::printf("# switchml: %u thread(s)/worker, window %u packets, %u elements/packet, controller %s\n",
-                  cfg.threads, cfg.window, cfg.elements_per_packet, cfg.controller.c_str());
+                cfg_.backend.c_str(), label_.c_str(), n_, a_.type.c_str(), tools::FormatBytes(sizes.front()).c_str(),
+                tools::FormatBytes(sizes.back()).c_str(), (unsigned long long)a_.step_factor, a_.warmup, a_.iters);
+    PrintSwitchmlHeader(cfg_);
     std::printf("# check: every element of every iteration on every rank; %s\n",
-                type == DataType::kInt32 ? "int32 sums exact"
-                : exact_float            ? "float32 sums exact (every sum of the inputs fits 23 bits)"
-                                         : "float32 within the quantization bound of each element's block "
-                                           "(inputs' exponents vary per 64 elements and per rank)");
-    if (!iface_readable)
-      std::printf("# wire/wkr: not measured (interface '%s' has no readable counters)\n", a.iface.c_str());
-    else if (shared)
-      std::printf("# wire/wkr: bytes each worker sends per iteration, from %s's tx counter, which all ranks%s share: "
-                  "delta / %s (other traffic on %s counts too)\n",
-                  a.iface.c_str(), b.via_switch() ? " and the switch" : "", b.via_switch() ? "2n" : "n",
-                  a.iface.c_str());
-    else
-      std::printf("# wire/wkr: bytes each worker sends per iteration, from its own %s tx counter (mean over ranks)\n",
-                  a.iface.c_str());
-    std::printf("#%11s %12s %8s %11s %9s %9s %8s %7s %12s %10s\n", "size", "count", "type", "time", "algbw", "busbw",
-                "#wrong", "retx", "wire/wkr", "ATE/s");
-    std::printf("#%11s %12s %8s %11s %9s %9s %8s %7s %12s %10s\n", "(B)", "(elements)", "", "(us)", "(GB/s)",
-                "(GB/s)", "", "(%)", "(B)", "(Melem/s)");
+                type_ == DataType::kInt32 ? "int32 sums exact"
+                : exact_float_            ? "float32 sums exact (every sum of the inputs fits 23 bits)"
+                                          : "float32 within the quantization bound of each element's block "
+                                            "(inputs' exponents vary per 64 elements and per rank)");
+    PrintWireHeader();
+    std::printf("%s\n", tools::TableLine(kColumns, {"size", "count", "type", "time", "algbw", "busbw", "#wrong", "retx",
+                                                    "wire/wkr", "ATE/s"}, '#').c_str());
+    std::printf("%s\n", tools::TableLine(kColumns, {"(B)", "(elements)", "", "(us)", "(GB/s)", "(GB/s)", "", "(%)",
+                                                    "(B)", "(Melem/s)"}, '#').c_str());
     std::fflush(stdout);
   }
 
-  std::vector<RowResult> rows;
-  uint64_t total_wrong = 0;
-  for (uint64_t bytes : *sizes) {
+  // Every rank: warm-up and timed iterations of one size, then the gather of all ranks' results.
+  StatusOr<RowResult> MeasureSize(uint64_t bytes) {
     const size_t count = bytes / 4;
     std::vector<uint32_t> in(count), out(count);
-    if (type == DataType::kFloat32) testing::FillFloat32(rank, 0, reinterpret_cast<float*>(in.data()), count);
-    else testing::FillInt32(rank, 0, reinterpret_cast<int32_t*>(in.data()), count);
-    std::vector<uint64_t> times_ns;
-    testing::Verification worst;
-    std::optional<IfaceBytes> if0, if1;
-    std::optional<PacketCounters> c0, c1;
-    for (uint32_t it = 0; it < a.warmup + a.iters; ++it) {
+    if (type_ == DataType::kFloat32) testing::FillFloat32(rank_, 0, reinterpret_cast<float*>(in.data()), count);
+    else testing::FillInt32(rank_, 0, reinterpret_cast<int32_t*>(in.data()), count);
+    StatusOr<RankSample> sample = TimeIterations(bytes, in, out);
+    if (!sample.ok()) return sample.status();
+    return GatherRow(bytes, *sample);
+  }
+
+  void PrintRow(const RowResult& r) const {
+    using tools::StrPrintf;
+    const double algbw = AlgBwGBps(r.bytes, r.mean_s);
+    const std::string line = tools::TableLine(
+        kColumns,
+        {StrPrintf("%llu", (unsigned long long)r.bytes), StrPrintf("%llu", (unsigned long long)r.count), a_.type,
+         StrPrintf("%.1f", r.mean_s * 1e6), StrPrintf("%.4f", algbw), StrPrintf("%.4f", algbw * AllReduceBusBwFactor(n_)),
+         StrPrintf("%llu", (unsigned long long)r.wrong), r.retx_pct ? StrPrintf("%.3f", *r.retx_pct) : "-",
+         r.wire_tx_per_worker ? StrPrintf("%.0f", *r.wire_tx_per_worker) : "-",
+         StrPrintf("%.2f", AggregatedElementsPerSecond(r.count, r.mean_s) / 1e6)},
+        ' ');
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+
+  // The nccl-tests closing lines and the verdict.
+  void PrintVerdict(const std::vector<RowResult>& rows, uint64_t total_wrong) const {
+    const bool ok = total_wrong == 0;
+    double busbw_sum = 0;
+    for (const RowResult& r : rows) busbw_sum += AlgBwGBps(r.bytes, r.mean_s) * AllReduceBusBwFactor(n_);
+    std::printf("# Out of bounds values : %llu %s\n", (unsigned long long)total_wrong, ok ? "OK" : "FAILED");
+    std::printf("# Avg bus bandwidth    : %.4f\n", rows.empty() ? 0.0 : busbw_sum / double(rows.size()));
+    std::printf("# %s: %s, %u ranks, %zu sizes, %llu wrong elements\n", ok ? "PASS" : "FAIL", label_.c_str(), n_,
+                rows.size(), (unsigned long long)total_wrong);
+    std::fflush(stdout);
+  }
+
+  Status WriteJson(const std::vector<RowResult>& rows, uint64_t total_wrong) const {
+    nlohmann::json j;
+    j["label"] = label_;
+    j["backend"] = cfg_.backend;
+    j["workers"] = n_;
+    j["type"] = a_.type;
+    j["iters"] = a_.iters;
+    j["warmup"] = a_.warmup;
+    AddBackendJson(cfg_, j);
+    j["iface"] = a_.iface;
+    j["iface_shared"] = shared_;
+    j["rows"] = nlohmann::json::array();
+    for (const RowResult& r : rows) j["rows"].push_back(RowJson(r, n_));
+    j["wrong"] = total_wrong;
+    j["ok"] = total_wrong == 0;
+    return WriteJsonFile("--json", a_.json, j);
+  }
+
+ private:
+  void PrintWireHeader() const {
+    if (!ReadIface(a_.iface).has_value())
+      std::printf("# wire/wkr: not measured (interface '%s' has no readable counters)\n", a_.iface.c_str());
+    else if (shared_)
+      std::printf("# wire/wkr: bytes each worker sends per iteration, from %s's tx counter, which all ranks%s share: "
+                  "delta / %s (other traffic on %s counts too)\n",
+                  a_.iface.c_str(), b_.via_switch() ? " and the switch" : "", b_.via_switch() ? "2n" : "n",
+                  a_.iface.c_str());
+    else
+      std::printf("# wire/wkr: bytes each worker sends per iteration, from its own %s tx counter (mean over ranks)\n",
+                  a_.iface.c_str());
+  }
+
+  // Each iteration: barrier → timed all-reduce → verification (untimed).
+  StatusOr<RankSample> TimeIterations(uint64_t bytes, const std::vector<uint32_t>& in, std::vector<uint32_t>& out) {
+    const size_t count = in.size();
+    RankSample s;
+    for (uint32_t it = 0; it < a_.warmup + a_.iters; ++it) {
       Poison(out.data(), count);
-      if (it == a.warmup) { if0 = ReadIface(a.iface); c0 = b.Counters(); }
-      if (Status s = b.Barrier(); !s.ok()) return fail("barrier before " + std::to_string(bytes) + " B: " + s.ToString());
+      if (it == a_.warmup) {
+        s.if0 = ReadIface(a_.iface);
+        s.c0 = b_.Counters();
+      }
+      if (Status st = b_.Barrier(); !st.ok())
+        return Status(st.code(), "barrier before " + std::to_string(bytes) + " B: " + st.ToString());
       const auto t0 = std::chrono::steady_clock::now();
-      Status s = b.AllReduceSum(in.data(), out.data(), count, type);
+      Status st = b_.AllReduceSum(in.data(), out.data(), count, type_);
       const auto t1 = std::chrono::steady_clock::now();
-      if (!s.ok()) return fail(std::to_string(bytes) + " B, iteration " + std::to_string(it) + ": " + s.ToString());
-      if (int(rank) == a.corrupt_rank && count > 0) {  // proves the check catches a wrong element
-        if (type == DataType::kFloat32)
-          reinterpret_cast<float*>(out.data())[count / 2] = testing::Float32WrongResult(n, count / 2);
-        else reinterpret_cast<int32_t*>(out.data())[count / 2] += 1;
-      }
-      if (it >= a.warmup) times_ns.push_back(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
-      testing::Verification v;
-      if (type == DataType::kInt32) {
-        v = testing::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, n);
-      } else {
-        const float* o = reinterpret_cast<const float*>(out.data());
-        // SwitchML cuts the call as Context does: cfg.threads slices of cfg.elements_per_packet blocks.
-        v = testing::VerifyFloat32(o, count, n, 0, testing::BlockLayout{cfg.elements_per_packet, cfg.threads});
-        if (exact_float && v.max_abs_error > 0) {  // baselines: float sums must be exact
-          v.wrong = 0;
-          v.tolerance = 0;
-          for (size_t i = 0; i < count; ++i)
-            if (double(o[i]) != testing::Float32ExpectedSum(n, i) && v.wrong++ == 0) v.first_wrong = i;
-        } else if (exact_float) {
-          v.tolerance = 0;
-        }
-      }
-      if (v.wrong > 0 && worst.wrong == 0)
+      if (!st.ok())
+        return Status(st.code(), std::to_string(bytes) + " B, iteration " + std::to_string(it) + ": " + st.ToString());
+      if (int(rank_) == a_.corrupt_rank && count > 0) Corrupt(out);
+      if (it >= a_.warmup)
+        s.times_ns.push_back(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
+      const testing::Verification v = Verify(out);
+      if (v.wrong > 0 && s.worst.wrong == 0)
         std::fprintf(stderr, "allreduce_perf (%s, rank %u): %zu B, iteration %u: %llu wrong elements, first at %llu\n",
-                     label.c_str(), rank, size_t(bytes), it, (unsigned long long)v.wrong,
+                     label_.c_str(), rank_, size_t(bytes), it, (unsigned long long)v.wrong,
                      (unsigned long long)v.first_wrong);
-      if (v.wrong > worst.wrong) worst.wrong = v.wrong;
-      worst.max_abs_error = std::max(worst.max_abs_error, v.max_abs_error);
-      worst.tolerance = v.tolerance;
+      if (v.wrong > s.worst.wrong) s.worst.wrong = v.wrong;
+      s.worst.max_abs_error = std::max(s.worst.max_abs_error, v.max_abs_error);
+      s.worst.tolerance = v.tolerance;
     }
-    if1 = ReadIface(a.iface);
-    c1 = b.Counters();
+    s.if1 = ReadIface(a_.iface);
+    s.c1 = b_.Counters();
+    return s;
+  }
 
-    // Gather: rank r fills block r; the SUM all-reduce hands every rank every block.
-    const size_t block = a.iters + kNumFields;
-    std::vector<uint64_t> mine(block * n, 0);
-    uint64_t* my = &mine[block * rank];
-    for (uint32_t i = 0; i < a.iters; ++i) my[kNumFields + i] = times_ns[i];
-    my[kWrong] = worst.wrong;
-    if (c0 && c1) { my[kSent] = c1->packets_sent - c0->packets_sent; my[kRetx] = c1->retransmissions - c0->retransmissions; }
-    if (if0 && if1) { my[kTx] = if1->tx - if0->tx; my[kRx] = if1->rx - if0->rx; my[kIfaceOk] = 1; }
-    my[kMaxErr] = ErrorToFixed(worst.max_abs_error);
-    std::vector<int32_t> packed = PackForSum(mine), summed(packed.size());
-    if (Status s = b.AllReduceSum(packed.data(), summed.data(), packed.size(), DataType::kInt32); !s.ok())
-      return fail("gathering the results of " + std::to_string(bytes) + " B: " + s.ToString());
-    const std::vector<uint64_t> all = UnpackSum(summed);
+  // --corrupt-rank: damages the middle element, which the check must catch.
+  void Corrupt(std::vector<uint32_t>& out) const {
+    const size_t mid = out.size() / 2;
+    if (type_ == DataType::kFloat32) reinterpret_cast<float*>(out.data())[mid] = testing::Float32WrongResult(n_, mid);
+    else reinterpret_cast<int32_t*>(out.data())[mid] += 1;
+  }
 
+  testing::Verification Verify(const std::vector<uint32_t>& out) const {
+    const size_t count = out.size();
+    if (type_ == DataType::kInt32) return testing::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, n_);
+    const float* o = reinterpret_cast<const float*>(out.data());
+    // SwitchML cuts the call as Context does: cfg.threads slices of cfg.elements_per_packet blocks.
+    testing::Verification v =
+        testing::VerifyFloat32(o, count, n_, 0, testing::BlockLayout{cfg_.elements_per_packet, cfg_.threads});
+    if (exact_float_ && v.max_abs_error > 0) {  // baselines: float sums must be exact
+      v.wrong = 0;
+      v.tolerance = 0;
+      for (size_t i = 0; i < count; ++i)
+        if (double(o[i]) != testing::Float32ExpectedSum(n_, i) && v.wrong++ == 0) v.first_wrong = i;
+    } else if (exact_float_) {
+      v.tolerance = 0;
+    }
+    return v;
+  }
+
+  // Rank r's block holds the Field values, then its a.iters iteration times.
+  StatusOr<RowResult> GatherRow(uint64_t bytes, const RankSample& s) {
+    std::vector<uint64_t> mine(kNumFields + a_.iters, 0);
+    for (uint32_t i = 0; i < a_.iters; ++i) mine[kNumFields + i] = s.times_ns[i];
+    mine[kWrong] = s.worst.wrong;
+    if (s.c0 && s.c1) {
+      mine[kSent] = s.c1->packets_sent - s.c0->packets_sent;
+      mine[kRetx] = s.c1->retransmissions - s.c0->retransmissions;
+    }
+    if (s.if0 && s.if1) {
+      mine[kTx] = s.if1->tx - s.if0->tx;
+      mine[kRx] = s.if1->rx - s.if0->rx;
+      mine[kIfaceOk] = 1;
+    }
+    mine[kMaxErr] = ErrorToFixed(s.worst.max_abs_error);
+    const std::vector<int32_t> packed = PackRankBlock(mine, rank_, n_);
+    std::vector<int32_t> summed(packed.size());
+    if (Status st = b_.AllReduceSum(packed.data(), summed.data(), packed.size(), DataType::kInt32); !st.ok())
+      return Status(st.code(), "gathering the results of " + std::to_string(bytes) + " B: " + st.ToString());
+    return RowFromBlocks(bytes, s.worst.tolerance, UnpackSum(summed));
+  }
+
+  // An iteration's time is the slowest rank's; counts add up over ranks.
+  RowResult RowFromBlocks(uint64_t bytes, double tolerance, const std::vector<uint64_t>& all) const {
+    const size_t block = a_.iters + kNumFields;
     RowResult r;
     r.bytes = bytes;
-    r.count = count;
-    r.tolerance = worst.tolerance;
-    std::vector<double> iter_max(a.iters, 0.0);
+    r.count = bytes / 4;
+    r.tolerance = tolerance;
+    std::vector<double> iter_max(a_.iters, 0.0);
     uint64_t sent = 0, retx = 0, tx_sum = 0, iface_ok = 0;
-    for (uint32_t q = 0; q < n; ++q) {
+    for (uint32_t q = 0; q < n_; ++q) {
       const uint64_t* blk = &all[block * q];
-      for (uint32_t i = 0; i < a.iters; ++i) iter_max[i] = std::max(iter_max[i], double(blk[kNumFields + i]) * 1e-9);
+      for (uint32_t i = 0; i < a_.iters; ++i) iter_max[i] = std::max(iter_max[i], double(blk[kNumFields + i]) * 1e-9);
       r.wrong += blk[kWrong];
       sent += blk[kSent];
       retx += blk[kRetx];
@@ -237,79 +350,50 @@ int Run(const PerfArgs& a) {
     r.min_s = *std::min_element(iter_max.begin(), iter_max.end());
     r.max_s = *std::max_element(iter_max.begin(), iter_max.end());
     for (double t : iter_max) r.mean_s += t;
-    r.mean_s /= double(a.iters);
-    if (b.Counters()) r.retx_pct = sent ? 100.0 * double(retx) / double(sent) : 0.0;
-    if (iface_ok == n) {
-      r.wire_tx_per_worker = shared ? WirePerWorker(all[kTx], a.iters, b.via_switch() ? 2 * n : n)
-                                    : WirePerWorker(tx_sum, a.iters, n);
+    r.mean_s /= double(a_.iters);
+    if (b_.Counters()) r.retx_pct = sent ? 100.0 * double(retx) / double(sent) : 0.0;
+    if (iface_ok == n_) {
+      r.wire_tx_per_worker = shared_ ? WirePerWorker(all[kTx], a_.iters, b_.via_switch() ? 2 * n_ : n_)
+                                     : WirePerWorker(tx_sum, a_.iters, n_);
     }
-    total_wrong += r.wrong;
-    rows.push_back(r);
-
-    if (rank == 0) {
-      char retx_s[32] = "-", wire_s[32] = "-";
-      if (r.retx_pct) std::snprintf(retx_s, sizeof retx_s, "%.3f", *r.retx_pct);
-      if (r.wire_tx_per_worker) std::snprintf(wire_s, sizeof wire_s, "%.0f", *r.wire_tx_per_worker);
-      const double algbw = AlgBwGBps(bytes, r.mean_s);
-      std::printf(" %11llu %12llu %8s %11.1f %9.4f %9.4f %8llu %7s %12s %10.2f\n", (unsigned long long)bytes,
-                  (unsigned long long)count, a.type.c_str(), r.mean_s * 1e6, algbw, algbw * AllReduceBusBwFactor(n),
-                  (unsigned long long)r.wrong, retx_s, wire_s, AggregatedElementsPerSecond(count, r.mean_s) / 1e6);
-      std::fflush(stdout);
-    }
+    return r;
   }
 
-  const bool ok = total_wrong == 0;
-  if (rank == 0) {
-    double busbw_sum = 0;
-    for (const RowResult& r : rows) busbw_sum += AlgBwGBps(r.bytes, r.mean_s) * AllReduceBusBwFactor(n);
-    std::printf("# Out of bounds values : %llu %s\n", (unsigned long long)total_wrong, ok ? "OK" : "FAILED");
-    std::printf("# Avg bus bandwidth    : %.4f\n", rows.empty() ? 0.0 : busbw_sum / double(rows.size()));
-    std::printf("# %s: %s, %u ranks, %zu sizes, %llu wrong elements\n", ok ? "PASS" : "FAIL", label.c_str(), n,
-                rows.size(), (unsigned long long)total_wrong);
-    std::fflush(stdout);
-    if (!a.json.empty()) {
-      nlohmann::json j;
-      j["label"] = label;
-      j["backend"] = cfg.backend;
-      j["workers"] = n;
-      j["type"] = a.type;
-      j["iters"] = a.iters;
-      j["warmup"] = a.warmup;
-      AddBackendJson(cfg, j);
-      j["iface"] = a.iface;
-      j["iface_shared"] = shared;
-      j["rows"] = nlohmann::json::array();
-      for (const RowResult& r : rows) {
-        nlohmann::json row = {{"bytes", r.bytes},
-                              {"count", r.count},
-                              {"time_us", r.mean_s * 1e6},
-                              {"min_time_us", r.min_s * 1e6},
-                              {"max_time_us", r.max_s * 1e6},
-                              {"algbw_GBps", AlgBwGBps(r.bytes, r.mean_s)},
-                              {"busbw_GBps", AlgBwGBps(r.bytes, r.mean_s) * AllReduceBusBwFactor(n)},
-                              {"goodput_Gbps", GoodputGbps(r.bytes, r.mean_s)},
-                              {"ate_per_s", AggregatedElementsPerSecond(r.count, r.mean_s)},
-                              {"wrong", r.wrong},
-                              {"max_abs_error", r.max_abs_error},
-                              {"tolerance", r.tolerance},
-                              {"retx_pct", nullptr},
-                              {"wire_tx_per_worker_B", nullptr},
-                              {"wire_over_size", nullptr}};
-        if (r.retx_pct) row["retx_pct"] = *r.retx_pct;
-        if (r.wire_tx_per_worker) {
-          row["wire_tx_per_worker_B"] = *r.wire_tx_per_worker;
-          row["wire_over_size"] = *r.wire_tx_per_worker / double(r.bytes);
-        }
-        j["rows"].push_back(row);
-      }
-      j["wrong"] = total_wrong;
-      j["ok"] = ok;
-      std::ofstream f(a.json);
-      f << j.dump(2) << "\n";
-      if (!f) return fail("cannot write --json " + a.json);
-    }
+  const PerfArgs& a_;
+  const BackendConfig& cfg_;
+  Backend& b_;
+  const uint32_t rank_, n_;
+  const DataType type_;
+  const bool shared_;       // all ranks share --iface (its counters hold everybody's traffic)
+  const bool exact_float_;  // float32 sums must be exact (the baselines)
+  const std::string label_;
+};
+
+int Run(const PerfArgs& a) {
+  const StatusOr<std::vector<uint64_t>> sizes = CheckArgs(a);
+  if (!sizes.ok()) return Usage(sizes.status().message());
+  BackendConfig cfg = a.backend;
+  cfg.timeout = std::chrono::milliseconds(a.timeout_ms);
+  if (cfg.iface.empty()) cfg.iface = a.iface;
+  auto backend_or = CreateBackend(cfg);
+  if (!backend_or.ok()) return ReportBackendError("allreduce_perf", cfg, backend_or.status());
+  PerfRun run(a, cfg, **backend_or);
+
+  if (run.rank() == 0) run.PrintHeader(*sizes);
+  std::vector<RowResult> rows;
+  uint64_t total_wrong = 0;
+  for (uint64_t bytes : *sizes) {
+    StatusOr<RowResult> row = run.MeasureSize(bytes);
+    if (!row.ok()) return run.Fail(row.status().message());
+    total_wrong += row->wrong;
+    rows.push_back(*row);
+    if (run.rank() == 0) run.PrintRow(*row);
   }
-  return ok ? 0 : 1;
+  if (run.rank() == 0) run.PrintVerdict(rows, total_wrong);
+  if (run.rank() == 0 && !a.json.empty()) {
+    if (Status s = run.WriteJson(rows, total_wrong); !s.ok()) return run.Fail(s.message());
+  }
+  return total_wrong == 0 ? 0 : 1;
 }
 
 // `summarize`: side-by-side time per size and worker count of several runs (their --json), with

@@ -1,4 +1,5 @@
-// dnn_bench: data-parallel training imitation (spec §6.3, docs/dnn-benchmark.md). One process
+// dnn_bench: data-parallel training imitation (after the reference's dnn_benchmark,
+// docs/dnn-benchmark.md). One process
 // per rank. Each iteration simulates the backward pass of a real model layer by layer (last
 // layer first) and, as each layer's gradient (or DDP-style bucket of layers) becomes ready,
 // queues an asynchronous float32 SUM all-reduce of it; then it waits for all of them. The same
@@ -17,6 +18,7 @@
 // (no communication at all). Every rank checks the reduced gradients after every iteration
 // (untimed); a wrong element on any rank makes every rank exit non-zero.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -44,6 +46,7 @@
 #include "bench/dnn_models.h"
 #include "bench/perf_metrics.h"
 #include "testing/exact_inputs.h"
+#include "tools/cli_util.h"
 
 namespace switchml::bench {
 
@@ -213,293 +216,420 @@ void PrintLayers(const DnnModel& m, const LayerTimes& t, const std::vector<Gradi
   std::printf("\n");
 }
 
-int Run(const DnnArgs& a) {
-  auto model_or = MakeDnnModel(a.model);
-  if (!model_or.ok()) return Usage(model_or.status().message());
-  const DnnModel& model = *model_or;
-  if (a.split != "flops" && a.split != "params") return Usage("--split must be flops or params, got '" + a.split + "'");
-  if (a.compute_mode != "sleep" && a.compute_mode != "spin")
-    return Usage("--compute-mode must be sleep or spin, got '" + a.compute_mode + "'");
-  if (a.verify != "all" && a.verify != "layers" && a.verify != "none")
-    return Usage("--verify must be all, layers or none, got '" + a.verify + "'");
-  if (a.compute_ms < 0 || a.forward_ms < 0) return Usage("--compute-ms and --forward-ms must be >= 0");
-  if (a.bucket_mib < 0) return Usage("--bucket-mib must be >= 0, got " + std::to_string(a.bucket_mib));
-  if (a.iterations < 1) return Usage("--iterations must be >= 1");
+// The flag checks that need no model and no backend.
+Status CheckArgs(const DnnArgs& a) {
+  SWITCHML_RETURN_IF_ERROR(CheckChoice("--split", a.split, {"flops", "params"}));
+  SWITCHML_RETURN_IF_ERROR(CheckChoice("--compute-mode", a.compute_mode, {"sleep", "spin"}));
+  SWITCHML_RETURN_IF_ERROR(CheckChoice("--verify", a.verify, {"all", "layers", "none"}));
+  if (a.compute_ms < 0 || a.forward_ms < 0) return InvalidArgumentError("--compute-ms and --forward-ms must be >= 0");
+  if (a.bucket_mib < 0) return InvalidArgumentError("--bucket-mib must be >= 0, got " + std::to_string(a.bucket_mib));
+  if (a.iterations < 1) return InvalidArgumentError("--iterations must be >= 1");
+  return Status();
+}
 
+// The per-layer times: from --layer-times, or --compute-ms/--forward-ms split over the layers.
+StatusOr<LayerTimes> LoadLayerTimes(const DnnArgs& a, const DnnModel& model) {
   LayerTimes times;
   if (!a.layer_times.empty()) {
     std::ifstream f(a.layer_times);
-    if (!f) return Usage("--layer-times: cannot read '" + a.layer_times + "'");
+    if (!f) return InvalidArgumentError("--layer-times: cannot read '" + a.layer_times + "'");
     std::stringstream ss;
     ss << f.rdbuf();
     auto t = ParseLayerTimesCsv(ss.str(), model);
-    if (!t.ok()) return Usage(t.status().message() + " (file " + a.layer_times + ")");
+    if (!t.ok()) return InvalidArgumentError(t.status().message() + " (file " + a.layer_times + ")");
     times = *t;
   } else {
     const TimeSplit split = a.split == "flops" ? TimeSplit::kFlops : TimeSplit::kParams;
     times.backward = SplitTime(model, nanoseconds(int64_t(a.compute_ms * 1e6)), split);
     times.forward = SplitTime(model, nanoseconds(int64_t(a.forward_ms * 1e6)), split);
   }
-  nanoseconds fwd_total{0}, bwd_total{0};
-  for (size_t i = 0; i < model.layers.size(); ++i) {
-    fwd_total += times.forward[i];
-    bwd_total += times.backward[i];
-  }
-  const uint64_t cap_bytes = uint64_t(a.bucket_mib * 1024 * 1024);
-  const std::vector<GradientBucket> buckets = MakeBuckets(model, cap_bytes);
+  return times;
+}
 
+// What an iteration simulates: the model, its per-layer compute times and its all-reduces.
+struct Workload {
+  DnnModel model;
+  LayerTimes times;
+  nanoseconds forward_total{0}, backward_total{0};
+  uint64_t cap_bytes = 0;  // bucket size; 0 = one all-reduce per layer
+  std::vector<GradientBucket> buckets;
+};
+
+// Checks the flags (errors: exit code 2) and builds the workload.
+StatusOr<Workload> MakeWorkload(const DnnArgs& a) {
+  auto model = MakeDnnModel(a.model);
+  if (!model.ok()) return model.status();
+  SWITCHML_RETURN_IF_ERROR(CheckArgs(a));
+  Workload w;
+  w.model = std::move(*model);
+  auto times = LoadLayerTimes(a, w.model);
+  if (!times.ok()) return times.status();
+  w.times = std::move(*times);
+  for (size_t i = 0; i < w.model.layers.size(); ++i) {
+    w.forward_total += w.times.forward[i];
+    w.backward_total += w.times.backward[i];
+  }
+  w.cap_bytes = uint64_t(a.bucket_mib * 1024 * 1024);
+  w.buckets = MakeBuckets(w.model, w.cap_bytes);
+  return w;
+}
+
+// --dump-layer-times and --print-layers, which need no job: the exit code if one was asked for.
+std::optional<int> RunOfflineModes(const DnnArgs& a, const Workload& w) {
   if (!a.dump_layer_times.empty()) {
     std::ofstream f(a.dump_layer_times);
-    f << LayerTimesCsv(model, times);
+    f << LayerTimesCsv(w.model, w.times);
     if (!f) return Usage("--dump-layer-times: cannot write '" + a.dump_layer_times + "'");
   }
   if (a.print_layers) {
-    PrintLayers(model, times, buckets);
+    PrintLayers(w.model, w.times, w.buckets);
     return 0;
   }
   if (!a.dump_layer_times.empty()) return 0;
+  return std::nullopt;
+}
 
-  BackendConfig cfg = a.backend;
-  cfg.timeout = std::chrono::milliseconds(a.timeout_ms);
-  cfg.rendezvous_prefix = "dnn_bench";
-  const std::string label = a.label.empty() ? cfg.backend : a.label;
-  auto backend_or = CreateBackend(cfg);
-  if (!backend_or.ok()) {
-    std::cerr << "dnn_bench (" << cfg.backend << ", rank " << cfg.rank << "): error: " << backend_or.status().ToString()
-              << "\n";
-    return backend_or.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+// The columns of the per-iteration table.
+constexpr std::array<int, 7> kColumns = {10, 12, 12, 12, 12, 8, 8};
+
+// This rank's timestamps of one iteration's pass (before the gather).
+struct PassTimes {
+  Clock::time_point start, compute_end, end;
+  nanoseconds busy{0};  // the communication thread inside all-reduces
+  std::optional<PacketCounters> c0, c1;
+};
+
+// The timed iterations, averaged (means of the slowest rank's times) and their extremes.
+struct RunSummary {
+  IterResult mean;
+  double min_iter = 0, max_iter = 0, max_err = 0;
+  uint64_t sent = 0, retx = 0;
+};
+
+RunSummary SummarizeIterations(const std::vector<IterResult>& timed) {
+  RunSummary s;
+  s.min_iter = timed.front().iter_ms;
+  for (const IterResult& r : timed) {
+    s.mean.iter_ms += r.iter_ms / double(timed.size());
+    s.mean.compute_ms += r.compute_ms / double(timed.size());
+    s.mean.comm_ms += r.comm_ms / double(timed.size());
+    s.mean.exposed_ms += r.exposed_ms / double(timed.size());
+    s.min_iter = std::min(s.min_iter, r.iter_ms);
+    s.max_iter = std::max(s.max_iter, r.iter_ms);
+    s.max_err = std::max(s.max_err, r.max_abs_error);
+    s.sent += r.sent;
+    s.retx += r.retx;
   }
-  Backend& b = **backend_or;
-  const uint32_t rank = b.rank(), n = b.num_workers();
-  const std::string who = label + ", rank " + std::to_string(rank);
-  const bool quantizes = b.quantizes_float32();
-  const bool spin = a.compute_mode == "spin";
-  const uint64_t total = model.TotalParams();
+  return s;
+}
 
-  if (rank == 0) {
-    std::printf("# dnn_bench: model %s, backend %s (%s), %u ranks, %u warm-up + %u timed iterations\n",
-                model.name.c_str(), cfg.backend.c_str(), label.c_str(), n, a.warmup, a.iterations);
+// An iteration's result from every rank's block: times are the slowest rank's, counts add up.
+IterResult IterationFromBlocks(const std::vector<uint64_t>& all, uint32_t n) {
+  IterResult r;
+  for (uint32_t q = 0; q < n; ++q) {
+    const uint64_t* blk = &all[size_t(kNumFields) * q];
+    r.iter_ms = std::max(r.iter_ms, Ms(blk[kIterNs]));
+    r.compute_ms = std::max(r.compute_ms, Ms(blk[kComputeNs]));
+    r.comm_ms = std::max(r.comm_ms, Ms(blk[kCommNs]));
+    r.exposed_ms = std::max(r.exposed_ms, Ms(blk[kExposedNs]));
+    r.wrong += blk[kWrong];
+    r.max_abs_error = std::max(r.max_abs_error, FixedToError(blk[kMaxErr]));
+    r.sent += blk[kSent];
+    r.retx += blk[kRetx];
+  }
+  return r;
+}
+
+// The steps of one rank's run; they share the backend (used only through the communication
+// thread), the gradient buffers and the expected sums. Print* and WriteJson are rank 0's.
+class DnnRun {
+ public:
+  DnnRun(const DnnArgs& a, const BackendConfig& cfg, const Workload& w, Backend& b)
+      : a_(a),
+        cfg_(cfg),
+        w_(w),
+        b_(b),
+        label_(a.label.empty() ? cfg.backend : a.label),
+        rank_(b.rank()),
+        n_(b.num_workers()),
+        who_(label_ + ", rank " + std::to_string(rank_)),
+        total_(w.model.TotalParams()),
+        grad_(total_),
+        out_(total_),
+        comm_(b) {}
+
+  uint32_t rank() const { return rank_; }
+  int Fail(const std::string& msg) const { return bench::Fail(who_, msg); }
+
+  void PrintHeader() const {
+    const DnnModel& m = w_.model;
+    std::printf("# dnn_bench: model %s, backend %s (%s), %u ranks, %u warm-up + %u timed iterations\n", m.name.c_str(),
+                cfg_.backend.c_str(), label_.c_str(), n_, a_.warmup, a_.iterations);
     std::printf("# model: %s\n# %zu layers, %llu float32 gradients (%.1f MB); %zu all-reduces per iteration (%s)\n",
-                model.description.c_str(), model.layers.size(), (unsigned long long)total, double(total) * 4e-6,
-                buckets.size(), cap_bytes ? ("DDP-style buckets of >= " + FormatMib(a.bucket_mib) + " MiB").c_str()
-                                          : "one per layer");
-    std::printf("# compute per iteration: forward %.1f ms, backward %.1f ms (%s), simulated by %s\n", Ms(fwd_total),
-                Ms(bwd_total),
-                a.layer_times.empty() ? ("--compute-ms split over layers by " + a.split).c_str()
-                                      : ("--layer-times " + a.layer_times).c_str(),
-                a.compute_mode.c_str());
-    if (cfg.backend == "switchml")
-      std::printf("# switchml: %u thread(s)/worker, window %u packets, %u elements/packet, controller %s\n",
-                  cfg.threads, cfg.window, cfg.elements_per_packet, cfg.controller.c_str());
+                m.description.c_str(), m.layers.size(), (unsigned long long)total_, double(total_) * 4e-6,
+                w_.buckets.size(),
+                w_.cap_bytes ? ("DDP-style buckets of >= " + FormatMib(a_.bucket_mib) + " MiB").c_str()
+                             : "one per layer");
+    std::printf("# compute per iteration: forward %.1f ms, backward %.1f ms (%s), simulated by %s\n",
+                Ms(w_.forward_total), Ms(w_.backward_total),
+                a_.layer_times.empty() ? ("--compute-ms split over layers by " + a_.split).c_str()
+                                       : ("--layer-times " + a_.layer_times).c_str(),
+                a_.compute_mode.c_str());
+    PrintSwitchmlHeader(cfg_);
     std::printf("# check: %s after every iteration; %s\n",
-                a.verify == "all"      ? "every gradient element on every rank"
-                : a.verify == "layers" ? "the first and last 256 elements of every layer on every rank"
-                                       : "nothing (--verify none)",
-                quantizes ? "within the quantization bound of each element's block" : "sums exact");
-    std::printf("#%9s %12s %12s %12s %12s %8s %8s\n", "iteration", "time(ms)", "compute(ms)", "comm(ms)", "exposed(ms)",
-                "#wrong", "retx(%)");
+                a_.verify == "all"      ? "every gradient element on every rank"
+                : a_.verify == "layers" ? "the first and last 256 elements of every layer on every rank"
+                                        : "nothing (--verify none)",
+                b_.quantizes_float32() ? "within the quantization bound of each element's block" : "sums exact");
+    std::printf("%s\n", tools::TableLine(kColumns, {"iteration", "time(ms)", "compute(ms)", "comm(ms)", "exposed(ms)",
+                                                    "#wrong", "retx(%)"}, '#').c_str());
     std::fflush(stdout);
   }
 
-  std::vector<float> grad(total), out(total), want;
-  std::vector<int8_t> exps;  // SwitchML: each element's block exponent (switch-wide)
-  double tol = 0;            // the largest per-element bound, for the JSON
-  testing::FillFloat32(rank, 0, grad.data(), total);
-  if (a.verify != "none") {
-    // The exact sums, once: every sum of the inputs fits 23 bits (testing/exact_inputs.h), so
-    // it is exact in float32, and comparing against a buffer keeps the per-iteration check
-    // memory-bound. With SwitchML also the block exponents: one all-reduce call per bucket,
-    // which the library cuts into `threads` slices of elements_per_packet blocks.
-    want.resize(total);
-    for (uint64_t i = 0; i < total; ++i) want[i] = float(testing::Float32ExpectedSum(n, i));
-    if (quantizes) {
-      exps.resize(total);
-      const testing::BlockLayout layout{cfg.elements_per_packet, cfg.threads};
-      for (const GradientBucket& g : buckets)
-        testing::Float32BlockExponents(n, g.offset, g.num_elements, layout, exps.data() + g.offset);
-      for (uint64_t i = 0; i < total; ++i) tol = std::max(tol, testing::Float32Bound(n, exps[i], double(want[i])));
-    }
+  // The inputs and, unless --verify none, the expected sums. Every sum of the inputs fits 23
+  // bits (testing/exact_inputs.h), so it is exact in float32, and comparing against a buffer
+  // keeps the per-iteration check memory-bound. With SwitchML also the block exponents: one
+  // all-reduce call per bucket, which the library cuts into `threads` slices of
+  // elements_per_packet blocks.
+  void PrepareCheck() {
+    testing::FillFloat32(rank_, 0, grad_.data(), total_);
+    if (a_.verify == "none") return;
+    want_.resize(total_);
+    for (uint64_t i = 0; i < total_; ++i) want_[i] = float(testing::Float32ExpectedSum(n_, i));
+    if (!b_.quantizes_float32()) return;
+    exps_.resize(total_);
+    const testing::BlockLayout layout{cfg_.elements_per_packet, cfg_.threads};
+    for (const GradientBucket& g : w_.buckets)
+      testing::Float32BlockExponents(n_, g.offset, g.num_elements, layout, exps_.data() + g.offset);
+    for (uint64_t i = 0; i < total_; ++i) tol_ = std::max(tol_, testing::Float32Bound(n_, exps_[i], double(want_[i])));
   }
-  const int8_t* const exps_or_null = exps.empty() ? nullptr : exps.data();
-  CommThread comm(b);
 
-  std::vector<IterResult> timed;
-  uint64_t total_wrong = 0;
-  for (uint32_t it = 0; it < a.warmup + a.iterations; ++it) {
-    std::memset(out.data(), 0x7F, total * sizeof(float));  // poison: 3.39e38, far from any sum
-    if (Status s = comm.Run([](Backend& be) { return be.Barrier(); }); !s.ok())
-      return Fail(who, "barrier before iteration " + std::to_string(it) + ": " + s.ToString());
+  // Every rank: the timed pass, the (untimed) check, then the gather of all ranks' results.
+  StatusOr<IterResult> RunIteration(uint32_t it) {
+    StatusOr<PassTimes> pass = TimePass(it);
+    if (!pass.ok()) return pass.status();
+    if (int(rank_) == a_.corrupt_rank) out_[total_ - 1] = testing::Float32WrongResult(n_, total_ - 1);  // must be caught
+    const testing::Verification v = CheckGradients();
+    if (v.wrong > 0)
+      std::fprintf(stderr, "dnn_bench (%s): iteration %u: %llu wrong gradient elements, first at %llu\n", who_.c_str(),
+                   it, (unsigned long long)v.wrong, (unsigned long long)v.first_wrong);
+    return Gather(it, *pass, v);
+  }
 
-    const std::optional<PacketCounters> c0 = b.Counters();  // the communication thread is idle here
+  void PrintIterationRow(uint32_t it, const IterResult& r) const {
+    using tools::StrPrintf;
+    const std::string name = it < a_.warmup ? StrPrintf("warm-up %u", it + 1)
+                                            : StrPrintf("%u/%u", it - a_.warmup + 1, a_.iterations);
+    const std::string retx =
+        b_.Counters() ? StrPrintf("%.2f", r.sent ? 100.0 * double(r.retx) / double(r.sent) : 0.0) : "-";
+    std::printf("%s\n", tools::TableLine(kColumns,
+                                         {name, StrPrintf("%.1f", r.iter_ms), StrPrintf("%.1f", r.compute_ms),
+                                          StrPrintf("%.1f", r.comm_ms), StrPrintf("%.1f", r.exposed_ms),
+                                          StrPrintf("%llu", (unsigned long long)r.wrong), retx},
+                                         ' ').c_str());
+    std::fflush(stdout);
+  }
+
+  void PrintResult(const RunSummary& s, uint64_t total_wrong) const {
+    const double ideal_ms = IdealMs(), it_ms = s.mean.iter_ms;
+    std::printf("# result: model %s backend %s n %u: iteration %.1f ms (min %.1f), compute %.1f ms, comm %.1f ms, "
+                "exposed comm %.1f ms, ideal %.1f ms (ideal/iteration %.3f), %.2f iterations/s, %llu wrong: %s\n",
+                w_.model.name.c_str(), label_.c_str(), n_, it_ms, s.min_iter, s.mean.compute_ms, s.mean.comm_ms,
+                s.mean.exposed_ms, ideal_ms, it_ms > 0 ? ideal_ms / it_ms : 0.0, it_ms > 0 ? 1e3 / it_ms : 0.0,
+                (unsigned long long)total_wrong, total_wrong == 0 ? "PASS" : "FAIL");
+    std::fflush(stdout);
+  }
+
+  Status WriteJson(const std::vector<IterResult>& timed, const RunSummary& s, uint64_t total_wrong) const {
+    nlohmann::json j = SetupJson();
+    const double ideal_ms = IdealMs();
+    j["iteration_ms"] = s.mean.iter_ms;
+    j["min_iteration_ms"] = s.min_iter;
+    j["max_iteration_ms"] = s.max_iter;
+    j["compute_ms"] = s.mean.compute_ms;
+    j["comm_ms"] = s.mean.comm_ms;
+    j["exposed_comm_ms"] = s.mean.exposed_ms;
+    j["ideal_ms"] = ideal_ms;
+    j["ideal_over_iteration"] = s.mean.iter_ms > 0 ? ideal_ms / s.mean.iter_ms : 0.0;
+    j["per_iteration"] = nlohmann::json::array();
+    for (const IterResult& r : timed)
+      j["per_iteration"].push_back({{"iteration_ms", r.iter_ms}, {"compute_ms", r.compute_ms},
+                                    {"comm_ms", r.comm_ms}, {"exposed_comm_ms", r.exposed_ms}});
+    if (b_.Counters()) {
+      j["packets_sent"] = s.sent;
+      j["retransmissions"] = s.retx;
+      j["retx_pct"] = s.sent ? 100.0 * double(s.retx) / double(s.sent) : 0.0;
+    } else {
+      j["retx_pct"] = nullptr;
+    }
+    j["max_abs_error"] = s.max_err;
+    j["tolerance"] = tol_;
+    j["wrong"] = total_wrong;
+    j["ok"] = total_wrong == 0;
+    return WriteJsonFile("--json", a_.json, j);
+  }
+
+ private:
+  double IdealMs() const { return Ms(w_.forward_total + w_.backward_total); }  // no communication at all
+
+  // What was run: the model, the workload and the backend's settings.
+  nlohmann::json SetupJson() const {
+    nlohmann::json j;
+    j["label"] = label_;
+    j["backend"] = cfg_.backend;
+    j["model"] = w_.model.name;
+    j["model_description"] = w_.model.description;
+    j["workers"] = n_;
+    j["layers"] = w_.model.layers.size();
+    j["params"] = total_;
+    j["allreduces_per_iteration"] = w_.buckets.size();
+    j["bucket_mib"] = a_.bucket_mib;
+    j["forward_ms"] = Ms(w_.forward_total);
+    j["backward_ms"] = Ms(w_.backward_total);
+    j["time_source"] = a_.layer_times.empty() ? "compute-ms split by " + a_.split : "layer-times " + a_.layer_times;
+    j["compute_mode"] = a_.compute_mode;
+    j["verify"] = a_.verify;
+    j["iterations"] = a_.iterations;
+    j["warmup"] = a_.warmup;
+    AddBackendJson(cfg_, j);
+    return j;
+  }
+
+  // The timed part of an iteration: a barrier, then the simulated compute queuing the
+  // all-reduces, then the wait for all of them.
+  StatusOr<PassTimes> TimePass(uint32_t it) {
+    std::memset(out_.data(), 0x7F, total_ * sizeof(float));  // poison: 3.39e38, far from any sum
+    if (Status s = comm_.Run([](Backend& be) { return be.Barrier(); }); !s.ok())
+      return Status(s.code(), "barrier before iteration " + std::to_string(it) + ": " + s.ToString());
+    PassTimes p;
+    p.c0 = b_.Counters();  // the communication thread is idle here
     std::vector<std::future<CommThread::Done>> pending;
-    pending.reserve(buckets.size());
-    const Clock::time_point t0 = Clock::now();
-    Clock::time_point deadline = t0;
-    for (size_t l = 0; l < model.layers.size(); ++l) {  // forward: no communication
-      if (times.forward[l].count() == 0) continue;
-      deadline += times.forward[l];
-      WaitUntil(deadline, spin);
-    }
-    size_t next = 0;  // buckets[next] is the next to launch
-    for (size_t l = model.layers.size(); l-- > 0;) {
-      if (times.backward[l].count() > 0) {
-        deadline += times.backward[l];
-        WaitUntil(deadline, spin);
-      }
-      for (; next < buckets.size() && buckets[next].first_layer == l; ++next) {
-        const GradientBucket& g = buckets[next];
-        const float* in = grad.data() + g.offset;
-        float* o = out.data() + g.offset;
-        const size_t count = g.num_elements;
-        pending.push_back(comm.Submit(
-            [in, o, count](Backend& be) { return be.AllReduceSum(in, o, count, DataType::kFloat32); }));
-      }
-    }
-    const Clock::time_point t_compute = Clock::now();
-    nanoseconds busy{0};
+    pending.reserve(w_.buckets.size());
+    p.start = Clock::now();
+    SimulateCompute(p.start, pending);
+    p.compute_end = Clock::now();
     Status first_error;
     for (auto& f : pending) {
       CommThread::Done d = f.get();
       if (!d.status.ok() && first_error.ok()) first_error = d.status;
-      busy += std::chrono::duration_cast<nanoseconds>(d.end - d.start);
+      p.busy += std::chrono::duration_cast<nanoseconds>(d.end - d.start);
     }
-    const Clock::time_point t_end = Clock::now();
-    if (!first_error.ok()) return Fail(who, "iteration " + std::to_string(it) + ": " + first_error.ToString());
-    const std::optional<PacketCounters> c1 = b.Counters();
-    if (int(rank) == a.corrupt_rank) out[total - 1] = testing::Float32WrongResult(n, total - 1);  // must be caught
+    p.end = Clock::now();
+    if (!first_error.ok())
+      return Status(first_error.code(), "iteration " + std::to_string(it) + ": " + first_error.ToString());
+    p.c1 = b_.Counters();
+    return p;
+  }
 
-    testing::Verification v;
-    if (a.verify == "all") {
-      Check(out.data(), want.data(), exps_or_null, n, 0, total, v);
-    } else if (a.verify == "layers") {
-      for (size_t l = 0; l < model.layers.size(); ++l) {
-        const uint64_t begin = model.Offset(l), end = begin + model.layers[l].num_params;
-        Check(out.data(), want.data(), exps_or_null, n, begin, std::min(end, begin + 256), v);
-        Check(out.data(), want.data(), exps_or_null, n, std::max(begin + 256, end > 256 ? end - 256 : 0), end, v);
+  // The forward pass (no communication), then the backward pass from the last layer to the
+  // first, queuing each bucket's all-reduce as soon as the gradient of its first layer is ready.
+  void SimulateCompute(Clock::time_point start, std::vector<std::future<CommThread::Done>>& pending) {
+    const bool spin = a_.compute_mode == "spin";
+    const std::vector<GradientBucket>& buckets = w_.buckets;
+    Clock::time_point deadline = start;
+    for (size_t l = 0; l < w_.model.layers.size(); ++l) {
+      if (w_.times.forward[l].count() == 0) continue;
+      deadline += w_.times.forward[l];
+      WaitUntil(deadline, spin);
+    }
+    size_t next = 0;  // buckets[next] is the next to launch
+    for (size_t l = w_.model.layers.size(); l-- > 0;) {
+      if (w_.times.backward[l].count() > 0) {
+        deadline += w_.times.backward[l];
+        WaitUntil(deadline, spin);
+      }
+      for (; next < buckets.size() && buckets[next].first_layer == l; ++next) {
+        const GradientBucket& g = buckets[next];
+        const float* in = grad_.data() + g.offset;
+        float* o = out_.data() + g.offset;
+        const size_t count = g.num_elements;
+        pending.push_back(comm_.Submit(
+            [in, o, count](Backend& be) { return be.AllReduceSum(in, o, count, DataType::kFloat32); }));
       }
     }
-    if (v.wrong > 0)
-      std::fprintf(stderr, "dnn_bench (%s): iteration %u: %llu wrong gradient elements, first at %llu\n", who.c_str(),
-                   it, (unsigned long long)v.wrong, (unsigned long long)v.first_wrong);
+  }
 
-    // Gather: rank r fills block r; the SUM all-reduce hands every rank every block.
-    std::vector<uint64_t> mine(size_t(kNumFields) * n, 0);
-    uint64_t* my = &mine[size_t(kNumFields) * rank];
-    my[kIterNs] = uint64_t(std::chrono::duration_cast<nanoseconds>(t_end - t0).count());
-    my[kComputeNs] = uint64_t(std::chrono::duration_cast<nanoseconds>(t_compute - t0).count());
-    my[kCommNs] = uint64_t(busy.count());
-    my[kExposedNs] = uint64_t(std::chrono::duration_cast<nanoseconds>(t_end - t_compute).count());
-    my[kWrong] = v.wrong;
-    my[kMaxErr] = ErrorToFixed(v.max_abs_error);
-    if (c0 && c1) {
-      my[kSent] = c1->packets_sent - c0->packets_sent;
-      my[kRetx] = c1->retransmissions - c0->retransmissions;
+  testing::Verification CheckGradients() const {
+    testing::Verification v;
+    const int8_t* const exps = exps_.empty() ? nullptr : exps_.data();
+    if (a_.verify == "all") {
+      Check(out_.data(), want_.data(), exps, n_, 0, total_, v);
+    } else if (a_.verify == "layers") {
+      for (size_t l = 0; l < w_.model.layers.size(); ++l) {
+        const uint64_t begin = w_.model.Offset(l), end = begin + w_.model.layers[l].num_params;
+        Check(out_.data(), want_.data(), exps, n_, begin, std::min(end, begin + 256), v);
+        Check(out_.data(), want_.data(), exps, n_, std::max(begin + 256, end > 256 ? end - 256 : 0), end, v);
+      }
     }
-    const std::vector<int32_t> packed = PackForSum(mine);
+    return v;
+  }
+
+  // Rank r fills block r; the SUM all-reduce (on the communication thread) hands every rank
+  // every block.
+  StatusOr<IterResult> Gather(uint32_t it, const PassTimes& p, const testing::Verification& v) {
+    std::vector<uint64_t> mine(kNumFields, 0);
+    mine[kIterNs] = uint64_t(std::chrono::duration_cast<nanoseconds>(p.end - p.start).count());
+    mine[kComputeNs] = uint64_t(std::chrono::duration_cast<nanoseconds>(p.compute_end - p.start).count());
+    mine[kCommNs] = uint64_t(p.busy.count());
+    mine[kExposedNs] = uint64_t(std::chrono::duration_cast<nanoseconds>(p.end - p.compute_end).count());
+    mine[kWrong] = v.wrong;
+    mine[kMaxErr] = ErrorToFixed(v.max_abs_error);
+    if (p.c0 && p.c1) {
+      mine[kSent] = p.c1->packets_sent - p.c0->packets_sent;
+      mine[kRetx] = p.c1->retransmissions - p.c0->retransmissions;
+    }
+    const std::vector<int32_t> packed = PackRankBlock(mine, rank_, n_);
     std::vector<int32_t> summed(packed.size());
-    if (Status s = comm.Run([&](Backend& be) {
+    if (Status s = comm_.Run([&](Backend& be) {
           return be.AllReduceSum(packed.data(), summed.data(), packed.size(), DataType::kInt32);
         });
         !s.ok())
-      return Fail(who, "gathering the results of iteration " + std::to_string(it) + ": " + s.ToString());
-    const std::vector<uint64_t> all = UnpackSum(summed);
-    IterResult r;
-    for (uint32_t q = 0; q < n; ++q) {
-      const uint64_t* blk = &all[size_t(kNumFields) * q];
-      r.iter_ms = std::max(r.iter_ms, Ms(blk[kIterNs]));
-      r.compute_ms = std::max(r.compute_ms, Ms(blk[kComputeNs]));
-      r.comm_ms = std::max(r.comm_ms, Ms(blk[kCommNs]));
-      r.exposed_ms = std::max(r.exposed_ms, Ms(blk[kExposedNs]));
-      r.wrong += blk[kWrong];
-      r.max_abs_error = std::max(r.max_abs_error, FixedToError(blk[kMaxErr]));
-      r.sent += blk[kSent];
-      r.retx += blk[kRetx];
-    }
-    total_wrong += r.wrong;
-    if (it >= a.warmup) timed.push_back(r);
-    if (rank == 0) {
-      char name[32];
-      std::snprintf(name, sizeof name, it < a.warmup ? "warm-up %u" : "%u/%u", it < a.warmup ? it + 1 : it - a.warmup + 1,
-                    a.iterations);
-      char retx[16] = "-";
-      if (b.Counters()) std::snprintf(retx, sizeof retx, "%.2f", r.sent ? 100.0 * double(r.retx) / double(r.sent) : 0.0);
-      std::printf(" %9s %12.1f %12.1f %12.1f %12.1f %8llu %8s\n", name, r.iter_ms, r.compute_ms, r.comm_ms, r.exposed_ms,
-                  (unsigned long long)r.wrong, retx);
-      std::fflush(stdout);
-    }
+      return Status(s.code(), "gathering the results of iteration " + std::to_string(it) + ": " + s.ToString());
+    return IterationFromBlocks(UnpackSum(summed), n_);
   }
 
-  IterResult mean;
-  double min_iter = timed.front().iter_ms, max_iter = 0, max_err = 0;
-  uint64_t sent = 0, retx = 0;
-  for (const IterResult& r : timed) {
-    mean.iter_ms += r.iter_ms / double(timed.size());
-    mean.compute_ms += r.compute_ms / double(timed.size());
-    mean.comm_ms += r.comm_ms / double(timed.size());
-    mean.exposed_ms += r.exposed_ms / double(timed.size());
-    min_iter = std::min(min_iter, r.iter_ms);
-    max_iter = std::max(max_iter, r.iter_ms);
-    max_err = std::max(max_err, r.max_abs_error);
-    sent += r.sent;
-    retx += r.retx;
+  const DnnArgs& a_;
+  const BackendConfig& cfg_;
+  const Workload& w_;
+  Backend& b_;  // for its properties and counters; collectives go through comm_
+  const std::string label_;
+  const uint32_t rank_, n_;
+  const std::string who_;  // "LABEL, rank R" in messages
+  const uint64_t total_;   // gradient elements
+  std::vector<float> grad_, out_, want_;
+  std::vector<int8_t> exps_;  // SwitchML: each element's block exponent (switch-wide)
+  double tol_ = 0;            // the largest per-element bound, for the JSON
+  CommThread comm_;           // last: its thread starts once the members above exist
+};
+
+int Run(const DnnArgs& a) {
+  const StatusOr<Workload> w = MakeWorkload(a);
+  if (!w.ok()) return Usage(w.status().message());
+  if (const std::optional<int> rc = RunOfflineModes(a, *w)) return *rc;
+  BackendConfig cfg = a.backend;
+  cfg.timeout = std::chrono::milliseconds(a.timeout_ms);
+  cfg.rendezvous_prefix = "dnn_bench";
+  auto backend_or = CreateBackend(cfg);
+  if (!backend_or.ok()) return ReportBackendError("dnn_bench", cfg, backend_or.status());
+  DnnRun run(a, cfg, *w, **backend_or);
+
+  if (run.rank() == 0) run.PrintHeader();
+  run.PrepareCheck();
+  std::vector<IterResult> timed;
+  uint64_t total_wrong = 0;
+  for (uint32_t it = 0; it < a.warmup + a.iterations; ++it) {
+    StatusOr<IterResult> r = run.RunIteration(it);
+    if (!r.ok()) return run.Fail(r.status().message());
+    total_wrong += r->wrong;
+    if (it >= a.warmup) timed.push_back(*r);
+    if (run.rank() == 0) run.PrintIterationRow(it, *r);
   }
-  const double ideal_ms = Ms(fwd_total + bwd_total);
-  const bool ok = total_wrong == 0;
-  if (rank == 0) {
-    std::printf("# result: model %s backend %s n %u: iteration %.1f ms (min %.1f), compute %.1f ms, comm %.1f ms, "
-                "exposed comm %.1f ms, ideal %.1f ms (ideal/iteration %.3f), %.2f iterations/s, %llu wrong: %s\n",
-                model.name.c_str(), label.c_str(), n, mean.iter_ms, min_iter, mean.compute_ms, mean.comm_ms,
-                mean.exposed_ms, ideal_ms, mean.iter_ms > 0 ? ideal_ms / mean.iter_ms : 0.0,
-                mean.iter_ms > 0 ? 1e3 / mean.iter_ms : 0.0, (unsigned long long)total_wrong, ok ? "PASS" : "FAIL");
-    std::fflush(stdout);
-    if (!a.json.empty()) {
-      nlohmann::json j;
-      j["label"] = label;
-      j["backend"] = cfg.backend;
-      j["model"] = model.name;
-      j["model_description"] = model.description;
-      j["workers"] = n;
-      j["layers"] = model.layers.size();
-      j["params"] = total;
-      j["allreduces_per_iteration"] = buckets.size();
-      j["bucket_mib"] = a.bucket_mib;
-      j["forward_ms"] = Ms(fwd_total);
-      j["backward_ms"] = Ms(bwd_total);
-      j["time_source"] = a.layer_times.empty() ? "compute-ms split by " + a.split : "layer-times " + a.layer_times;
-      j["compute_mode"] = a.compute_mode;
-      j["verify"] = a.verify;
-      j["iterations"] = a.iterations;
-      j["warmup"] = a.warmup;
-      AddBackendJson(cfg, j);
-      j["iteration_ms"] = mean.iter_ms;
-      j["min_iteration_ms"] = min_iter;
-      j["max_iteration_ms"] = max_iter;
-      j["compute_ms"] = mean.compute_ms;
-      j["comm_ms"] = mean.comm_ms;
-      j["exposed_comm_ms"] = mean.exposed_ms;
-      j["ideal_ms"] = ideal_ms;
-      j["ideal_over_iteration"] = mean.iter_ms > 0 ? ideal_ms / mean.iter_ms : 0.0;
-      j["per_iteration"] = nlohmann::json::array();
-      for (const IterResult& r : timed)
-        j["per_iteration"].push_back({{"iteration_ms", r.iter_ms}, {"compute_ms", r.compute_ms},
-                                      {"comm_ms", r.comm_ms}, {"exposed_comm_ms", r.exposed_ms}});
-      if (b.Counters()) {
-        j["packets_sent"] = sent;
-        j["retransmissions"] = retx;
-        j["retx_pct"] = sent ? 100.0 * double(retx) / double(sent) : 0.0;
-      } else {
-        j["retx_pct"] = nullptr;
-      }
-      j["max_abs_error"] = max_err;
-      j["tolerance"] = tol;
-      j["wrong"] = total_wrong;
-      j["ok"] = ok;
-      std::ofstream f(a.json);
-      f << j.dump(2) << "\n";
-      if (!f) return Fail(who, "cannot write --json " + a.json);
-    }
+  const RunSummary summary = SummarizeIterations(timed);
+  if (run.rank() == 0) run.PrintResult(summary, total_wrong);
+  if (run.rank() == 0 && !a.json.empty()) {
+    if (Status s = run.WriteJson(timed, summary, total_wrong); !s.ok()) return run.Fail(s.message());
   }
-  return ok ? 0 : 1;
+  return total_wrong == 0 ? 0 : 1;
 }
 
 // `summarize`: one row per run, grouped by model and worker count, with the speedup of each
@@ -585,7 +715,7 @@ int Summarize(const std::vector<std::string>& files, const std::string& out_json
 
 int main(int argc, char** argv) {
   using switchml::bench::DnnArgs;
-  CLI::App app{"dnn_bench: data-parallel training imitation with real models' per-layer gradients (spec §6.3); "
+  CLI::App app{"dnn_bench: data-parallel training imitation with real models' per-layer gradients; "
                "one process per rank"};
   DnnArgs a;
   auto& c = a.backend;
@@ -602,8 +732,9 @@ int main(int argc, char** argv) {
   app.add_option("--split", a.split, "Spread --compute-ms/--forward-ms over layers by 'flops' or 'params'")
       ->capture_default_str();
   app.add_option("--layer-times", a.layer_times,
-                 "CSV of per-layer times (spec §6.3 format: header, then 'layer_index, numel, forward_pass_ns, "
-                 "backward_pass_ns' per layer); replaces --compute-ms, --forward-ms and --split");
+                 "CSV of per-layer times in the reference dnn_benchmark's format (a header, then "
+                 "'layer_index, numel, forward_pass_ns, backward_pass_ns' per layer); replaces "
+                 "--compute-ms, --forward-ms and --split");
   app.add_option("--iterations", a.iterations, "Timed iterations")->capture_default_str();
   app.add_option("--warmup", a.warmup, "Untimed warm-up iterations")->capture_default_str();
   app.add_option("--bucket-mib", a.bucket_mib, "DDP-style gradient buckets of this many MiB (0: one all-reduce per layer)")

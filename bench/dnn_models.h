@@ -1,7 +1,7 @@
-// bench/dnn_models.h — the gradient layout of real DNNs for dnn_bench (spec §6.3), built layer
-// by layer from the models' published shapes so that the totals can be checked, plus the pure
-// arithmetic of the benchmark: how a backward time is spread over layers, the reference's
-// per-layer CSV, and DDP-style gradient buckets.
+// bench/dnn_models.h — the gradient layout of real DNNs for dnn_bench (docs/dnn-benchmark.md),
+// built layer by layer from the models' published shapes so that the totals can be checked,
+// plus the pure arithmetic of the benchmark: how a backward time is spread over layers, the
+// reference's per-layer CSV, and DDP-style gradient buckets.
 //
 //   StatusOr<DnnModel> m = MakeDnnModel("resnet50");        // 107 layers, 25,557,032 parameters
 //   std::vector<std::chrono::nanoseconds> bw =
@@ -69,10 +69,11 @@ std::vector<std::chrono::nanoseconds> SplitTime(const DnnModel& model, std::chro
 struct LayerTimes {
   std::vector<std::chrono::nanoseconds> forward, backward;
 };
-// The reference dnn_benchmark's model CSV (spec §6.3): a header line (ignored), then one row
-// per layer `layer_index, numel, forward_pass_ns, backward_pass_ns`, columns by position. The
-// rows must describe `model`: one row per layer in forward order, index = row number, numel =
-// the layer's parameter count. INVALID_ARGUMENT names the row and column of the first problem.
+// The reference dnn_benchmark's model CSV (docs/dnn-benchmark.md): a header line (ignored), then
+// one row per layer `layer_index, numel, forward_pass_ns, backward_pass_ns`, columns by
+// position. The rows must describe `model`: one row per layer in forward order, index = row
+// number, numel = the layer's parameter count. INVALID_ARGUMENT names the row and column of
+// the first problem.
 StatusOr<LayerTimes> ParseLayerTimesCsv(std::string_view text, const DnnModel& model);
 // The same format, for --print-layers (and editing into a --layer-times file).
 std::string LayerTimesCsv(const DnnModel& model, const LayerTimes& times);

@@ -1,5 +1,6 @@
 #include "bench/perf_metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -59,6 +60,12 @@ std::vector<uint64_t> UnpackSum(const std::vector<int32_t>& packed) {
     out[i] = v;
   }
   return out;
+}
+
+std::vector<int32_t> PackRankBlock(const std::vector<uint64_t>& block, uint32_t rank, uint32_t num_ranks) {
+  std::vector<uint64_t> all(block.size() * num_ranks, 0);
+  if (rank < num_ranks) std::copy(block.begin(), block.end(), all.begin() + std::ptrdiff_t(block.size() * rank));
+  return PackForSum(all);
 }
 
 uint64_t ErrorToFixed(double abs_error) {

@@ -1,11 +1,13 @@
 // bench/perf_metrics.h — the pure arithmetic of allreduce_perf: the size sweep, nccl-tests
-// bandwidths, spec §6.1 metrics, and the exact int32 packing that lets every backend gather
-// per-rank measurements with its own all-reduce (SUM of int32 is exact on SwitchML too).
+// bandwidths, the reference's and the paper's metrics (docs/benchmarks.md#metrics), and the
+// exact int32 packing that lets every backend gather per-rank measurements with its own
+// all-reduce (SUM of int32 is exact on SwitchML too).
 //
 //   std::vector<uint64_t> sizes = SizeSweep(4096, 64 << 20, 2, 4);   // bytes, multiples of 4
 //   std::vector<int32_t> packed = PackForSum(values);                  // values < 2^48
 //   ... all-reduce SUM of `packed` over n ranks (n <= 256) ...
 //   std::vector<uint64_t> sums = UnpackSum(packed);                    // exact Σ over ranks
+//   ... or, to gather a block per rank: PackRankBlock(mine, rank, n), all-reduce, UnpackSum.
 //
 // All functions are pure and thread-safe.
 #pragma once
@@ -28,7 +30,8 @@ StatusOr<std::vector<uint64_t>> SizeSweep(uint64_t min_bytes, uint64_t max_bytes
 // GB/s = 1e9 bytes per second.
 double AlgBwGBps(uint64_t bytes, double seconds);
 double AllReduceBusBwFactor(uint32_t num_workers);
-// Spec §6.1: goodput (Gbit/s of tensor payload) and ATE/s (aggregated tensor elements per s).
+// The reference's goodput (Gbit/s of tensor payload) and the paper's ATE/s (aggregated tensor
+// elements per second); docs/benchmarks.md#metrics.
 double GoodputGbps(uint64_t bytes, double seconds);
 double AggregatedElementsPerSecond(uint64_t num_elements, double seconds);
 
@@ -42,6 +45,11 @@ inline constexpr size_t kLimbsPerValue = 3;
 std::vector<int32_t> PackForSum(const std::vector<uint64_t>& values);
 // `packed.size()` must be a multiple of kLimbsPerValue; negative limbs are treated as 0.
 std::vector<uint64_t> UnpackSum(const std::vector<int32_t>& packed);
+// Gathering one block of measurements from every rank with one SUM all-reduce: rank `rank`
+// of `num_ranks` contributes PackForSum of num_ranks blocks of block.size() values, its own
+// `block` at position `rank` and zeros elsewhere. UnpackSum of the reduced vector holds rank
+// q's block at [q · block.size(), (q + 1) · block.size()).
+std::vector<int32_t> PackRankBlock(const std::vector<uint64_t>& block, uint32_t rank, uint32_t num_ranks);
 
 // An absolute error as a packable integer (units of 2^-24, rounded up, saturating; NaN and
 // infinity map to kMaxPackValue) and back.

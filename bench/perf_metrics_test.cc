@@ -87,6 +87,25 @@ TEST(BenchPack, ClampsValuesAboveTheLimit) {
   EXPECT_EQ(UnpackSum(PackForSum({kMaxPackValue + 12345})), (std::vector<uint64_t>{kMaxPackValue}));
 }
 
+TEST(BenchPack, RankBlocksGatherEveryRanksBlockInRankOrder) {
+  const uint32_t kRanks = 3;
+  std::vector<int32_t> summed;
+  std::vector<uint64_t> want;
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    const std::vector<uint64_t> block = {r + 1, 1000 * (r + 1), kMaxPackValue - r};
+    want.insert(want.end(), block.begin(), block.end());
+    const std::vector<int32_t> p = PackRankBlock(block, r, kRanks);
+    ASSERT_EQ(p.size(), block.size() * kRanks * kLimbsPerValue);
+    if (summed.empty()) summed.assign(p.size(), 0);
+    for (size_t k = 0; k < p.size(); ++k) summed[k] += p[k];
+  }
+  EXPECT_EQ(UnpackSum(summed), want);
+}
+
+TEST(BenchPack, RankBlockOutsideTheRanksContributesZeros) {
+  EXPECT_EQ(UnpackSum(PackRankBlock({5, 6}, 2, 2)), (std::vector<uint64_t>{0, 0, 0, 0}));
+}
+
 TEST(BenchPack, ErrorsRoundTripUpwardAndSaturate) {
   EXPECT_EQ(ErrorToFixed(0.0), 0u);
   EXPECT_DOUBLE_EQ(FixedToError(ErrorToFixed(0.125)), 0.125);

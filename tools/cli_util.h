@@ -1,11 +1,15 @@
-// tools/cli_util.h — small helpers shared by the `switchml` subcommands: size parsing,
-// human-readable numbers, child processes with deadlines.
+// tools/cli_util.h — small helpers shared by the `switchml` subcommands and the benchmark
+// tools: size parsing, human-readable numbers, nccl-tests style tables, child processes with
+// deadlines.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdarg>
 #include <cstdint>
+#include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,6 +21,39 @@ namespace switchml::tools {
 // or KiB/MiB/GiB (powers of 1024) suffix; names the problem on error.
 StatusOr<uint64_t> ParseSize(const std::string& text);
 std::string FormatBytes(uint64_t bytes);  // "64 MiB"
+
+// The next two are inline so that tools which do not link cli_util.cc (dnn_bench) can use them.
+
+// printf into a std::string.
+__attribute__((format(printf, 1, 2))) inline std::string StrPrintf(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  va_list copy;
+  va_copy(copy, args);
+  const int n = std::vsnprintf(nullptr, 0, format, copy);
+  va_end(copy);
+  std::string out(n > 0 ? size_t(n) : 0, '\0');
+  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, args);
+  va_end(args);
+  return out;
+}
+
+// One line (without the newline) of an nccl-tests style table: cell i right-aligned in
+// widths[i] characters (wider cells overflow), cells separated by one space; fewer cells than
+// widths end the line early. A `lead` character ('#' on header lines, ' ' on value lines, so
+// that scripts can skip the header as comments) takes the first character of the first column.
+inline std::string TableLine(std::span<const int> widths, const std::vector<std::string>& cells,
+                             char lead = '\0') {
+  std::string line;
+  if (lead != '\0') line += lead;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (i > 0) line += ' ';
+    const int width = i < widths.size() ? widths[i] - (i == 0 && lead != '\0' ? 1 : 0) : 0;
+    if (int(cells[i].size()) < width) line.append(size_t(width) - cells[i].size(), ' ');
+    line += cells[i];
+  }
+  return line;
+}
 
 // A child process running `argv` (argv[0] = program path) with stdout+stderr to `log_path`.
 struct Child {
