@@ -10,11 +10,11 @@ bound, and SwitchML's speedup over each baseline. Writes the table as JSON (--ou
   bench/datacenter_report.py --rate 500mbit /tmp/switchml-bench-datacenter.XXXX
   bench/datacenter_report.py --rate 500mbit --plot docs/img/datacenter.png DIR
 
-Bounds (ENVIRONMENT.md, "The emulated datacenter"): tbf counts L2 frame bytes (payload + UDP 8 +
-IP 20 + Ethernet 14). A SwitchML packet carries 4*E tensor bytes behind a 10-byte header, so a
-worker's link carries at most R * 4E/(4E + 52) tensor bits per second, whatever the number of
-workers. A ring all-reduce sends 2(n-1)/n of the tensor over TCP (1448 payload bytes per
-1514-byte frame at MTU 1500, 8948 per 9014 at MTU 9000).
+Bounds (docs/benchmarks.md#measured-on-the-development-machine): tbf counts L2 frame bytes
+(payload + UDP 8 + IP 20 + Ethernet 14). A SwitchML packet carries 4*E tensor bytes behind a
+10-byte header, so a worker's link carries at most R * 4E/(4E + 52) tensor bits per second,
+whatever the number of workers. A ring all-reduce sends 2(n-1)/n of the tensor over TCP (1448
+payload bytes per 1514-byte frame at MTU 1500, 8948 per 9014 at MTU 9000).
 """
 import argparse
 import glob

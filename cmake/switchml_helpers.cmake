@@ -1,5 +1,5 @@
 # switchml_unit_test(NAME SOURCES... LIBS ...): a GoogleTest binary registered with CTest,
-# labelled `unit`. Unit tests live beside the code they test (ARCHITECTURE.md §2).
+# labelled `unit`. Unit tests live beside the code they test (foo.cc + foo_test.cc).
 function(switchml_unit_test name)
   if(NOT SWITCHML_BUILD_TESTS)
     return()

@@ -79,10 +79,10 @@ class AllReduceHandle {
 class Context {
  public:
   // Validates `options`, opens the data sockets, registers with the switch through the
-  // controller (rank 0 first, then the others, with barriers; spec §4.3) and starts the worker
-  // threads. Blocks up to about 3 × rpc_timeout. Errors: INVALID_ARGUMENT (options),
-  // UNAVAILABLE / DEADLINE_EXCEEDED (controller unreachable, naming its address),
-  // FAILED_PRECONDITION (the switch cannot serve this configuration).
+  // controller (rank 0 first, then the others, with barriers; docs/protocol.md#session-sequence)
+  // and starts the worker threads. Blocks up to about 3 × rpc_timeout. Errors:
+  // INVALID_ARGUMENT (options), UNAVAILABLE / DEADLINE_EXCEEDED (controller unreachable,
+  // naming its address), FAILED_PRECONDITION (the switch cannot serve this configuration).
   static StatusOr<std::unique_ptr<Context>> Create(const Options& options);
 
   // Stops the worker threads; jobs still queued or running fail with CANCELLED.

@@ -41,12 +41,13 @@ struct Options {
   // Worker threads (1..64). Each owns a socket and a disjoint range of `window_packets /
   // num_worker_threads` switch slots, and streams the matching slice of every tensor.
   // Every worker of a job must use the same num_workers, num_worker_threads, window_packets
-  // and elements_per_packet (reference contract C2). Each worker registers them, with its
-  // client's protocol version; the job's first registration (rank 0's, for the reference
-  // session) fixes them, and Context::Create of a worker that differs fails with
-  // FAILED_PRECONDITION naming the field, both values and both ranks, e.g. "rank 1 registered
-  // num_worker_threads=2, but rank 0 registered num_worker_threads=1 for job 3; ...". The
-  // workers already waiting in the job's barrier fail at once with the same message.
+  // and elements_per_packet (contract C2, docs/protocol.md#c2-identical-client-configuration).
+  // Each worker registers them, with its client's protocol version; the job's first
+  // registration (rank 0's, for the reference session) fixes them, and Context::Create of a
+  // worker that differs fails with FAILED_PRECONDITION naming the field, both values and both
+  // ranks, e.g. "rank 1 registered num_worker_threads=2, but rank 0 registered
+  // num_worker_threads=1 for job 3; ...". The workers already waiting in the job's barrier fail
+  // at once with the same message.
   uint32_t num_worker_threads = 1;
   // Packets in flight per worker (the reference's max_outstanding_packets), split among threads.
   uint32_t window_packets = 256;

@@ -1,6 +1,6 @@
 // switchml/status.h — error values used at every boundary of the library.
 //
-// Errors are values (ARCHITECTURE.md §3.3): functions that can fail because of user input,
+// Errors are values: functions that can fail because of user input,
 // configuration or the network return `Status` or `StatusOr<T>`; they never abort the host.
 //
 //   switchml::StatusOr<int> ParsePort(std::string_view s);

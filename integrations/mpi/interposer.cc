@@ -9,11 +9,12 @@
 // per MPI implementation: the two have different ABIs (MPI_Comm is a pointer in Open MPI, an
 // int in MPICH), so a library built against one cannot be preloaded into the other's programs.
 //
-// Routing decision (reference contract C1: every worker issues the same job sequence): a call
-// is routed iff SwitchML is up on all ranks (agreed on collectively at MPI_Init), comm is
-// MPI_COMM_WORLD itself (not a duplicate), op is MPI_SUM, the datatype is MPI_FLOAT or MPI_INT
-// and count >= max(1, SWITCHML_MPI_MIN_ELEMENTS). Only arguments that MPI already requires to
-// match across ranks are used, so every rank decides the same way for the same call.
+// Routing decision (contract C1, docs/protocol.md#c1-identical-call-sequence: every worker
+// issues the same job sequence): a call is routed iff SwitchML is up on all ranks (agreed on
+// collectively at MPI_Init), comm is MPI_COMM_WORLD itself (not a duplicate), op is MPI_SUM,
+// the datatype is MPI_FLOAT or MPI_INT and count >= max(1, SWITCHML_MPI_MIN_ELEMENTS). Only
+// arguments that MPI already requires to match across ranks are used, so every rank decides
+// the same way for the same call.
 //
 // MPI_Iallreduce returns a generalized request, completed with MPI_Grequest_complete when the
 // SwitchML job is done (AsyncMode):

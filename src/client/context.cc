@@ -187,7 +187,7 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
     job->out_end = job->out_begin + bytes;
   }
   const uint32_t threads = uint32_t(workers_.size());
-  // Slicing of spec §5.4: thread t gets the same elements on every worker.
+  // Slicing (docs/protocol.md#slicing): thread t gets the same elements on every worker.
   const size_t base = n / threads, rem = n % threads;
   auto slice_offset = [&](uint32_t t) { return t < rem ? t * (base + 1) : t * base + rem; };
   auto slice_length = [&](uint32_t t) { return t < rem ? base + 1 : base; };

@@ -1,5 +1,5 @@
 // Context::Create: opens the data sockets, registers with the switch through the controller
-// (spec §4.3 session sequence) and starts the worker threads.
+// (docs/protocol.md#session-sequence) and starts the worker threads.
 #include <algorithm>
 #include <chrono>
 #include <string>

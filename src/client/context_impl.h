@@ -1,12 +1,12 @@
 // client/context_impl.h — internals of switchml::Context: job bookkeeping and worker threads.
 //
-// A job is split into one slice per worker thread (spec §5.4 formula, so thread t of every
+// A job is split into one slice per worker thread (docs/protocol.md#slicing, so thread t of every
 // worker streams the same elements through the same slots); each thread has its own FIFO of
 // slices and its own SliceEngine + Channel. A job is done when all its slices are done, at
 // which point no library thread touches its buffers any more.
 //
 // After any slice fails, the slot/set state of this worker may no longer match the other
-// workers' (contract C4), so the context becomes "broken": running slices are aborted and new
+// workers' (contract C4, docs/protocol.md#c4-strict-set-alternation), so the context becomes "broken": running slices are aborted and new
 // jobs fail at once with FAILED_PRECONDITION carrying the first error.
 //
 // Stream semantics: jobs behave as if run one after another in submission order. A job whose

@@ -81,7 +81,7 @@ TEST(ContextTest, InPlaceWithLossAndDuplication) {
   transport::FaultOptions f;
   f.loss = 0.02;
   f.duplicate = 0.02;
-  f.reorder = 0.0;  // reordering a retransmission behind a newer packet breaks contract C6
+  f.reorder = 0.0;  // reordering a retransmission behind a newer packet breaks contract C6 (docs/protocol.md#c6-no-reordering-behind-the-next-packet)
   f.seed = 5;
   const uint32_t n = 4;
   auto cluster = Cluster(n, FastOptions(2), f);

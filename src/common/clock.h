@@ -1,5 +1,5 @@
 // common/clock.h — the one clock of the library. Time is passed into pure code as a value
-// (ARCHITECTURE.md §3.1), so tests can drive timeouts with a fake clock.
+// (pure cores take no clock), so tests can drive timeouts with a fake clock.
 #pragma once
 
 #include <chrono>

@@ -1,7 +1,7 @@
 // common/endian.h — explicit byte-order loads and stores over byte buffers.
 //
-// The wire format is defined byte by byte (ARCHITECTURE.md §3.4): never cast packed structs
-// onto buffers; use these helpers. All functions are pure, allocation-free and thread-safe.
+// The wire format is defined byte by byte (docs/protocol.md#wire-format): never cast packed
+// structs onto buffers; use these helpers. All functions are pure, allocation-free and thread-safe.
 #pragma once
 
 #include <bit>

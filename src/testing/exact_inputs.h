@@ -1,6 +1,7 @@
 // testing/exact_inputs.h — deterministic per-rank inputs whose all-reduce sums are known
 // exactly, and verifiers that count wrong elements. Used by tests, the CLI's `allreduce` and
-// `demo`, and the benchmarks, so that every run checks every element (ARCHITECTURE.md §3.9).
+// `demo`, and the benchmarks, so that every run checks every element (benchmarks verify while
+// they measure).
 //
 //   FillInt32(rank, offset, buf, n);  ... all-reduce over num_workers ranks ...
 //   Verification v = VerifyInt32(out, n, num_workers, offset);   // v.wrong == 0

@@ -1,8 +1,8 @@
 // transport/channel.h — the one datagram interface every transport implements.
 //
 // The client's protocol engine and the switch's I/O loop are written against `Channel` once
-// (ARCHITECTURE.md §3.2); kernel UDP (udp_channel.h), the in-process loopback fabric for tests
-// (loopback.h), and later AF_XDP/DPDK plug in underneath.
+// (the protocol engine exists once); kernel UDP (udp_channel.h), the in-process loopback
+// fabric for tests (loopback.h), and later AF_XDP/DPDK plug in underneath.
 //
 // A Channel is an unconnected, addressed datagram endpoint with burst operations:
 //
@@ -14,7 +14,8 @@
 //
 // Threading: a Channel is used by one thread at a time (the owning engine or switch thread);
 // only Wake() may be called from another thread. Bursts exist because every syscall costs
-// about 6 µs on the target machine: one call moves up to ~32 datagrams (ENVIRONMENT.md).
+// about 6 µs on the development machine: one call moves up to ~32 datagrams
+// (docs/benchmarks.md#measured-on-the-development-machine).
 #pragma once
 
 #include <chrono>

@@ -227,7 +227,7 @@ bool UdpChannel::MayBeAsyncError(int err) {
     case ENETDOWN:
     case ECONNRESET:
     case ETIMEDOUT:
-    case EPERM:         // netfilter OUTPUT drop (ENVIRONMENT.md)
+    case EPERM:         // a netfilter DROP rule in OUTPUT makes sendmmsg fail with EPERM
       return true;
     default:
       return false;

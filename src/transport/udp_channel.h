@@ -1,10 +1,11 @@
 // transport/udp_channel.h — Channel over a kernel UDP/IPv4 socket, with batched syscalls and
 // UDP segmentation offload.
 //
-// Every syscall costs about 6 µs per UDP packet on the target machine (ENVIRONMENT.md), so a
-// burst of datagrams goes to the kernel in one sendmmsg(2) and comes back in one recvmmsg(2).
-// On top of that, two offloads cut the per-datagram kernel cost (ENVIRONMENT.md measured
-// 14 Gbit/s of 1 KiB datagrams over veth with both, 1.45 without):
+// Every syscall costs about 6 µs per UDP packet on the development machine
+// (docs/benchmarks.md#measured-on-the-development-machine), so a burst of datagrams goes to
+// the kernel in one sendmmsg(2) and comes back in one recvmmsg(2). On top of that, two offloads
+// cut the per-datagram kernel cost (measured there: 14 Gbit/s of 1 KiB datagrams over veth with
+// both, 1.45 without):
 //  * GSO (UDP_SEGMENT, Linux ≥ 4.18): a run of consecutive datagrams in a SendBurst with the same
 //    destination and the same size (the last one may be shorter) becomes one message: one
 //    iovec per datagram, no copy, and a UDP_SEGMENT control message with the datagram size. The

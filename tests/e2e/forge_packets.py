@@ -25,9 +25,9 @@ switch must drop, each under one known reason of dataplane/switch_counters.h:
     spoof_too_large    1024-element packets (size code 5) to a job of --job-elements < 1024
                                                                          -> too_large
 
-Wire format (src/wire/packet.h, spec §2.1.1): byte 0 = msg_type << 4 | size code, byte 1 =
-job number, bytes 2..5 = tsi (little-endian), bytes 6..7 = set << 15 | slot (big-endian),
-bytes 8, 9 = exponents, then big-endian int32 elements.
+Wire format (src/wire/packet.h, docs/protocol.md#header-layout): byte 0 = msg_type << 4 |
+size code, byte 1 = job number, bytes 2..5 = tsi (little-endian), bytes 6..7 = set << 15 | slot
+(big-endian), bytes 8, 9 = exponents, then big-endian int32 elements.
 
 Runs for --duration seconds or until SIGTERM/SIGINT, then writes --report (JSON):
   {"sent": {class: n}, "expected": {counter: n}, "spoofed": bool, "seconds": s}
