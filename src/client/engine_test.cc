@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "controller/session_sink.h"
+#include "dataplane/switch_control.h"
 #include "dataplane/switch_core.h"
 #include "testing/exact_inputs.h"
 #include "wire/packet.h"
@@ -42,7 +42,7 @@ class Sim {
     sc.max_elements_per_packet = 1024;
     core_.emplace(std::move(dataplane::SwitchCore::Create(sc)).value());
     for (uint32_t r = 0; r < n; ++r) {
-      controller::WorkerRegistration reg;
+      dataplane::WorkerRegistration reg;
       reg.rank = r;
       reg.num_workers = n;
       reg.ipv4 = WorkerEp(r).ipv4;

@@ -80,7 +80,7 @@ class AgreedParamsTest : public ::testing::Test {
     ServerOptions so;
     so.listen_address = "127.0.0.1:0";
     so.operator_token = kOperatorToken;
-    auto ctl = ControllerServer::Start(so, switch_.get(), switch_.get());
+    auto ctl = ControllerServer::Start(so, switch_.get());
     ASSERT_TRUE(ctl.ok()) << ctl.status();
     controller_ = std::move(*ctl);
     switch_address_ = "127.0.0.1:" + std::to_string(controller_->port());
@@ -101,7 +101,7 @@ class AgreedParamsTest : public ::testing::Test {
     ServerOptions so;
     so.listen_address = "127.0.0.1:0";
     so.operator_token = kOperatorToken;
-    auto ctl = ControllerServer::Start(so, remote_.get(), remote_.get());
+    auto ctl = ControllerServer::Start(so, remote_.get());
     ASSERT_TRUE(ctl.ok()) << ctl.status();
     standalone_ = std::move(*ctl);
     address_ = "127.0.0.1:" + std::to_string(standalone_->port());

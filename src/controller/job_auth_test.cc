@@ -311,7 +311,7 @@ TEST(StandaloneAuthTest, TheControllerPresentsTheSwitchCredential) {
   so.listen_address = "127.0.0.1:0";
   so.operator_token = kOperator;
   so.default_job_idle_timeout = 1h;  // the switch's default must not apply
-  auto embedded = ControllerServer::Start(so, sw->get(), sw->get());
+  auto embedded = ControllerServer::Start(so, sw->get());
   ASSERT_TRUE(embedded.ok());
   const std::string sw_address = "127.0.0.1:" + std::to_string((*embedded)->port());
 
@@ -328,7 +328,7 @@ TEST(StandaloneAuthTest, TheControllerPresentsTheSwitchCredential) {
   co.listen_address = "127.0.0.1:0";
   co.operator_token = "controller-own-token-0123";
   co.default_job_idle_timeout = 5s;
-  auto standalone = ControllerServer::Start(co, remote->get(), remote->get());
+  auto standalone = ControllerServer::Start(co, remote->get());
   ASSERT_TRUE(standalone.ok());
   auto client = JobClient::Connect("127.0.0.1:" + std::to_string((*standalone)->port()), 3s);
   ASSERT_TRUE(client.ok());

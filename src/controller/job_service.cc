@@ -14,6 +14,7 @@
 
 #include "controller/grpc_status.h"
 #include "controller/grpc_wait.h"
+#include "controller/job_sync_table.h"
 #include "controller/operator_auth.h"
 #include "controller/sync_coordinator.h"
 #include "switchml_v1.grpc.pb.h"
@@ -22,6 +23,17 @@ namespace switchml::controller {
 namespace {
 
 namespace v1 = ::switchml::v1;
+
+using dataplane::JobDataType;
+using dataplane::JobInfo;
+using dataplane::JobList;
+using dataplane::JobRegistration;
+using dataplane::JobSpec;
+using dataplane::JobState;
+using dataplane::JobWorkerGrant;
+using dataplane::JobWorkerInfo;
+using dataplane::SlotInfo;
+using dataplane::SlotSetInfo;
 
 v1::JobState ToProto(JobState s) {
   switch (s) {
@@ -90,7 +102,7 @@ grpc::Status Error(StatusCode code, const std::string& message) {
 
 class JobService::Impl final : public v1::JobService::Service {
  public:
-  Impl(JobSink* sink, JobServiceOptions options)
+  Impl(SwitchControl* sink, JobServiceOptions options)
       : sink_(sink), options_(std::move(options)), sweeper_([this] { SweepLoop(); }) {}
   ~Impl() override { StopSweep(); }
 
@@ -130,7 +142,7 @@ class JobService::Impl final : public v1::JobService::Service {
     SWITCHML_RETURN_IF_ERROR_GRPC(CheckOperator(*context, "DeleteJob"));
     const Status s = sink_->DeleteJob(request->job_id(), request->token());
     if (!s.ok()) return ToGrpcStatus(s);
-    ForgetSync(request->job_id());
+    syncs_.Forget(request->job_id());
     return grpc::Status::OK;
   }
 
@@ -185,6 +197,14 @@ class JobService::Impl final : public v1::JobService::Service {
       }
       reg.worker.udp_ports.push_back(static_cast<uint16_t>(port));
     }
+    if (reg.job_id == dataplane::kReferenceJobId) {
+      // Job 0, the reference session, is not a JobService job: it registers through the
+      // reference UdpSession (session_service.h). Answer as for any job that does not exist.
+      const Status access = sink_->CheckJobAccess(reg.job_id, reg.token);
+      return ToGrpcStatus(access.ok() ? NotFoundError("RegisterWorker: job 0 is the reference "
+                                                      "session; job ids start at 1")
+                                      : access);
+    }
     StatusOr<JobWorkerGrant> grant = sink_->RegisterJobWorker(reg);
     if (!grant.ok()) {
       RecordRefusal(reg.job_id, reg.token, grant.status());
@@ -206,7 +226,7 @@ class JobService::Impl final : public v1::JobService::Service {
     StatusOr<std::shared_ptr<SyncCoordinator>> sync =
         SyncFor(request->job_id(), request->token(), request->rank(), &num_workers);
     if (!sync.ok()) return ToGrpcStatus(sync.status());
-    SyncUse use(this, request->job_id(), *sync);
+    JobSyncTable::Use use(&syncs_, request->job_id(), *sync);
     const Status s = (*sync)->Barrier(num_workers, JobWait(context, request->job_id(),
                                                             request->token()));
     return ToGrpcStatus(Explain(s, "Barrier", request->job_id(), request->token()));
@@ -218,7 +238,7 @@ class JobService::Impl final : public v1::JobService::Service {
     StatusOr<std::shared_ptr<SyncCoordinator>> sync =
         SyncFor(request->job_id(), request->token(), request->rank(), &num_workers);
     if (!sync.ok()) return ToGrpcStatus(sync.status());
-    SyncUse use(this, request->job_id(), *sync);
+    JobSyncTable::Use use(&syncs_, request->job_id(), *sync);
     StatusOr<uint64_t> value =
         (*sync)->Broadcast(request->value(), request->rank(), num_workers, request->root(),
                            JobWait(context, request->job_id(), request->token()));
@@ -246,50 +266,13 @@ class JobService::Impl final : public v1::JobService::Service {
   }
 
   void Shutdown() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      shut_down_ = true;
-      for (auto& [id, entry] : syncs_) entry.sync->Shutdown();
-    }
+    syncs_.Shutdown();
     StopSweep();
   }
 
-  size_t NumSyncStates() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return syncs_.size();
-  }
-  size_t NumBlockedCallers() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    size_t n = 0;
-    for (const auto& [id, entry] : syncs_) {
-      n += entry.sync->NumBarrierWaiters() + entry.sync->NumBroadcastWaiters();
-    }
-    return n;
-  }
+  JobSyncTable* sync_table() { return &syncs_; }
 
  private:
-  // A job's coordinator and how many handlers are using it (between SyncFor and the end of
-  // their call); guarded by mu_.
-  struct SyncEntry {
-    std::shared_ptr<SyncCoordinator> sync;
-    uint32_t users = 0;
-  };
-  // Ends a handler's use of its job's coordinator (RAII): drops it when nobody uses it and it
-  // holds nothing.
-  class SyncUse {
-   public:
-    SyncUse(Impl* impl, uint32_t job_id, std::shared_ptr<SyncCoordinator> sync)
-        : impl_(impl), job_id_(job_id), sync_(std::move(sync)) {}
-    ~SyncUse() { impl_->Release(job_id_, sync_); }
-    SyncUse(const SyncUse&) = delete;
-    SyncUse& operator=(const SyncUse&) = delete;
-
-   private:
-    Impl* const impl_;
-    const uint32_t job_id_;
-    const std::shared_ptr<SyncCoordinator> sync_;
-  };
-
   // OK if the call carries the operator credential; the errors say how to pass it.
   Status CheckOperator(const grpc::ServerContext& context, const std::string& rpc) const {
     if (options_.operator_token.empty()) {
@@ -312,43 +295,14 @@ class JobService::Impl final : public v1::JobService::Service {
     return OkStatus();
   }
 
-  void Release(uint32_t job_id, const std::shared_ptr<SyncCoordinator>& sync) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = syncs_.find(job_id);
-    // Forgotten (or replaced) meanwhile: nothing to count.
-    if (it == syncs_.end() || it->second.sync != sync) return;
-    if (--it->second.users == 0 && it->second.sync->Idle()) syncs_.erase(it);
-  }
-
-  // Drops the sync state of every job that has ended (or is unknown), unless a handler is
-  // using it; asks the sink without holding mu_.
+  // Drops the sync state and refusal of every job that has ended (or is unknown), unless a
+  // handler is using it; asks the sink without holding the table's locks.
   void Sweep() {
-    std::vector<uint32_t> candidates;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [id, entry] : syncs_) {
-        if (entry.users == 0) candidates.push_back(id);
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(refusal_mu_);
-      for (const auto& [id, refusal] : refusals_) candidates.push_back(id);
-    }
-    for (uint32_t id : candidates) {
+    for (uint32_t id : syncs_.SweepCandidates()) {
       const StatusOr<JobInfo> job = sink_->GetJob(id);
       const bool ended = job.ok() ? job->state == JobState::kEnded
                                   : job.status().code() == StatusCode::kNotFound;
-      if (!ended) continue;
-      ForgetRefusal(id);
-      std::shared_ptr<SyncCoordinator> sync;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        auto it = syncs_.find(id);
-        if (it == syncs_.end() || it->second.users != 0) continue;
-        sync = std::move(it->second.sync);
-        syncs_.erase(it);
-      }
-      sync->Reset();
+      if (ended) syncs_.ForgetUnused(id);
     }
   }
 
@@ -384,31 +338,18 @@ class JobService::Impl final : public v1::JobService::Service {
                                   std::to_string(job_id) + ", got " + std::to_string(rank));
     }
     *num_workers = job.spec.num_workers;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (shut_down_) return UnavailableError("the controller is shutting down");
-    auto it = syncs_.find(job_id);
-    if (it == syncs_.end()) {
-      if (syncs_.size() >= kMaxSyncStates) {
-        return ResourceExhaustedError(
-            "job " + std::to_string(job_id) + ": " + std::to_string(kMaxSyncStates) +
-            " jobs already have barrier/broadcast state on this controller (the most it "
-            "keeps); retry once some have finished");
-      }
-      SyncLimits limits;
-      limits.max_pending_broadcasts = kMaxPendingBroadcastsPerJob;
-      // Each rank blocks in one call at a time; twice that leaves room for retries.
-      limits.max_waiters = 2 * job.spec.num_workers;
-      it = syncs_.emplace(job_id, SyncEntry{std::make_shared<SyncCoordinator>(limits), 0}).first;
-    }
-    ++it->second.users;
-    return it->second.sync;
+    SyncLimits limits;
+    limits.max_pending_broadcasts = kMaxPendingBroadcastsPerJob;
+    // Each rank blocks in one call at a time; twice that leaves room for retries.
+    limits.max_waiters = 2 * job.spec.num_workers;
+    return syncs_.Acquire(job_id, limits);
   }
 
   // Waits until the call's deadline, and gives up (Cancelled) as soon as the job ends or a
   // registration of the job is refused (RecordRefusal).
   WaitControl JobWait(grpc::ServerContext* context, uint32_t job_id, const std::string& token) {
     return WaitFor(context, [this, job_id, token] {
-      return Refused(job_id, token).has_value() || !sink_->CheckJobAccess(job_id, token).ok();
+      return syncs_.HasRefusal(job_id, token) || !sink_->CheckJobAccess(job_id, token).ok();
     });
   }
 
@@ -418,11 +359,11 @@ class JobService::Impl final : public v1::JobService::Service {
     if (s.code() == StatusCode::kCancelled || s.code() == StatusCode::kAborted) {
       const Status access = sink_->CheckJobAccess(job_id, token);
       if (!access.ok()) {
-        ForgetSync(job_id);
+        syncs_.Forget(job_id);
         return AbortedError(std::string(rpc) + ": job " + std::to_string(job_id) +
                             " ended while this worker waited: " + access.message());
       }
-      if (std::optional<std::string> refusal = Refused(job_id, token)) {
+      if (std::optional<std::string> refusal = syncs_.Refused(job_id, token)) {
         return FailedPreconditionError(std::string(rpc) + ": job " + std::to_string(job_id) +
                                        " cannot start: a registration was refused: " +
                                        *refusal);
@@ -432,7 +373,7 @@ class JobService::Impl final : public v1::JobService::Service {
   }
 
   // A registration refused with FailedPrecondition for a live job (a worker that disagrees
-  // with the job's first registration, job_sink.h) means the job's barrier can never
+  // with the job's first registration, dataplane/switch_control.h) means the job's barrier can never
   // complete: its waiting and later Barrier/Broadcast calls fail with the refusal's message
   // (JobWait, Explain). Only a caller with the job's token can cause this, and only callers
   // with that token see it (a standalone controller's job ids repeat when a switch restarts;
@@ -440,51 +381,14 @@ class JobService::Impl final : public v1::JobService::Service {
   void RecordRefusal(uint32_t job_id, const std::string& token, const Status& refusal) {
     if (refusal.code() != StatusCode::kFailedPrecondition) return;
     if (!sink_->CheckJobAccess(job_id, token).ok()) return;  // ended: waiters learn that
-    std::lock_guard<std::mutex> lock(refusal_mu_);
-    if (refusals_.count(job_id) != 0) return;  // the first refusal explains the job's failure
-    if (refusals_.size() >= kMaxRefusals) refusals_.erase(refusals_.begin());  // oldest id
-    refusals_.emplace(job_id, Refusal{token, refusal.message()});
-  }
-  // The refusal's message, if a registration with `token` for job `job_id` was refused.
-  std::optional<std::string> Refused(uint32_t job_id, const std::string& token) const {
-    std::lock_guard<std::mutex> lock(refusal_mu_);
-    auto it = refusals_.find(job_id);
-    if (it == refusals_.end() || it->second.token != token) return std::nullopt;
-    return it->second.message;
+    syncs_.RecordRefusal(job_id, token, refusal.message());
   }
 
-  void ForgetRefusal(uint32_t job_id) {
-    std::lock_guard<std::mutex> lock(refusal_mu_);
-    refusals_.erase(job_id);
-  }
-
-  void ForgetSync(uint32_t job_id) {
-    ForgetRefusal(job_id);
-    std::shared_ptr<SyncCoordinator> sync;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = syncs_.find(job_id);
-      if (it == syncs_.end()) return;
-      sync = std::move(it->second.sync);
-      syncs_.erase(it);
-    }
-    sync->Reset();  // blocked callers return Aborted; they hold their own reference
-  }
-
-  JobSink* const sink_;
+  SwitchControl* const sink_;
   const JobServiceOptions options_;
-  mutable std::mutex mu_;
-  bool shut_down_ = false;
-  std::map<uint32_t, SyncEntry> syncs_;  // guarded by mu_; at most kMaxSyncStates
-  // Refused registrations by job id (RecordRefusal); dropped when the job ends (ForgetSync,
-  // Sweep); at most kMaxRefusals, the oldest ids forgotten first.
-  static constexpr size_t kMaxRefusals = 1024;
-  struct Refusal {
-    std::string token;
-    std::string message;
-  };
-  mutable std::mutex refusal_mu_;
-  std::map<uint32_t, Refusal> refusals_;  // guarded by refusal_mu_
+  // Every job's Barrier/Broadcast state and refusals, job 0's included (the reference Sync
+  // service uses that entry through sync_table()).
+  JobSyncTable syncs_;
 
   // The sweep of ended jobs' sync state (Sweep). Declared last: the thread starts in the
   // constructor, once every other member exists.
@@ -495,12 +399,13 @@ class JobService::Impl final : public v1::JobService::Service {
   std::thread sweeper_;
 };
 
-JobService::JobService(JobSink* sink, JobServiceOptions options)
+JobService::JobService(SwitchControl* sink, JobServiceOptions options)
     : impl_(std::make_unique<Impl>(sink, std::move(options))) {}
 JobService::~JobService() = default;
 grpc::Service* JobService::grpc_service() { return impl_.get(); }
 void JobService::Shutdown() { impl_->Shutdown(); }
-size_t JobService::NumSyncStates() const { return impl_->NumSyncStates(); }
-size_t JobService::NumBlockedCallers() const { return impl_->NumBlockedCallers(); }
+JobSyncTable* JobService::sync_table() { return impl_->sync_table(); }
+size_t JobService::NumSyncStates() const { return impl_->sync_table()->NumSyncStates(); }
+size_t JobService::NumBlockedCallers() const { return impl_->sync_table()->NumBlockedCallers(); }
 
 }  // namespace switchml::controller

@@ -1,16 +1,18 @@
 // controller/job_service.h — the switchml.v1.JobService gRPC service (switchml_v1.proto).
 //
 // Internal to the controller: ControllerServer (session_service.h) registers it next to the
-// reference Session/Sync services when it is started with a JobSink. Each RPC is a thin shell
-// over controller::JobSink (job_sink.h), whose Status errors become gRPC status codes with
-// the same code and message. Barrier and Broadcast are job-scoped: each job has its own
-// SyncCoordinator (same semantics as the reference Sync service, sync_coordinator.h), the
-// token is checked first, and a caller blocked while its job ends (deleted or idle timeout)
+// reference Session/Sync services. Each RPC is a thin shell over the switch's SwitchControl
+// (dataplane/switch_control.h), whose Status errors become gRPC status codes with the same
+// code and message. Job 0, the reference session, is not a JobService job: RegisterWorker,
+// Barrier and Broadcast for it answer NOT_FOUND as for a job that does not exist. Barrier and
+// Broadcast are job-scoped: each job has its own SyncCoordinator in the one JobSyncTable
+// (job_sync_table.h, which also holds job 0's for the reference Sync service), the token is
+// checked first, and a caller blocked while its job ends (deleted or idle timeout)
 // returns ABORTED with the job's end reason within one poll interval (10 ms).
 //
-// Agreement: a RegisterWorker the sink refuses with FAILED_PRECONDITION while the job is live
+// Agreement: a RegisterWorker the switch refuses with FAILED_PRECONDITION while the job is live
 // (the worker disagrees with the job's first registration: num_workers or an agreed parameter,
-// job_sink.h) means the job can never start, so the job's Barrier/Broadcast callers with its
+// dataplane/switch_control.h) means the job can never start, so the job's Barrier/Broadcast callers with its
 // token, blocked and later ones, get FAILED_PRECONDITION "<rpc>: job J cannot start: a
 // registration was refused: <the refusal>" (within one poll interval). At most 1024 refused
 // jobs are remembered, the lowest ids forgotten first.
@@ -29,7 +31,7 @@
 // broadcast operation is pending, and is dropped as soon as it is idle (it then holds nothing).
 // Leftovers of a job that ended (a pending broadcast no rank will complete) are dropped when
 // the job is deleted through this service, when a caller of it notices the end, or by a sweep
-// every options.sweep_interval that asks the sink about each job that has some. Bounds: at
+// every options.sweep_interval that asks the switch about each job that has some. Bounds: at
 // most kMaxSyncStates coordinators; per job, at most kMaxPendingBroadcastsPerJob pending
 // broadcast operations and 2 x num_workers blocked callers (RESOURCE_EXHAUSTED beyond).
 //
@@ -41,7 +43,8 @@
 #include <memory>
 #include <string>
 
-#include "controller/job_sink.h"
+#include "controller/job_sync_table.h"
+#include "dataplane/switch_control.h"
 
 namespace grpc {
 class Service;
@@ -58,13 +61,15 @@ struct JobServiceOptions {
   std::chrono::milliseconds sweep_interval{std::chrono::seconds(1)};
 };
 
+using dataplane::SwitchControl;
+
 class JobService {
  public:
-  static constexpr size_t kMaxSyncStates = 4096;
+  static constexpr size_t kMaxSyncStates = JobSyncTable::kMaxSyncStates;
   static constexpr uint32_t kMaxPendingBroadcastsPerJob = 64;
 
-  // `sink` is not owned and must outlive this object.
-  explicit JobService(JobSink* sink, JobServiceOptions options = {});
+  // `sink` (the switch) is not owned and must outlive this object.
+  explicit JobService(SwitchControl* sink, JobServiceOptions options = {});
   ~JobService();
   JobService(const JobService&) = delete;
   JobService& operator=(const JobService&) = delete;
@@ -74,7 +79,10 @@ class JobService {
   // stops the sweep.
   void Shutdown();
 
-  // Number of jobs with sync state (for tests and monitoring).
+  // Every job's Barrier/Broadcast state, job 0's included (the reference Sync service's).
+  JobSyncTable* sync_table();
+
+  // Number of service jobs with sync state (for tests and monitoring).
   size_t NumSyncStates() const;
   // Callers blocked in a job's Barrier or Broadcast right now (for tests and monitoring).
   size_t NumBlockedCallers() const;

@@ -1,5 +1,5 @@
 // switchml.v1.JobService end to end in one process: a real SwitchServer (UDP on 127.0.0.1),
-// the ControllerServer with the switch as its JobSink, JobClient, and switchml::Context
+// the ControllerServer with the switch as its SwitchControl, JobClient, and switchml::Context
 // workers that join jobs by id and token. Covers the negative cases, each ending in a
 // clear error and no effect on other running jobs.
 #include "controller/job_client.h"
@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "controller/fake_switch_for_tests.h"
 #include "controller/remote_switches.h"
 #include "controller/session_service.h"
 #include "controller/local_switch_for_tests.h"
@@ -40,7 +41,7 @@ class JobServiceTest : public ::testing::Test {
     ServerOptions so;
     so.listen_address = "127.0.0.1:0";
     so.operator_token = kOperatorToken;
-    auto ctl = ControllerServer::Start(so, switch_.get(), switch_.get());
+    auto ctl = ControllerServer::Start(so, switch_.get());
     ASSERT_TRUE(ctl.ok()) << ctl.status();
     controller_ = std::move(*ctl);
     address_ = "127.0.0.1:" + std::to_string(controller_->port());
@@ -137,6 +138,27 @@ JobRegistration Reg(const JobInfo& job, uint32_t rank, uint16_t port,
   r.worker.ipv4 = kLocalhost;
   r.worker.udp_ports = {port};
   return r;
+}
+
+// Job 0 is the reference session: registered through UdpSession only, never through the
+// JobService, whose answers for id 0 are those for a job that does not exist.
+TEST_F(JobServiceTest, Job0IsNotAJobServiceJob) {
+  JobRegistration job0;
+  job0.job_id = 0;
+  job0.worker.rank = 0;
+  job0.worker.num_workers = 1;
+  job0.worker.ipv4 = kLocalhost;
+  job0.worker.udp_ports = {9300};
+  auto refused = client_->RegisterWorker(job0);
+  EXPECT_EQ(refused.status().code(), StatusCode::kNotFound) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("job ids start at 1"));
+  job0.token = "some-token-0123";
+  EXPECT_EQ(client_->RegisterWorker(job0).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->Barrier(0, "", 0).code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->GetJob(0).status().code(), StatusCode::kNotFound);
+  // Nothing reached job 0: no session was started.
+  EXPECT_EQ(switch_->jobs()->reference().epoch, 0u);
+  EXPECT_EQ(client_->ListJobs().value().jobs.size(), 0u);
 }
 
 TEST_F(JobServiceTest, CreateListGetDeleteAndErrorsAreGrpcCodes) {
@@ -346,10 +368,7 @@ TEST(JobClientTest, UnreachableControllerFailsWithinTheTimeout) {
     dataplane::SwitchConfig sc;
     ServerOptions so;
     so.listen_address = "127.0.0.1:0";
-    struct NullSink : SessionSink {
-      Status RegisterWorker(const WorkerRegistration&) override { return OkStatus(); }
-      SwitchInfo Info() const override { return {}; }
-    } sink;
+    UnimplementedSwitchForTests sink;
     auto ctl = ControllerServer::Start(so, &sink);
     ASSERT_TRUE(ctl.ok());
     port = (*ctl)->port();
@@ -391,7 +410,7 @@ void StartEmbeddedSwitches(size_t count, uint32_t num_slots, std::vector<Embedde
     ServerOptions so;
     so.listen_address = "127.0.0.1:0";
     so.operator_token = kOperatorToken;
-    auto ctl = ControllerServer::Start(so, e.sw.get(), e.sw.get());
+    auto ctl = ControllerServer::Start(so, e.sw.get());
     ASSERT_TRUE(ctl.ok()) << ctl.status();
     e.ctl = std::move(*ctl);
     e.address = "127.0.0.1:" + std::to_string(e.ctl->port());
@@ -410,7 +429,7 @@ TEST(StandaloneControllerTest, DrivesTwoSwitchesOverGrpc) {
   ServerOptions so;
   so.listen_address = "127.0.0.1:0";
   so.operator_token = kOperatorToken;
-  auto standalone = ControllerServer::Start(so, remote->get(), remote->get());
+  auto standalone = ControllerServer::Start(so, remote->get());
   ASSERT_TRUE(standalone.ok());
   const std::string address = "127.0.0.1:" + std::to_string((*standalone)->port());
   auto client = JobClient::Connect(address, 3s);
@@ -513,7 +532,7 @@ TEST(StandaloneControllerTest, ASwitchThatIsDownFailsFastAndStallsNothingElse) {
   ServerOptions so;
   so.listen_address = "127.0.0.1:0";
   so.operator_token = kOperatorToken;
-  auto standalone = ControllerServer::Start(so, remote->get(), remote->get());
+  auto standalone = ControllerServer::Start(so, remote->get());
   ASSERT_TRUE(standalone.ok());
   auto client = JobClient::Connect("127.0.0.1:" + std::to_string((*standalone)->port()), 3s);
   ASSERT_TRUE(client.ok());

@@ -79,20 +79,21 @@ StatusOr<std::pair<RemoteSwitches::Switch*, uint32_t>> RemoteSwitches::Route(
                         job_id & ((uint32_t{1} << kLocalIdBits) - 1));
 }
 
-Status RemoteSwitches::RegisterWorker(const WorkerRegistration& reg) {
-  StatusOr<SwitchInfo> reply = switches_[0].session->UdpSession(reg);
+StatusOr<JobWorkerGrant> RemoteSwitches::RegisterInReferenceSession(
+    const JobRegistration& reg) {
+  if (!reg.token.empty()) {
+    return InvalidArgumentError("job 0 (the reference session) takes no token; got a token of " +
+                                Str(reg.token.size()) + " characters");
+  }
+  StatusOr<SwitchInfo> reply = switches_[0].session->UdpSession(reg.worker);
   if (!reply.ok()) return SwitchError(switches_[0], reply.status());
-  SwitchInfo info = *reply;
-  if (info.ipv4 == 0) info.ipv4 = HostIpv4(switches_[0].address);
-  std::lock_guard<std::mutex> lock(cache_mu_);
-  session_info_ = info;
-  return OkStatus();
-}
-
-SwitchInfo RemoteSwitches::Info() const {
-  // The session service asks right after a successful RegisterWorker: the switch's reply.
-  std::lock_guard<std::mutex> lock(cache_mu_);
-  return session_info_;
+  JobWorkerGrant grant;
+  grant.switch_info = *reply;
+  if (grant.switch_info.ipv4 == 0) grant.switch_info.ipv4 = HostIpv4(switches_[0].address);
+  grant.job_id = dataplane::kReferenceJobId;
+  grant.num_workers = reg.worker.num_workers;
+  grant.state = JobState::kRunning;
+  return grant;
 }
 
 StatusOr<JobInfo> RemoteSwitches::CreateJob(const JobSpec& spec) {
@@ -116,7 +117,7 @@ StatusOr<JobInfo> RemoteSwitches::CreateJob(const JobSpec& spec) {
     return first_error.WithContext("no switch reachable (" + Str(switches_.size()) +
                                    " configured)");
   }
-  // Our JobService already applied its default: 0 here means "none" (job_sink.h), which the
+  // Our JobService already applied its default: 0 here means "none" (dataplane/switch_control.h), which the
   // switch's JobService must not read as "its default".
   JobSpec remote_spec = spec;
   if (remote_spec.idle_timeout.count() == 0) remote_spec.idle_timeout = JobClient::kNoIdleTimeout;
@@ -137,6 +138,7 @@ Status RemoteSwitches::DeleteJob(uint32_t job_id, const std::string& token) {
 }
 
 StatusOr<JobWorkerGrant> RemoteSwitches::RegisterJobWorker(const JobRegistration& reg) {
+  if (reg.job_id == dataplane::kReferenceJobId) return RegisterInReferenceSession(reg);
   SWITCHML_ASSIGN_OR_RETURN(auto route, Route(reg.job_id));
   JobRegistration local = reg;
   local.job_id = route.second;

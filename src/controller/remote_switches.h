@@ -1,19 +1,20 @@
 // controller/remote_switches.h — a standalone controller's view of one or more switches.
 //
 // By default the controller runs inside the switch process (`switchml switch`), with the
-// switch itself as its SessionSink and JobSink. A standalone controller (`switchml
+// switch itself as its SwitchControl. A standalone controller (`switchml
 // controller --switch H:P ...`) instead serves the same gRPC API to workers and drives the
 // switches over gRPC, through each switch's embedded JobService and Session service:
 //
 //   auto sw = RemoteSwitches::Connect({"10.0.0.10:50099", "10.0.0.11:50099"}, 5s, token);
-//   auto server = ControllerServer::Start(opts, sw->get(), sw->get());
+//   auto server = ControllerServer::Start(opts, sw->get());
 //
 // Jobs: CreateJob places a job on the switch with the largest free slot range (first on
 // ties); the controller's job id is (switch index << 24) | the switch's own job id, so every
 // later call (RegisterWorker, GetJob, DeleteJob, InspectSlots) is routed to that switch
 // without state here, and RegisterWorker's answer carries that switch's data address. Tokens
 // are checked by the switch. Job-scoped Barrier/Broadcast are served by this controller.
-// UdpSession (the reference single-job session) goes to the first switch. Registrations are
+// Job 0 (the reference single-job session: UdpSession) is the first switch's job 0: its
+// registrations are forwarded to that switch's Session service. Registrations are
 // forwarded with every field, so the switch checks that the workers agree (num_workers and the
 // agreed parameters of WorkerRegistration); its FAILED_PRECONDITION comes back prefixed with
 // the switch, and this controller's Session/JobService fail the barriers of that session or
@@ -43,13 +44,14 @@
 #include <vector>
 
 #include "controller/job_client.h"
-#include "controller/job_sink.h"
 #include "controller/session_client.h"
-#include "controller/session_sink.h"
+#include "dataplane/switch_control.h"
 
 namespace switchml::controller {
 
-class RemoteSwitches final : public SessionSink, public JobSink {
+using dataplane::SwitchControl;
+
+class RemoteSwitches final : public SwitchControl {
  public:
   static constexpr uint32_t kMaxSwitches = 255;
   static constexpr uint32_t kLocalIdBits = 24;
@@ -65,11 +67,9 @@ class RemoteSwitches final : public SessionSink, public JobSink {
       const std::vector<std::string>& switch_addresses, std::chrono::milliseconds rpc_timeout,
       const std::string& operator_token);
 
-  // SessionSink: forwarded to the first switch.
-  Status RegisterWorker(const WorkerRegistration& reg) override;
-  SwitchInfo Info() const override;
-
-  // JobSink (routing as described above).
+  // SwitchControl (routing as described above). RegisterJobWorker for job 0 is a UdpSession
+  // to the first switch; its grant carries that switch's reply (an ipv4 of 0 replaced by the
+  // switch's host address).
   StatusOr<JobInfo> CreateJob(const JobSpec& spec) override;
   Status DeleteJob(uint32_t job_id, const std::string& token) override;
   StatusOr<JobWorkerGrant> RegisterJobWorker(const JobRegistration& reg) override;
@@ -95,6 +95,8 @@ class RemoteSwitches final : public SessionSink, public JobSink {
   RemoteSwitches() = default;
   // The switch and its local id for a controller job id; NotFound if it names no switch.
   StatusOr<std::pair<Switch*, uint32_t>> Route(uint32_t job_id) const;
+  // Job 0: a UdpSession to the first switch.
+  StatusOr<JobWorkerGrant> RegisterInReferenceSession(const JobRegistration& reg);
   // `status` prefixed with "switch <i> (<address>)".
   Status SwitchError(const Switch& s, const Status& status) const;
   static uint32_t GlobalId(size_t index, uint32_t local) {
@@ -109,7 +111,6 @@ class RemoteSwitches final : public SessionSink, public JobSink {
     std::chrono::steady_clock::time_point until;
   };
   mutable std::vector<AccessCache> access_cache_;  // guarded by cache_mu_
-  SwitchInfo session_info_;  // the first switch's last UdpSession reply; guarded by cache_mu_
 };
 
 }  // namespace switchml::controller

@@ -86,7 +86,8 @@ StatusOr<SwitchInfo> SessionClient::UdpSession(const WorkerRegistration& reg) {
   request.set_num_workers(reg.num_workers);
   request.set_mac(reg.mac);
   request.set_ipv4(reg.ipv4);
-  // packet_size stays MTU_128 (0): the controller ignores it for UDP (spec §4.3).
+  // packet_size stays MTU_128 (0): the controller ignores it for UDP
+  // (docs/protocol.md#services-and-messages).
   for (uint16_t port : reg.udp_ports) request.add_udp_ports(port);
   request.set_protocol_version(reg.protocol_version);
   request.set_num_worker_threads(reg.num_worker_threads);

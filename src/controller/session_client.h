@@ -1,7 +1,7 @@
 // controller/session_client.h — the worker side of the controller API.
 //
 // A SessionClient wraps one gRPC channel to the controller; Bootstrap() runs the reference
-// client's session set-up sequence (spec §4.3) over it and returns the switch's address.
+// client's session set-up sequence (docs/protocol.md#session-sequence) over it and returns the switch's address.
 //
 //   auto client = SessionClient::Connect("10.0.0.1:50099", std::chrono::seconds(5));
 //   if (!client.ok()) return client.status();   // Unavailable within 5 s if nobody listens
@@ -32,10 +32,16 @@
 #include <memory>
 #include <string>
 
-#include "controller/session_sink.h"
+#include "dataplane/switch_control.h"
 #include "switchml/status.h"
 
 namespace switchml::controller {
+
+// The registration and switch description the Session service exchanges
+// (dataplane/switch_control.h documents them).
+using dataplane::kClientProtocolVersion;
+using dataplane::SwitchInfo;
+using dataplane::WorkerRegistration;
 
 // The reference switch's UDP data port; used when a controller's reply does not say.
 inline constexpr uint16_t kReferenceSwitchUdpPort = 48864;
@@ -66,7 +72,9 @@ class SessionClient {
   // parameters). Returns the switch's address; extension fields a
   // controller does not send come back as udp_port = kReferenceSwitchUdpPort and
   // num_slots = max_workers = 0 (unknown). An all-zero reply to a non-zero session_id (how a
-  // reference controller reports failure, defect D5) becomes FailedPrecondition. Errors:
+  // reference controller reports failure,
+  // docs/protocol.md#d5-session-failure-answered-with-success) becomes FailedPrecondition.
+  // Errors:
   // InvalidArgument (rank >= num_workers), the controller's rejection (InvalidArgument,
   // FailedPrecondition, ...), Internal (reply with udp_port > 65535), transport errors.
   StatusOr<SwitchInfo> UdpSession(const WorkerRegistration& reg);

@@ -3,61 +3,47 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "controller/grpc_status.h"
 #include "controller/grpc_wait.h"
 #include "controller/job_service.h"
+#include "controller/job_sync_table.h"
 #include "controller/sync_coordinator.h"
 #include "switchml.grpc.pb.h"
 
 namespace switchml::controller {
 namespace {
 
-// The reference session's (job 0's) refused registration, the counterpart of JobService's
-// per-job refusals. A UdpSession refused with FailedPrecondition
-// (the worker disagrees with the session: num_workers or an agreed parameter) means the
-// session's barriers can never complete, so the refusal fails the Barrier calls that are
-// waiting and those that come later, until a new session starts: rank 0 registers, or rank 0
-// broadcasts as root (the first step of every bootstrap, so a new job's ranks never see an
-// old job's refusal). Thread-safe.
-class SessionRefusal {
- public:
-  void Set(const Status& refusal) {
-    std::lock_guard<std::mutex> lock(mu_);
-    status_ = FailedPreconditionError(
-        "Barrier: the session cannot complete: a registration was refused: " +
-        refusal.message());
-    set_.store(true, std::memory_order_release);
-  }
-  void Clear() {
-    if (!set_.load(std::memory_order_acquire)) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    status_ = OkStatus();
-    set_.store(false, std::memory_order_release);
-  }
-  bool set() const { return set_.load(std::memory_order_acquire); }
-  // OK when none is set.
-  Status status() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return status_;
-  }
+using dataplane::JobRegistration;
+using dataplane::JobWorkerGrant;
+using dataplane::SwitchInfo;
+using dataplane::WorkerRegistration;
 
- private:
-  mutable std::mutex mu_;
-  std::atomic<bool> set_{false};
-  Status status_;  // guarded by mu_
-};
+constexpr uint32_t kJob0 = dataplane::kReferenceJobId;
+static_assert(kJob0 == JobSyncTable::kReferenceJob);
 
+// Job 0's refused registration (JobSyncTable, the counterpart of a service job's refusal): a
+// UdpSession refused with FailedPrecondition (the worker disagrees with the session:
+// num_workers or an agreed parameter) means the session's barriers can never complete, so the
+// refusal fails the Barrier calls that are waiting and those that come later, until a new
+// session starts: rank 0 registers, or rank 0 broadcasts as root (the first step of every
+// bootstrap, so a new job's ranks never see an old job's refusal).
+Status SessionRefusal(const std::string& refusal) {
+  return FailedPreconditionError(
+      "Barrier: the session cannot complete: a registration was refused: " + refusal);
+}
+
+// UdpSession: one registration into job 0 (SwitchControl::RegisterJobWorker).
 class SessionServiceImpl final : public switchml_proto::Session::Service {
  public:
-  SessionServiceImpl(SessionSink* sink, SessionRefusal* refusal)
-      : sink_(sink), refusal_(refusal) {}
+  SessionServiceImpl(SwitchControl* control, JobSyncTable* syncs)
+      : control_(control), syncs_(syncs) {}
 
   grpc::Status RdmaSession(grpc::ServerContext*, const switchml_proto::RdmaSessionRequest*,
                            switchml_proto::RdmaSessionResponse*) override {
@@ -68,7 +54,9 @@ class SessionServiceImpl final : public switchml_proto::Session::Service {
 
   grpc::Status UdpSession(grpc::ServerContext*, const switchml_proto::UdpSessionRequest* request,
                           switchml_proto::UdpSessionResponse* response) override {
-    WorkerRegistration reg;
+    JobRegistration job0;
+    job0.job_id = kJob0;  // no token: the reference session's rule
+    WorkerRegistration& reg = job0.worker;
     reg.session_id = request->session_id();
     reg.rank = request->rank();
     reg.num_workers = request->num_workers();
@@ -90,14 +78,16 @@ class SessionServiceImpl final : public switchml_proto::Session::Service {
     }
     SwitchInfo info;
     {
-      std::lock_guard<std::mutex> lock(sink_mu_);
-      const Status s = sink_->RegisterWorker(reg);
-      if (!s.ok()) {
-        if (s.code() == StatusCode::kFailedPrecondition) refusal_->Set(s);
-        return ToGrpcStatus(s);
+      std::lock_guard<std::mutex> lock(control_mu_);
+      StatusOr<JobWorkerGrant> grant = control_->RegisterJobWorker(job0);
+      if (!grant.ok()) {
+        if (grant.status().code() == StatusCode::kFailedPrecondition) {
+          syncs_->RecordRefusal(kJob0, "", grant.status().message());
+        }
+        return ToGrpcStatus(grant.status());
       }
-      if (reg.rank == 0) refusal_->Clear();  // a new session
-      info = sink_->Info();
+      if (reg.rank == 0) syncs_->ForgetRefusal(kJob0);  // a new session
+      info = grant->switch_info;
     }
     response->set_session_id(request->session_id());
     response->set_mac(info.mac);
@@ -109,24 +99,29 @@ class SessionServiceImpl final : public switchml_proto::Session::Service {
   }
 
  private:
-  SessionSink* const sink_;
-  SessionRefusal* const refusal_;
-  std::mutex sink_mu_;  // serializes sink calls (the reference serializes all requests)
+  SwitchControl* const control_;
+  JobSyncTable* const syncs_;
+  std::mutex control_mu_;  // serializes registrations (the reference serializes all requests)
 };
+
+// Barrier/Broadcast: job 0's entry of the JobSyncTable.
 
 class SyncServiceImpl final : public switchml_proto::Sync::Service {
  public:
-  SyncServiceImpl(SyncCoordinator* sync, SessionRefusal* refusal)
-      : sync_(sync), refusal_(refusal) {}
+  explicit SyncServiceImpl(JobSyncTable* syncs) : syncs_(syncs) {}
 
   grpc::Status Barrier(grpc::ServerContext* context, const switchml_proto::BarrierRequest* request,
                        switchml_proto::BarrierResponse*) override {
-    if (refusal_->set()) return ToGrpcStatus(refusal_->status());
-    const Status s = sync_->Barrier(request->num_workers(),
-                                    WaitFor(context, [this] { return refusal_->set(); }));
+    if (std::optional<std::string> refused = syncs_->Refused(kJob0, "")) {
+      return ToGrpcStatus(SessionRefusal(*refused));
+    }
+    const Status s = syncs_->reference().Barrier(
+        request->num_workers(),
+        WaitFor(context, [this] { return syncs_->HasRefusal(kJob0, ""); }));
     if (s.code() == StatusCode::kCancelled && !context->IsCancelled()) {
-      const Status refused = refusal_->status();
-      if (!refused.ok()) return ToGrpcStatus(refused);
+      if (std::optional<std::string> refused = syncs_->Refused(kJob0, "")) {
+        return ToGrpcStatus(SessionRefusal(*refused));
+      }
     }
     return ToGrpcStatus(s);
   }
@@ -135,8 +130,8 @@ class SyncServiceImpl final : public switchml_proto::Sync::Service {
                          const switchml_proto::BroadcastRequest* request,
                          switchml_proto::BroadcastResponse* response) override {
     // Rank 0 broadcasting as root starts a bootstrap (session_client.h): a new session.
-    if (request->rank() == 0 && request->root() == 0) refusal_->Clear();
-    StatusOr<uint64_t> value = sync_->Broadcast(request->value(), request->rank(),
+    if (request->rank() == 0 && request->root() == 0) syncs_->ForgetRefusal(kJob0);
+    StatusOr<uint64_t> value = syncs_->reference().Broadcast(request->value(), request->rank(),
                                                 request->num_workers(), request->root(),
                                                 WaitFor(context));
     if (!value.ok()) return ToGrpcStatus(value.status());
@@ -145,25 +140,18 @@ class SyncServiceImpl final : public switchml_proto::Sync::Service {
   }
 
  private:
-  SyncCoordinator* const sync_;
-  SessionRefusal* const refusal_;
+  JobSyncTable* const syncs_;
 };
 
 }  // namespace
 
 class ControllerServer::Impl {
  public:
-  Impl(const ServerOptions& options, SessionSink* sink, JobSink* jobs)
+  Impl(const ServerOptions& options, SwitchControl* control)
       : options_(options),
-        session_service_(sink, &refusal_),
-        sync_service_(&sync_, &refusal_) {
-    if (jobs != nullptr) {
-      JobServiceOptions jo;
-      jo.operator_token = options.operator_token;
-      jo.default_idle_timeout = options.default_job_idle_timeout;
-      job_service_ = std::make_unique<JobService>(jobs, jo);
-    }
-  }
+        job_service_(control, JobOptions(options)),
+        session_service_(control, job_service_.sync_table()),
+        sync_service_(job_service_.sync_table()) {}
   ~Impl() { Shutdown(); }
 
   Status Start() {
@@ -173,7 +161,7 @@ class ControllerServer::Impl {
     builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&session_service_);
     builder.RegisterService(&sync_service_);
-    if (job_service_) builder.RegisterService(job_service_->grpc_service());
+    builder.RegisterService(job_service_.grpc_service());
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
       server_.reset();
@@ -187,28 +175,33 @@ class ControllerServer::Impl {
     std::lock_guard<std::mutex> lock(shutdown_mu_);
     if (server_ == nullptr || shut_down_) return;
     shut_down_ = true;
-    sync_.Shutdown();  // blocked Barrier/Broadcast handlers return UNAVAILABLE now
-    if (job_service_) job_service_->Shutdown();
+    // Blocked Barrier/Broadcast handlers (job 0's too) return UNAVAILABLE now.
+    job_service_.Shutdown();
     server_->Shutdown(std::chrono::system_clock::now() + options_.shutdown_grace);
     server_->Wait();
   }
 
   int port() const { return port_; }
-  uint32_t NumBarrierWaiters() const { return sync_.NumBarrierWaiters(); }
-  void ResetSyncState() {
-    refusal_.Clear();
-    sync_.Reset();
+  uint32_t NumBarrierWaiters() {
+    return job_service_.sync_table()->reference().NumBarrierWaiters();
   }
+  void ResetSyncState() { job_service_.sync_table()->Forget(kJob0); }
 
  private:
+  static JobServiceOptions JobOptions(const ServerOptions& options) {
+    JobServiceOptions jo;
+    jo.operator_token = options.operator_token;
+    jo.default_idle_timeout = options.default_job_idle_timeout;
+    return jo;
+  }
+
   const ServerOptions options_;
-  // Job 0's sync state: the reference Barrier/Broadcast (num_workers from the request, no
-  // token, default bounds); cleared by ResetSyncState, never swept.
-  SyncCoordinator sync_;
-  SessionRefusal refusal_;
+  // Owns every job's sync state (its JobSyncTable), job 0's included: the reference
+  // Barrier/Broadcast (num_workers from the request, no token, default bounds) use that
+  // entry; it is cleared by ResetSyncState and never swept.
+  JobService job_service_;
   SessionServiceImpl session_service_;
   SyncServiceImpl sync_service_;
-  std::unique_ptr<JobService> job_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::mutex shutdown_mu_;
@@ -216,13 +209,14 @@ class ControllerServer::Impl {
 };
 
 StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(const ServerOptions& options,
-                                                                    SessionSink* sink,
-                                                                    JobSink* jobs) {
-  if (sink == nullptr) return InvalidArgumentError("ControllerServer::Start: sink is null");
+                                                                    SwitchControl* control) {
+  if (control == nullptr) {
+    return InvalidArgumentError("ControllerServer::Start: control (the switch) is null");
+  }
   if (options.listen_address.empty()) {
     return InvalidArgumentError("ControllerServer::Start: listen_address is empty");
   }
-  auto impl = std::make_unique<Impl>(options, sink, jobs);
+  auto impl = std::make_unique<Impl>(options, control);
   SWITCHML_RETURN_IF_ERROR(impl->Start());
   return std::unique_ptr<ControllerServer>(new ControllerServer(std::move(impl)));
 }

@@ -1,8 +1,8 @@
 // controller/session_service.h — the controller's gRPC server (Session + Sync services).
 //
-// Serves the reference controller's API (switchml.proto, spec §4.3) for the software switch:
+// Serves the reference controller's API (switchml.proto, docs/protocol.md#services-and-messages) for the software switch:
 //
-//   MySwitch sw;                                   // implements SessionSink
+//   MySwitch sw;                                   // implements dataplane::SwitchControl
 //   ServerOptions opts;                            // listen_address "0.0.0.0:50099"
 //   opts.listen_address = "127.0.0.1:0";           // port 0 = pick a free port
 //   auto server = ControllerServer::Start(opts, &sw);
@@ -11,21 +11,26 @@
 //   ...
 //   (*server)->Shutdown();                         // also done by the destructor
 //
-// A compatibility layer over the job machinery (docs/design.md, "Session setup"): UdpSession
-// registers a worker of the switch's job 0, the reference session, and Barrier/Broadcast are
-// job 0's sync state (one SyncCoordinator, the class JobService uses per job).
+// A thin compatibility adapter over the job machinery (docs/design.md, "Session setup"):
+// UdpSession is one registration into the switch's job 0, the reference session
+// (SwitchControl::RegisterJobWorker with job_id 0 and no token), and Barrier/Broadcast use
+// job 0's entry of the JobSyncTable (job_sync_table.h) that also holds every service job's
+// sync state, with the reference semantics (num_workers from each request, broadcasts keyed by
+// arrival, no token).
 //
 // RPCs:
-//   UdpSession  → SessionSink::RegisterWorker with a WorkerRegistration built from the request
+//   UdpSession  → SwitchControl::RegisterJobWorker into job 0 with a WorkerRegistration built
+//                 from the request
 //                 (session_id, rank, num_workers, mac, ipv4, udp_ports, and the agreed
 //                 parameters protocol_version, num_worker_threads, window_packets,
-//                 elements_per_packet, which every worker must share). A sink error is
-//                 returned as a gRPC status with the same canonical code and the sink's message
-//                 (fixes reference defect D5, which answered zeros with OK). On success the
-//                 reply echoes session_id and carries SessionSink::Info(): mac, ipv4 and the
+//                 elements_per_packet, which every worker must share). A switch error is
+//                 returned as a gRPC status with the same canonical code and the switch's message
+//                 (fixes docs/protocol.md#d5-session-failure-answered-with-success: the
+//                 reference answered zeros with OK). On success the
+//                 reply echoes session_id and carries the grant's SwitchInfo: mac, ipv4 and the
 //                 extension fields udp_port, num_slots, max_workers. udp_ports entries must be
 //                 in [1, 65535] (INVALID_ARGUMENT otherwise). packet_size is ignored.
-//                 A registration the sink refuses with FAILED_PRECONDITION (the worker
+//                 A registration the switch refuses with FAILED_PRECONDITION (the worker
 //                 disagrees with the session, e.g. "rank 1 registered num_worker_threads=2,
 //                 but rank 0 registered num_worker_threads=1 for the session; ...") also fails
 //                 every Barrier call that is waiting and every later one with
@@ -35,10 +40,10 @@
 //                 starts (rank 0's UdpSession succeeds, or rank 0 calls Broadcast as root, the
 //                 first step of Bootstrap) or ResetSyncState().
 //   RdmaSession → UNIMPLEMENTED (the software switch has no RDMA).
-//   switchml.v1.JobService (switchml_v1.proto, job_service.h) → the JobSink, when Start() is
-//                 given one: several jobs per switch, token-checked registration, job-scoped
+//   switchml.v1.JobService (switchml_v1.proto, job_service.h) → the same SwitchControl:
+//                 several jobs per switch, token-checked registration, job-scoped
 //                 Barrier/Broadcast, job state, counters and slot inspection.
-//   Barrier, Broadcast → SyncCoordinator (sync_coordinator.h documents the exact semantics,
+//   Barrier, Broadcast → job 0's SyncCoordinator (sync_coordinator.h documents the exact semantics,
 //                 including what happens to callers that give up). Each blocked handler honours
 //                 its call's deadline and cancellation (cancellation is polled every 10 ms). A
 //                 blocked handler ends slightly *before* the call's deadline (1/10 of the time
@@ -49,8 +54,8 @@
 //
 // Threading: the synchronous gRPC API; every blocked Barrier/Broadcast holds one thread of
 // gRPC's dynamically grown sync-server pool, so a job of n workers needs about n threads while
-// it synchronizes. Calls into the SessionSink are serialized by the server (one at a time), so
-// the sink only needs to be safe against its own other users (e.g. the dataplane).
+// it synchronizes. UdpSession registrations are serialized by the server (one at a time), so
+// the switch only needs to be safe against its own other users (e.g. the dataplane).
 // All public methods are thread-safe.
 #pragma once
 
@@ -58,11 +63,12 @@
 #include <memory>
 #include <string>
 
-#include "controller/job_sink.h"
-#include "controller/session_sink.h"
+#include "dataplane/switch_control.h"
 #include "switchml/status.h"
 
 namespace switchml::controller {
+
+using dataplane::SwitchControl;
 
 struct ServerOptions {
   // "host:port"; the reference controller listens on port 50099. Port 0 picks a free port
@@ -79,15 +85,13 @@ struct ServerOptions {
 
 class ControllerServer {
  public:
-  // Starts serving on a background thread pool. `sink` is not owned and must outlive the
+  // Starts serving the Session, Sync and switchml.v1.JobService services on a background
+  // thread pool. `control` (the switch, or RemoteSwitches) is not owned and must outlive the
   // server (i.e. until Shutdown() returns or the server is destroyed). Errors:
-  // InvalidArgument (empty address, null sink), Unavailable (cannot listen on the address,
-  // e.g. port in use or an unparsable address).
-  // `jobs` (optional, not owned, must outlive the server like `sink`) enables the
-  // switchml.v1.JobService.
+  // InvalidArgument (empty address, null control), Unavailable (cannot listen on the
+  // address, e.g. port in use or an unparsable address).
   static StatusOr<std::unique_ptr<ControllerServer>> Start(const ServerOptions& options,
-                                                           SessionSink* sink,
-                                                           JobSink* jobs = nullptr);
+                                                           SwitchControl* control);
 
   // Shuts down (see Shutdown()).
   ~ControllerServer();
@@ -100,14 +104,14 @@ class ControllerServer {
   // Stops the server and waits for it: first wakes every blocked Barrier/Broadcast handler
   // (their clients get UNAVAILABLE) and makes new ones fail the same way, then gives other
   // in-flight RPCs up to options.shutdown_grace before cancelling them. Returns after every
-  // handler has returned; never calls the sink afterwards. Idempotent; blocks.
+  // handler has returned; never calls the switch afterwards. Idempotent; blocks.
   void Shutdown();
 
   // Forgets all pending Barrier/Broadcast operations (blocked callers get ABORTED), e.g. the
   // leftovers of a job that died half-way through its session set-up, which would otherwise
   // make the next job's calls fail (sync_coordinator.h), and a refused registration's hold on
   // the barrier (see UdpSession above). Like the reference's `reset_workers` CLI command,
-  // minus the switch state (that is the sink's business). Thread-safe.
+  // minus the switch state (that is the switch's business). Thread-safe.
   void ResetSyncState();
 
   // Callers blocked in the reference Barrier right now (for tests and monitoring).

@@ -1,5 +1,5 @@
 // End-to-end tests of the controller API: ControllerServer on 127.0.0.1 (port 0) with a fake
-// SessionSink, SessionClient and raw generated stubs in the same process.
+// switch (its job 0 registrations), SessionClient and raw generated stubs in the same process.
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "controller/fake_switch_for_tests.h"
 #include "controller/session_client.h"
 #include "controller/session_service.h"
 #include "switchml.grpc.pb.h"
@@ -24,17 +25,25 @@ namespace {
 
 using std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
+using dataplane::JobRegistration;
+using dataplane::JobState;
+using dataplane::JobWorkerGrant;
 
-class FakeSink : public SessionSink {
+// Records every registration into job 0 (the reference session) and answers with error_, or
+// with info_ as the switch's SwitchInfo.
+class FakeSink : public UnimplementedSwitchForTests {
  public:
-  Status RegisterWorker(const WorkerRegistration& reg) override {
+  StatusOr<JobWorkerGrant> RegisterJobWorker(const JobRegistration& reg) override {
     std::lock_guard<std::mutex> lock(mu_);
-    registrations_.push_back(reg);
-    return error_;
-  }
-  SwitchInfo Info() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return info_;
+    EXPECT_EQ(reg.job_id, dataplane::kReferenceJobId);
+    EXPECT_TRUE(reg.token.empty());
+    registrations_.push_back(reg.worker);
+    if (!error_.ok()) return error_;
+    JobWorkerGrant grant;
+    grant.switch_info = info_;
+    grant.num_workers = reg.worker.num_workers;
+    grant.state = JobState::kRunning;
+    return grant;
   }
   void set_error(Status s) {
     std::lock_guard<std::mutex> lock(mu_);

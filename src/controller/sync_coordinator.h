@@ -9,7 +9,8 @@
 //   Status s = sync.Barrier(/*num_workers=*/4, wait);                     // blocks
 //   StatusOr<uint64_t> v = sync.Broadcast(42, /*rank=*/0, 4, /*root=*/0, wait);
 //
-// Semantics (reference controller, spec §4.3, with defect D7 fixed):
+// Semantics (the reference controller's, docs/protocol.md#barrier-and-broadcast, with
+// docs/protocol.md#d7-broadcast-bookkeeping-edited-while-iterated fixed):
 //
 // Barrier: one operation is pending at a time. The first caller opens it with its
 //   num_workers; callers block until num_workers calls have arrived, then all are released

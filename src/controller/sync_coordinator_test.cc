@@ -128,7 +128,8 @@ TEST(SyncBroadcastTest, ValidatesArguments) {
 }
 
 TEST(SyncBroadcastTest, RootAheadByTwoOperationsKeepsOrder) {
-  // D7: several operations complete "at once"; each participant must get them in order.
+  // docs/protocol.md#d7-broadcast-bookkeeping-edited-while-iterated: several operations
+  // complete "at once"; each participant must get them in order.
   SyncCoordinator sync;
   EXPECT_EQ(*sync.Broadcast(11, 1, 2, /*root=*/1, {}), 11u);  // root never waits
   EXPECT_EQ(*sync.Broadcast(22, 1, 2, 1, {}), 22u);

@@ -1,10 +1,12 @@
-// dataplane/aggregator.h — the switch's aggregation state machine for one job (spec §3.4).
+// dataplane/aggregator.h — the switch's aggregation state machine for one job
+// (docs/protocol.md#processing-one-packet).
 //
 // This is the logic the reference implements in P4 on a Tofino, as a pure value-in/value-out
 // class: no I/O, no clock, no threads. Every slot exists twice (set 0 and set 1, the "shadow
 // copies"); each (slot, set) holds one round's running int32 sums, its signed-max exponents,
 // a per-set worker bitmap and a completion counter. One call to Process() is one accepted
-// packet; the returned outcome says what the switch must emit (§3.4 step 5):
+// packet; the returned outcome says what the switch must emit (docs/protocol.md#processing-one-packet,
+// step 5):
 //
 //   kMulticast       the packet completed the round: send the sums to every worker
 //   kUnicast         a duplicate of an already completed round (its result was lost or is
@@ -20,13 +22,14 @@
 //                       out of range, set > 1, 0 or too many elements, no session yet)
 //   kDropLateDuplicate  only with AggregatorOptions::late_duplicate_guard (off by default):
 //                       a late duplicate reordered behind the worker's next packet to the slot
-//                       (spec §3.4.3, D16), which the reference would count as a new
-//                       contribution, corrupting two rounds. See "Late-duplicate guard" below.
+//                       (docs/protocol.md#late-duplicate-guard,
+//                       docs/protocol.md#d16-late-duplicates-corrupt-two-rounds), which the
+//                       reference would count as a new contribution, corrupting two rounds. See "Late-duplicate guard" below.
 //
 // Beyond the reference: up to 256 workers (bitmap of 4 x 64 bits per slot per set), up to
 // wire::kMaxSlots (16384) slots per set and up to 1024 elements per slot.
 //
-// Late-duplicate guard (spec §3.4.3 "Optional hardening"). For every (worker, slot, set) the
+// Late-duplicate guard (docs/protocol.md#late-duplicate-guard). For every (worker, slot, set) the
 // aggregator remembers the tag (job, tsi) of the worker's last *new* contribution there. A
 // packet that the reference would treat as new (the worker's bit is clear in its set) but
 // carries exactly that tag is the late copy of a round the worker already contributed to:
@@ -56,7 +59,8 @@
 //   What it cannot catch: a copy reordered behind two or more of the worker's later packets
 //   to the same slot (the tag has been overwritten; the copy then finds its bit set or is
 //   counted as new, as in the reference), or one more than ~128 calls old. A client that
-//   violates C4 (sends round r+1 before receiving round r, then retransmits r, §5.5.4) gets
+//   violates docs/protocol.md#c4-strict-set-alternation (sends round r+1 before receiving
+//   round r, then retransmits r; docs/protocol.md#d3-set-reuse-in-short-float32-slices) gets
 //   its retransmission dropped instead of double-counted; our client never does this.
 //   Wire compatible: nothing changes on the wire. Off by default for bit-exact reference
 //   behaviour. Costs 8 bytes per (worker, slot, set), allocated at Reset().
@@ -157,7 +161,7 @@ class Aggregator {
   Aggregator& operator=(Aggregator&&) noexcept = default;
 
   // Starts a new session of `num_workers` in [1, 256]: clears every bitmap, counter, exponent
-  // and round size (contract C7: state is zero when a session starts). The stored sums are not
+  // and round size (docs/protocol.md#c7-zero-state-at-session-start: state is zero when a session starts). The stored sums are not
   // rewritten: they are unobservable until the first contribution of a round overwrites them.
   // O(num_slots). With the late-duplicate guard, also forgets every stored tag (a fresh
   // zeroed allocation of 16 bytes per slot and worker).
@@ -165,7 +169,8 @@ class Aggregator {
   // on error the state is left unchanged.
   Status Reset(uint32_t num_workers);
 
-  // Applies one packet exactly as spec §3.4 steps 1–5 (see the file comment for outcomes).
+  // Applies one packet exactly as docs/protocol.md#processing-one-packet, steps 1–5 (see the
+  // file comment for outcomes).
   // Never fails and never allocates; bad preconditions give kDropInvalid without state change.
   AggregationResult Process(const Contribution& c);
 

@@ -45,7 +45,7 @@ struct Got {
   int8_t exp1 = 0;
 };
 
-// Wraps an Aggregator so tests read like the spec's traces.
+// Wraps an Aggregator so tests read like docs/protocol.md#worked-trace.
 class Harness {
  public:
   Harness(uint32_t num_workers, uint32_t num_slots = 16, uint32_t max_elements = 8,
@@ -162,7 +162,7 @@ TEST(AggregatorTest, BrokenPreconditionsDropWithoutStateChange) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// §3.4.1 decision table, one test per row.
+// docs/protocol.md#decision-table, one test per row.
 
 TEST(AggregatorDecisionTable, NewFlagOneMulticastsTheAggregate) {
   Harness h(3);
@@ -198,7 +198,8 @@ TEST(AggregatorDecisionTable, NewFlagZeroWithEmptyBitmapOverwritesAndStartsRound
 }
 
 TEST(AggregatorDecisionTable, NewFlagZeroWithNonEmptyBitmapAddsInsteadOfOverwriting) {
-  // Counter 0 but bitmap not empty: only reachable by violating C6 (see the late-duplicate
+  // Counter 0 but bitmap not empty: only reachable by violating
+  // docs/protocol.md#c6-no-reordering-behind-the-next-packet (see the late-duplicate
   // test); the reference decides overwrite-vs-add by the bitmap, so it adds.
   Harness h(2);
   h.Send(0, 3, 0, kA);
@@ -274,7 +275,8 @@ TEST(AggregatorDecisionTable, SingleWorkerWritesAndMulticastsEveryNewPacket) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// §3.4.1a worked trace: 2 workers A = rank 0, B = rank 1, slot 5. Bitmaps as (B bit, A bit).
+// docs/protocol.md#worked-trace: 2 workers A = rank 0, B = rank 1, slot 5. Bitmaps as
+// (B bit, A bit).
 
 TEST(AggregatorTrace, WorkedTraceOfTheSpec) {
   Harness h(2);
@@ -330,7 +332,7 @@ TEST(AggregatorTrace, WorkedTraceOfTheSpec) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// §3.4.3 corner cases.
+// docs/protocol.md#corner-cases.
 
 TEST(AggregatorCornerCases, RequestLostRetransmissionCountsAsNew) {
   Harness h(2);
@@ -400,8 +402,9 @@ TEST(AggregatorCornerCases, RetransmissionWhileOthersMissingIsDroppedIncludingCo
 }
 
 TEST(AggregatorCornerCases, LateDuplicateAfterNextPacketCorruptsAsTheReferenceDoes) {
-  // Violates C6: A's retransmission of round r (set 0) arrives after A's round r+1 (set 1).
-  // D16: two rounds end up corrupted.
+  // Violates docs/protocol.md#c6-no-reordering-behind-the-next-packet: A's retransmission of
+  // round r (set 0) arrives after A's round r+1 (set 1).
+  // docs/protocol.md#d16-late-duplicates-corrupt-two-rounds: two rounds end up corrupted.
   Harness h(2);
   const std::vector<int32_t> a0 = {1, 1, 1, 1}, b0 = {2, 2, 2, 2};
   const std::vector<int32_t> a1 = {3, 3, 3, 3}, b1 = {4, 4, 4, 4};
@@ -444,7 +447,8 @@ TEST(AggregatorCornerCases, LateDuplicateAfterNextPacketCorruptsAsTheReferenceDo
 }
 
 TEST(AggregatorCornerCases, NextRoundBeforeResultThenRetransmitDoubleCounts) {
-  // Violates C4 (§5.5.4): A sends round r+1 before receiving round r, then retransmits round r.
+  // Violates docs/protocol.md#c4-strict-set-alternation: A sends round r+1 before receiving
+  // round r, then retransmits round r.
   Harness h(3);
   EXPECT_EQ(h.Send(0, 1, 0, kA).outcome, Outcome::kConsume);
   EXPECT_EQ(h.Send(1, 1, 0, kB).outcome, Outcome::kConsume);
@@ -460,7 +464,8 @@ TEST(AggregatorCornerCases, NextRoundBeforeResultThenRetransmitDoubleCounts) {
 }
 
 TEST(AggregatorCornerCases, RetransmissionOfAnOverwrittenRoundLosesOtherWorkersData) {
-  // Same C4 violation with 2 workers: the retransmission finds set 0 empty and overwrites.
+  // Same docs/protocol.md#c4-strict-set-alternation violation with 2 workers: the
+  // retransmission finds set 0 empty and overwrites.
   Harness h(2);
   EXPECT_EQ(h.Send(0, 1, 0, kA).outcome, Outcome::kConsume);
   EXPECT_EQ(h.Send(0, 1, 1, kC).outcome, Outcome::kConsume);  // set 0 bitmap now empty
@@ -472,7 +477,8 @@ TEST(AggregatorCornerCases, RetransmissionOfAnOverwrittenRoundLosesOtherWorkersD
 }
 
 TEST(AggregatorCornerCases, SameSetReuseReturnsThePreviousResult) {
-  // Violates C4: both workers use set 0 of slot 3 twice in a row.
+  // Violates docs/protocol.md#c4-strict-set-alternation: both workers use set 0 of slot 3
+  // twice in a row.
   Harness h(2);
   h.Send(0, 3, 0, kA);
   ASSERT_EQ(h.Send(1, 3, 0, kB).outcome, Outcome::kMulticast);
@@ -497,7 +503,7 @@ TEST(AggregatorCornerCases, StateClearedWhileActiveTreatsRetransmissionsAsNew) {
 }
 
 TEST(AggregatorCornerCases, SlotUsedByOnlySomeWorkersNeverCompletes) {
-  // Violates C1: only rank 0 uses slot 6.
+  // Violates docs/protocol.md#c1-identical-call-sequence: only rank 0 uses slot 6.
   Harness h(2);
   EXPECT_EQ(h.Send(0, 6, 0, kA).outcome, Outcome::kConsume);
   for (int i = 0; i < 5; ++i) EXPECT_EQ(h.Send(0, 6, 0, kA).outcome, Outcome::kDropDuplicate);
@@ -606,9 +612,10 @@ TEST(AggregatorTest, TwoHundredFiftySixWorkersCompleteExactlyOnTheLast) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Many rounds: a protocol simulation that keeps contracts C1–C7 (FIFO per worker, next round
+// Many rounds: a protocol simulation that keeps the contracts C1–C7 (docs/protocol.md#contracts:
+// FIFO per worker, next round
 // only after the previous result) while results get lost and timers fire early. Every result a
-// worker accepts must be the exact sum of its round (§3.4.2 invariant).
+// worker accepts must be the exact sum of its round (docs/protocol.md#why-shadow-copies-work).
 
 void RunManyRoundsWithLosses(AggregatorOptions options) {
   const uint32_t kWorkers = 3, kSlots = 4, kRounds = 200;
@@ -678,17 +685,20 @@ void RunManyRoundsWithLosses(AggregatorOptions options) {
 TEST(AggregatorTest, ManyRoundsAlternatingSetsWithLossesStayExact) { RunManyRoundsWithLosses({}); }
 
 TEST(AggregatorTest, ManyRoundsWithLossesStayExactWithTheLateDuplicateGuard) {
-  // Losses, spurious timeouts and unicast replies without C6 violations: the guard must be
+  // Losses, spurious timeouts and unicast replies without violations of
+  // docs/protocol.md#c6-no-reordering-behind-the-next-packet: the guard must be
   // invisible (the ASSERT on outcomes inside rejects kDropLateDuplicate).
   RunManyRoundsWithLosses({.late_duplicate_guard = true});
 }
 
 // ---------------------------------------------------------------------------------------------
-// Late-duplicate guard (AggregatorOptions::late_duplicate_guard; spec §3.4.3 hardening, D16).
+// Late-duplicate guard (AggregatorOptions::late_duplicate_guard; docs/protocol.md#late-duplicate-guard,
+// docs/protocol.md#d16-late-duplicates-corrupt-two-rounds).
 
 constexpr AggregatorOptions kGuardOn{.late_duplicate_guard = true};
 
-// The §3.4.3 late-duplicate row with our client's tags (2 workers, slot 9, window 8: the
+// The late-duplicate row of docs/protocol.md#corner-cases with our client's tags (2 workers,
+// slot 9, window 8: the
 // packets on slot 9 are tsi 9, 17, 25 of job 1). Returns the results of the three rounds and
 // the late packet's outcome.
 struct LateDuplicateRun {
@@ -823,16 +833,20 @@ TEST(AggregatorLateDuplicateGuard, WorksWithTheLargestConfiguration) {
 }
 
 // A model of many all-reduce calls through one switch, following our client
-// (src/client/engine.cc, spec §5.4/§5.5): per rank `threads` threads, thread t owns slots
-// [t·W, t·W+W); a call of n elements gives thread t its §5.4 share; a slice of `blocks`
+// (src/client/engine.cc, docs/protocol.md#slicing, docs/protocol.md#slot-and-set-assignment):
+// per rank `threads` threads, thread t owns slots
+// [t·W, t·W+W); a call of n elements gives thread t its share (docs/protocol.md#slicing); a
+// slice of `blocks`
 // packets has batch = min(W, blocks) and total = blocks (+ batch for float32: the extra
 // batch); packet p goes to slot p mod batch with that slot's persistent "next set" bit,
 // tsi = p, job number = call index & 0xFF; packet p + batch is sent when p's result is
 // accepted; a result is accepted only for the (job number, tsi, slot, set) in flight.
-// The network: per-worker FIFO towards the switch (C6), request and result copies lost at
+// The network: per-worker FIFO towards the switch
+// (docs/protocol.md#c6-no-reordering-behind-the-next-packet), request and result copies lost at
 // random, timers firing at random (also spuriously), results in flight while workers move on.
 // Optionally `late_copy`: a sent packet is duplicated and the copy delivered right behind the
-// worker's next packet to the same slot (violating C6: the §3.4.3 late duplicate).
+// worker's next packet to the same slot (the late duplicate of
+// docs/protocol.md#corner-cases).
 struct SimJob {
   uint64_t num_elements;
   bool is_float;
@@ -926,7 +940,7 @@ class MultiJobSim {
     std::vector<int32_t> sums;
   };
   struct SlotState {
-    uint8_t next_set = 0;  // persistent across calls (§5.5.4 fixed rule)
+    uint8_t next_set = 0;  // persistent across calls (docs/protocol.md#slot-and-set-assignment)
     uint64_t packet = kIdle;
     uint8_t set = 0;
   };
@@ -993,7 +1007,9 @@ class MultiJobSim {
     slot.next_set ^= 1;
     Packet pkt = Build(s, p);
     s.to_switch.push_back(pkt);
-    if (s.late[i]) {  // the earlier packet's copy, reordered behind this one (C6 violated)
+    // The earlier packet's copy, reordered behind this one
+    // (docs/protocol.md#c6-no-reordering-behind-the-next-packet violated).
+    if (s.late[i]) {
       s.to_switch.push_back(*std::move(s.late[i]));
       s.late[i].reset();
       ++res_.late_copies_sent;
@@ -1091,7 +1107,8 @@ std::string Describe(const SimResult& r) {
 
 TEST(AggregatorLateDuplicateGuard, RandomizedManyJobsNeverDropALegitimateContribution) {
   // 800 calls (job number wraps 3 times), 3 ranks x 2 threads, losses and spurious timers,
-  // no C6 violation: with the guard on every call completes with exact sums and the guard
+  // no docs/protocol.md#c6-no-reordering-behind-the-next-packet violation: with the guard on
+  // every call completes with exact sums and the guard
   // never fires.
   for (uint32_t seed : {1u, 2u, 3u}) {
     SimConfig c;
@@ -1130,7 +1147,8 @@ TEST(AggregatorLateDuplicateGuard, PeriodicCallsThatReuseASlotOnlyEvery128CallsS
 }
 
 TEST(AggregatorLateDuplicateGuard, RandomizedLateCopiesCorruptWithoutTheGuardAndNotWithIt) {
-  // Same traffic as above plus late copies (C6 violated, §3.4.3): without the guard results
+  // Same traffic as above plus late copies (docs/protocol.md#c6-no-reordering-behind-the-next-packet
+  // violated, docs/protocol.md#late-duplicate-guard): without the guard results
   // go wrong or the run hangs; with it every call completes with exact sums.
   SimConfig c;
   c.jobs = RandomJobs(600, c, 11);

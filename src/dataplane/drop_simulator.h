@@ -1,4 +1,5 @@
-// dataplane/drop_simulator.h — seeded Bernoulli drop decisions (spec §3.10, a testing aid).
+// dataplane/drop_simulator.h — seeded Bernoulli drop decisions, a testing aid
+// (docs/protocol.md#drop-simulator).
 //
 //   DropSimulator ingress(/*probability=*/0.01, /*seed=*/42);
 //   if (ingress.ShouldDrop()) { count; continue; }

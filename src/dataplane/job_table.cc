@@ -331,6 +331,22 @@ Status JobTable::CheckAccess(uint32_t job_id, const std::string& token) const {
 StatusOr<std::shared_ptr<const JobTable>> JobTable::Register(
     const JobTable& current, const JobRegistration& reg,
     JobWorkerGrant* grant, TimePoint now) {
+  if (reg.job_id == kReferenceJobId) {
+    // Job 0: the reference UdpSession rule, no token.
+    if (!reg.token.empty()) {
+      return InvalidArgumentError(
+          "job 0 (the reference session) takes no token; got a token of " +
+          Str(reg.token.size()) + " characters");
+    }
+    SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<const JobTable> next,
+                              RegisterSessionWorker(current, reg.worker));
+    *grant = JobWorkerGrant{};
+    grant->switch_info.num_slots = current.pool_slots_;
+    grant->job_id = kReferenceJobId;
+    grant->num_workers = reg.worker.num_workers;
+    grant->state = JobState::kRunning;
+    return next;
+  }
   SWITCHML_RETURN_IF_ERROR(current.CheckAccess(reg.job_id, reg.token));
   const Job& job = *current.FindJob(reg.job_id);
   const WorkerRegistration& w = reg.worker;

@@ -1,7 +1,7 @@
 // dataplane/job_table.h — the switch's one table of jobs; the reference session is job 0.
 //
 // Every datagram the switch aggregates belongs to a job, and every job is a row of this
-// table: its workers (WorkerEntry, session_table.h), its slot range, its packet size, its
+// table: its workers (WorkerEntry, worker_records.h), its slot range, its packet size, its
 // state and a shared JobRuntime (aggregator and counters). The switch identifies a datagram's
 // job by its source (ipv4, port), never by a field of the packet, and packets carry
 // job-relative slots in [0, num_slots) (what a reference client sends), so a packet can only
@@ -60,7 +60,7 @@
 
 #include "common/clock.h"
 #include "dataplane/aggregator.h"
-#include "dataplane/session_table.h"
+#include "dataplane/worker_records.h"
 #include "dataplane/switch_control.h"
 #include "dataplane/switch_counters.h"
 #include "switchml/status.h"
@@ -187,7 +187,9 @@ class JobTable {
                                                           const std::string& token,
                                                           TimePoint now, uint32_t* job_id);
 
-  // Registers a worker of a service job (see JobSink::RegisterJobWorker for the errors). The
+  // Registers a worker into job reg.job_id (see SwitchControl::RegisterJobWorker for the
+  // errors). Job 0 takes no token and follows RegisterSessionWorker's rule (the grant says
+  // kRunning, num_slots = the pool, elements_per_packet 0; `now` is unused). A service
   // job's first registration fixes num_workers and the agreed parameters
   // (WorkerRegistration); a later one with other values is refused (FailedPrecondition,
   // CheckAgreedParams). On success fills *grant (switch_info is left for the caller). A

@@ -21,9 +21,10 @@ struct SwitchConfig {
   uint32_t max_elements_per_packet = 1024;
   // Largest num_workers a session may announce. [1, 256].
   uint32_t max_workers = 256;
-  // Drop simulator (§3.10), for tests: probability in [0, 1] that a request is dropped before
-  // any state change, and that the responses of a packet (all multicast copies or the unicast)
-  // are dropped. One seeded pseudo-random stream each, so runs are reproducible.
+  // Drop simulator (docs/protocol.md#drop-simulator), for tests: probability in [0, 1] that a
+  // request is dropped before any state change, and that the responses of a packet (all
+  // multicast copies or the unicast) are dropped. One seeded pseudo-random stream each, so
+  // runs are reproducible.
   double ingress_drop_probability = 0.0;
   double egress_drop_probability = 0.0;
   uint64_t drop_seed = 1;
@@ -31,7 +32,7 @@ struct SwitchConfig {
   // late_duplicates_dropped) instead of treating them as new contributions. Off by default:
   // bit-exact reference behaviour. Applies to the reference session and to every job.
   bool late_duplicate_guard = false;
-  // Advertised to workers through the session service (SessionSink::Info). `mac` is
+  // Advertised to workers in every registration's grant (SwitchServer::Info). `mac` is
   // informative; `advertised_ipv4` (host order) overrides the channel's local address, which
   // is 0.0.0.0 when the switch listens on every interface. 0 = use the channel's address.
   uint64_t mac = 0x001122334455;

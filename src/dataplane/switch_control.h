@@ -1,22 +1,26 @@
 // dataplane/switch_control.h — what the control plane asks of a switch.
 //
-// The interfaces the gRPC services call and the software switch (switch_server.h) implements,
-// with their plain value types (no gRPC), owned by the data plane so that the controller
-// depends on the switch and never the other way round. src/controller re-exports these names
-// in namespace switchml::controller (controller/session_sink.h, controller/job_sink.h), so
-// controller and client code keep writing controller::WorkerRegistration and so on.
+// The one interface the gRPC services call and the software switch (switch_server.h) and the
+// standalone controller (controller/remote_switches.h) implement, with its plain value types
+// (no gRPC), owned by the data plane so that the controller depends on the switch and never
+// the other way round. Controller and client code use these names through namespace
+// switchml::dataplane (or the `using` declarations of the file that needs them).
 //
-// Two interfaces, one job model behind them (docs/design.md, "Several jobs"):
-//  * SessionSink is the reference `UdpSession` API: a registration without a job id or token
-//    goes to job 0, the reference session (rank 0 starts a new session).
-//  * JobSink is switchml.v1.JobService: jobs with an id, a secret token, a number of workers,
-//    a packet size, a range of switch slots and an idle timeout.
+// One interface, one job model behind it (docs/design.md, "Several jobs"): every worker
+// registers into a job with RegisterJobWorker. Job 0 is the reference `UdpSession` session:
+// it exists implicitly, covers the whole slot pool, takes no token, and rank 0's registration
+// starts a new session; the reference Session service (controller/session_service.h) is a
+// thin adapter that registers into it. Other jobs are switchml.v1.JobService jobs: created
+// with an id, a secret token, a number of workers, a packet size, a range of switch slots and
+// an idle timeout.
 //
 //   JobSpec spec{.num_workers = 4, .num_slots = 256, .elements_per_packet = 256};
-//   StatusOr<JobInfo> job = sink->CreateJob(spec);          // job->job_id, job->token
+//   StatusOr<JobInfo> job = control->CreateJob(spec);       // job->job_id, job->token
 //   JobRegistration reg{.job_id = job->job_id, .token = job->token,
 //                       .worker = {.rank = 0, .num_workers = 4, .ipv4 = ip, .udp_ports = {p}}};
-//   StatusOr<JobWorkerGrant> grant = sink->RegisterJobWorker(reg);
+//   StatusOr<JobWorkerGrant> grant = control->RegisterJobWorker(reg);
+//   // The reference session: job 0, no token, num_workers in the registration.
+//   control->RegisterJobWorker({.job_id = 0, .worker = {.rank = 0, .num_workers = 4, ...}});
 //
 // Slots: a job's packets carry *job-relative* slots in [0, num_slots), exactly like a
 // reference client's packets; the switch maps them onto the job's own aggregation state. The
@@ -68,17 +72,6 @@ struct SwitchInfo {
   uint16_t udp_port = 48864;  // where workers send data
   uint32_t num_slots = 0;     // slots per set available to a job
   uint32_t max_workers = 0;
-};
-
-class SessionSink {
- public:
-  virtual ~SessionSink() = default;
-  // Called for every UdpSession request. Rank 0 starts a new session (the reference clears all
-  // worker state here). Errors: InvalidArgument (rank/num_workers out of range, bad ports),
-  // FailedPrecondition (num_workers or another agreed parameter of WorkerRegistration differs
-  // from the session's).
-  virtual Status RegisterWorker(const WorkerRegistration& reg) = 0;
-  virtual SwitchInfo Info() const = 0;
 };
 
 enum class JobDataType : uint8_t { kUnspecified = 0, kInt32 = 1, kFloat32 = 2 };
@@ -167,7 +160,8 @@ struct JobRegistration {
   std::string token;
   // rank, ipv4, mac, udp_ports and the agreed parameters (protocol_version,
   // num_worker_threads, window_packets, elements_per_packet) are used; worker.num_workers
-  // must be 0 or the job's. udp_ports must list one port per worker thread (at least one).
+  // must be 0 or the job's (job 0: the session's, [1, max_workers]; session_id is echoed
+  // only). udp_ports must list one port per worker thread (at least one).
   // num_workers and the agreed parameters must equal those of the job's first registration.
   WorkerRegistration worker;
 };
@@ -195,25 +189,40 @@ struct SlotInfo {
   SlotSetInfo sets[2];
 };
 
-class JobSink {
+// Job 0, the reference session (JobTable::kReferenceJobId in job_table.h).
+inline constexpr uint32_t kReferenceJobId = 0;
+
+class SwitchControl {
  public:
-  virtual ~JobSink() = default;
+  virtual ~SwitchControl() = default;
   // Errors: InvalidArgument (a spec field out of range, named), ResourceExhausted (no free
   // range of num_slots slots; the message gives the largest free range).
   virtual StatusOr<JobInfo> CreateJob(const JobSpec& spec) = 0;
   // Frees the job's slots at once; its workers' later datagrams are dropped (job_ended).
   // Errors: NotFound, PermissionDenied (wrong token), FailedPrecondition (already ended).
   virtual Status DeleteJob(uint32_t job_id, const std::string& token) = 0;
-  // Errors: NotFound (unknown job), PermissionDenied (wrong token), FailedPrecondition (job
-  // ended, or num_workers or an agreed parameter differs from the job's first registration:
-  // the message names the field, both values and both ranks), InvalidArgument (rank >=
-  // num_workers, num_workers differs from the job's, bad ports),
+  // Registers a worker into job `reg.job_id`; the one registration entry point.
+  //
+  // Job 0 (kReferenceJobId), the reference `UdpSession` rule: no token (reg.token must be
+  // empty), worker.num_workers is the session's, rank 0 starts a new session (the reference
+  // clears all worker state here), a rank registering again replaces its entry. The grant
+  // carries the switch's SwitchInfo (num_slots = the whole pool), num_workers and state
+  // kRunning (job 0 aggregates from rank 0's registration on); elements_per_packet is 0.
+  // Errors: InvalidArgument (rank/num_workers out of range, bad ports, a token),
+  // FailedPrecondition (rank > 0 with no session, or num_workers or another agreed
+  // parameter of WorkerRegistration differs from the session's), AlreadyExists (address
+  // used by another rank of the session).
+  //
+  // Other jobs. Errors: NotFound (unknown job), PermissionDenied (wrong token),
+  // FailedPrecondition (job ended, or num_workers or an agreed parameter differs from the
+  // job's first registration: the message names the field, both values and both ranks),
+  // InvalidArgument (rank >= num_workers, num_workers differs from the job's, bad ports),
   // AlreadyExists (rank already registered from another address — a second rank 0 or a
   // duplicate rank — or an address already used by another worker of any job). Registering
   // never resets or otherwise changes another worker's state. Repeating an identical
   // registration is OK (a retried RPC).
   virtual StatusOr<JobWorkerGrant> RegisterJobWorker(const JobRegistration& reg) = 0;
-  // Errors: NotFound (never existed or forgotten).
+  // Errors: NotFound (never existed or forgotten; job 0 is not a listed job).
   virtual StatusOr<JobInfo> GetJob(uint32_t job_id) const = 0;
   virtual JobList ListJobs() const = 0;
   // Slots [first_slot, first_slot + count) of a job (job_id 0 = the reference UdpSession

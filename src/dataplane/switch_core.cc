@@ -43,8 +43,8 @@ Status SwitchCore::RegisterWorker(const WorkerRegistration& reg) {
 }
 
 void SwitchCore::AdoptJobs(std::shared_ptr<const JobTable> jobs) {
-  // A row whose epoch moved (job 0: rank 0 started a new session): contract C7, the state is
-  // zero when a session starts. Only this thread writes the runtime, so it clears it here,
+  // A row whose epoch moved (job 0: rank 0 started a new session):
+  // docs/protocol.md#c7-zero-state-at-session-start, the state is zero when a session starts. Only this thread writes the runtime, so it clears it here,
   // between bursts. Reset cannot fail: num_workers was validated against max_workers <= 256.
   auto reset = [](const JobTable::Job& job) {
     JobRuntime* rt = job.runtime.get();

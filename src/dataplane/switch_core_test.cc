@@ -234,7 +234,8 @@ TEST(SwitchCoreTest, TwoWorkerRoundMulticastsExactBytesToPerThreadPorts) {
   EXPECT_EQ(sent[1].bytes, expected);
   // Encoded once, shared by both copies.
   EXPECT_EQ(sent[0].data, sent[1].data);
-  // Spot-check the header bytes against the wire format (§2.1.1): size code 1, job 5,
+  // Spot-check the header bytes against the wire format (docs/protocol.md#golden-example):
+  // size code 1, job 5,
   // tsi 70 little-endian, pool index 0x8009 (set bit + slot 9), exponents.
   EXPECT_THAT(std::vector<uint8_t>(expected.begin(), expected.begin() + 10),
               ElementsAre(0x11, 0x05, 0x46, 0x00, 0x00, 0x00, 0x80, 0x09, 0xFC, 0x03));
@@ -244,7 +245,8 @@ TEST(SwitchCoreTest, TwoWorkerRoundMulticastsExactBytesToPerThreadPorts) {
 }
 
 TEST(SwitchCoreTest, GoldenReferenceExampleGetsTheGoldenResponseHeader) {
-  // §2.1.1: rank 1, job id 5, packet id 70, slot 6, set 1, 256-byte payload, exponent 3 →
+  // docs/protocol.md#golden-example: rank 1, job id 5, packet id 70, slot 6, set 1, 256-byte
+  // payload, exponent 3 →
   // "11 05 46 00 00 00 80 06 03 xx"; the response header is "11 05 46 00 00 00 80 06 <max e0>
   // <max e1>". Rank 0's packet sets bit 14 of the pool index, which is ignored on input.
   CoreHarness h;
@@ -276,7 +278,8 @@ TEST(SwitchCoreTest, ReferenceModeRepliesToTheTriggeringSourcePort) {
   Request ra{.slot = 3, .values = Ramp(256, 1, 1), .job_number = 1, .tsi = 9};
   Request rb{.slot = 3, .values = Ramp(256, 5, -3), .job_number = 1, .tsi = 9};
   // In the reference every worker uses the same port per thread; the switch echoes the
-  // completing packet's source port to everyone (§3.5).
+  // completing packet's source port to everyone
+  // (docs/protocol.md#responses-and-multicast-addressing).
   EXPECT_TRUE(h.One(rb, {kIpB, 4003}).empty());
   auto sent = h.One(ra, {kIpA, 4003});
   ASSERT_EQ(sent.size(), 2u);

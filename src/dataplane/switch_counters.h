@@ -1,4 +1,5 @@
-// dataplane/switch_counters.h — what the software switch counts (spec §3.11, extended).
+// dataplane/switch_counters.h — what the software switch counts (the drop reasons are
+// tabled in docs/reliability.md#drop-counters-by-reason).
 //
 // Every datagram the switch receives ends in exactly one of these buckets: a decode error, an
 // unknown sender, a sender of an ended job, a sender of a job still waiting for workers, an

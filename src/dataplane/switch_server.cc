@@ -64,14 +64,6 @@ void SwitchServer::Stop() {
 
 bool SwitchServer::running() const { return running_.load(std::memory_order_acquire); }
 
-Status SwitchServer::RegisterWorker(const WorkerRegistration& reg) {
-  std::lock_guard<std::mutex> lock(table_mu_);
-  SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<const JobTable> next,
-                            JobTable::RegisterSessionWorker(*latest_jobs_, reg));
-  PublishJobs(std::move(next));
-  return OkStatus();
-}
-
 SwitchInfo SwitchServer::Info() const {
   SwitchInfo info;
   info.mac = config_.mac;

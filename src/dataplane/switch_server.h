@@ -4,22 +4,22 @@
 //   RecvBurst (up to kBurstSize datagrams) → adopt a new job table if one was published
 //   → SwitchCore::ProcessBurst → group the responses by destination (for UDP GSO)
 //   → SendBurst until every response is sent.
-// It implements SessionSink and JobSink (switch_control.h) over one JobTable: a reference
-// UdpSession registers a worker of job 0 (JobTable::RegisterSessionWorker), the JobService
-// creates, registers and deletes the other jobs, all from the gRPC services' threads while
-// the loop runs. Every
+// It implements SwitchControl (switch_control.h) over one JobTable: the reference Session
+// service registers workers into job 0 and the JobService creates, registers and deletes the
+// other jobs, all through RegisterJobWorker & co. from the gRPC services' threads while the
+// loop runs. Every
 // kSweepInterval the I/O thread also ends jobs that have been idle longer than their
 // idle_timeout (ExpireIdleJobs), which frees their slots.
 //
 //   SWITCHML_ASSIGN_OR_RETURN(auto server, SwitchServer::Create(config, std::move(channel)));
 //   SWITCHML_RETURN_IF_ERROR(server->Start());
-//   ... session service calls server->RegisterWorker(reg) ...
+//   ... the controller calls server->RegisterJobWorker({.job_id = 0, .worker = reg}) ...
 //   std::cout << server->counters().FormatTable();
 //   server->Stop();   // also done by the destructor
 //
 // Threading:
-//  * Registration never takes a lock the packet path waits on: every change (RegisterWorker,
-//    CreateJob, RegisterJobWorker, DeleteJob, the idle sweep) builds a new immutable JobTable
+//  * Registration never takes a lock the packet path waits on: every change (CreateJob,
+//    RegisterJobWorker, DeleteJob, the idle sweep) builds a new immutable JobTable
 //    under a writer-side mutex, publishes it as the latest one and bumps an atomic
 //    generation. The I/O thread compares the generation once per burst (one acquire load) and
 //    only when it changed copies the shared_ptr under that mutex, so the lock is taken once
@@ -32,8 +32,8 @@
 //    per-counter exact but not taken at one instant.
 //  * InspectSlots reads aggregation state that only the I/O thread may touch, so while the
 //    loop runs it is served by the I/O thread between bursts (the caller waits).
-//  * Start/Stop/RegisterWorker/Info/counters and every JobSink method are thread-safe. Stop() wakes the channel and
-//    joins; the receive timeout (kRecvTimeout) bounds how long that takes even for a channel
+//  * Start/Stop/Info/counters and every SwitchControl method are thread-safe. Stop() wakes the
+//    channel and joins; the receive timeout (kRecvTimeout) bounds how long that takes even for a channel
 //    whose Wake() is slow.
 #pragma once
 
@@ -81,10 +81,11 @@ struct ServerCounters {
   std::string FormatTable() const;
 };
 
-class SwitchServer final : public SessionSink, public JobSink {
+class SwitchServer final : public SwitchControl {
  public:
   // 32 datagrams per RecvBurst: one recvmmsg/sendmmsg-sized batch amortises the ~6 µs syscall
-  // cost (ENVIRONMENT.md) while a burst of 4 KiB buffers (128 KiB) still fits in L2.
+  // cost (docs/benchmarks.md#measured-on-the-development-machine) while a burst of 4 KiB
+  // buffers (128 KiB) still fits in L2.
   static constexpr size_t kBurstSize = 32;
   // How long RecvBurst waits when idle; bounds Stop() latency and costs nothing under load.
   static constexpr std::chrono::milliseconds kRecvTimeout{20};
@@ -108,14 +109,12 @@ class SwitchServer final : public SessionSink, public JobSink {
   void Stop();
   bool running() const;
 
-  // SessionSink: registers a worker of job 0, the reference session. Errors as
-  // JobTable::RegisterSessionWorker. Callable before Start().
-  Status RegisterWorker(const WorkerRegistration& reg) override;
-  SwitchInfo Info() const override;
+  // Where and how workers reach this switch (num_slots = the whole pool).
+  SwitchInfo Info() const;
 
-  // JobSink (errors as documented there and in job_table.h). CreateJob generates
-  // a token when the spec has none; RegisterJobWorker's grant carries Info() with num_slots =
-  // the job's.
+  // SwitchControl (errors as documented there and in job_table.h); callable before Start().
+  // CreateJob generates a token when the spec has none; RegisterJobWorker (job 0 = the
+  // reference session, JobTable::Register) answers with Info(), num_slots = the job's.
   StatusOr<JobInfo> CreateJob(const JobSpec& spec) override;
   Status DeleteJob(uint32_t job_id, const std::string& token) override;
   StatusOr<JobWorkerGrant> RegisterJobWorker(

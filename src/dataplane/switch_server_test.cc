@@ -134,6 +134,14 @@ WorkerRegistration Reg(uint32_t rank, uint32_t num_workers, uint32_t ipv4,
   return r;
 }
 
+// A reference UdpSession registration: job 0, no token.
+Status RegisterInJob0(SwitchServer& server, const WorkerRegistration& reg) {
+  JobRegistration job0;
+  job0.job_id = kReferenceJobId;
+  job0.worker = reg;
+  return server.RegisterJobWorker(job0).status();
+}
+
 SwitchConfig SmallConfig() {
   SwitchConfig c;
   c.num_slots = 64;
@@ -192,10 +200,10 @@ TEST(SwitchServerTest, AggregatesAndMulticastsThroughTheChannel) {
   auto net = std::make_shared<FakeNet>();
   auto server = MakeServer(net);
   // One worker registers before Start, one after.
-  ASSERT_TRUE(server->RegisterWorker(Reg(0, 2, kIpA, {4000, 4001})).ok());
+  ASSERT_TRUE(RegisterInJob0(*server, Reg(0, 2, kIpA, {4000, 4001})).ok());
   ASSERT_TRUE(server->Start().ok());
   EXPECT_TRUE(server->running());
-  ASSERT_TRUE(server->RegisterWorker(Reg(1, 2, kIpB, {5000, 5001})).ok());
+  ASSERT_TRUE(RegisterInJob0(*server, Reg(1, 2, kIpB, {5000, 5001})).ok());
 
   Request ra{.slot = 10, .set = 1, .values = Ramp(64, 1, 2), .exp0 = 3, .job_number = 2, .tsi = 11};
   Request rb{.slot = 10, .set = 1, .values = Ramp(64, -5, 9), .exp0 = 1, .job_number = 2, .tsi = 11};
@@ -273,7 +281,7 @@ TEST(SwitchServerTest, RetriesTheUnsentSuffixUntilEverythingIsSent) {
   auto server = MakeServer(net);
   const uint32_t kWorkers = 5;
   for (uint32_t r = 0; r < kWorkers; ++r) {
-    ASSERT_TRUE(server->RegisterWorker(Reg(r, kWorkers, kIpA, {uint16_t(4000 + r)})).ok());
+    ASSERT_TRUE(RegisterInJob0(*server, Reg(r, kWorkers, kIpA, {uint16_t(4000 + r)})).ok());
   }
   ASSERT_TRUE(server->Start().ok());
   for (uint32_t r = 0; r < kWorkers; ++r) {
@@ -298,7 +306,7 @@ TEST(SwitchServerTest, ChannelErrorsAreCountedAndTheLoopContinues) {
   net->fail_next_sends = 1;
   net->fail_next_recvs = 2;
   auto server = MakeServer(net);
-  ASSERT_TRUE(server->RegisterWorker(Reg(0, 1, kIpA)).ok());
+  ASSERT_TRUE(RegisterInJob0(*server, Reg(0, 1, kIpA)).ok());
   ASSERT_TRUE(server->Start().ok());
   net->Inject(Encode({.slot = 0, .values = Ramp(64, 0, 1)}), {kIpA, 4000});  // reply fails
   ASSERT_TRUE(Eventually([&] { return server->counters().send_errors == 1; }));
@@ -317,16 +325,16 @@ TEST(SwitchServerTest, NewSessionWhileRunningResetsAggregation) {
   auto net = std::make_shared<FakeNet>();
   auto server = MakeServer(net);
   ASSERT_TRUE(server->Start().ok());
-  ASSERT_TRUE(server->RegisterWorker(Reg(0, 2, kIpA, {4000})).ok());
-  ASSERT_TRUE(server->RegisterWorker(Reg(1, 2, kIpB, {5000})).ok());
+  ASSERT_TRUE(RegisterInJob0(*server, Reg(0, 2, kIpA, {4000})).ok());
+  ASSERT_TRUE(RegisterInJob0(*server, Reg(1, 2, kIpB, {5000})).ok());
   auto pa = Encode({.slot = 3, .values = Ramp(64, 100, 0)});
   auto pb = Encode({.slot = 3, .values = Ramp(64, 20, 0)});
   net->Inject(pa, {kIpA, 4000});
   ASSERT_TRUE(Eventually([&] { return server->counters().core.consumed == 1; }));
 
   // A new session (same workers): A's half-finished contribution must be gone.
-  ASSERT_TRUE(server->RegisterWorker(Reg(0, 2, kIpA, {4000})).ok());
-  ASSERT_TRUE(server->RegisterWorker(Reg(1, 2, kIpB, {5000})).ok());
+  ASSERT_TRUE(RegisterInJob0(*server, Reg(0, 2, kIpA, {4000})).ok());
+  ASSERT_TRUE(RegisterInJob0(*server, Reg(1, 2, kIpB, {5000})).ok());
   EXPECT_EQ(server->jobs()->reference().epoch, 2u);
   net->Inject(pb, {kIpB, 5000});
   ASSERT_TRUE(Eventually([&] { return server->counters().core.consumed == 2; }));
@@ -340,12 +348,39 @@ TEST(SwitchServerTest, NewSessionWhileRunningResetsAggregation) {
 TEST(SwitchServerTest, RegistrationErrorsAreReturned) {
   auto net = std::make_shared<FakeNet>();
   auto server = MakeServer(net);
-  Status s = server->RegisterWorker(Reg(1, 2, kIpA));
+  Status s = RegisterInJob0(*server, Reg(1, 2, kIpA));
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  s = server->RegisterWorker(Reg(0, 17, kIpA));  // max_workers = 16
+  s = RegisterInJob0(*server, Reg(0, 17, kIpA));  // max_workers = 16
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("num_workers"));
   EXPECT_EQ(server->jobs()->reference().epoch, 0u);
+  // Job 0 takes no token.
+  JobRegistration with_token{.job_id = kReferenceJobId, .token = "some-token-1234",
+                             .worker = Reg(0, 2, kIpA)};
+  s = server->RegisterJobWorker(with_token).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("takes no token"));
+  EXPECT_EQ(server->jobs()->reference().epoch, 0u);
+}
+
+TEST(SwitchServerTest, Job0RegistrationGrantsTheWholePool) {
+  auto net = std::make_shared<FakeNet>();
+  auto server = MakeServer(net);
+  JobRegistration job0;
+  job0.job_id = kReferenceJobId;
+  job0.worker = Reg(0, 3, kIpA, {4000});
+  auto grant = server->RegisterJobWorker(job0);
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  EXPECT_EQ(grant->job_id, kReferenceJobId);
+  EXPECT_EQ(grant->num_workers, 3u);
+  EXPECT_EQ(grant->state, JobState::kRunning);
+  EXPECT_EQ(grant->switch_info.num_slots, 64u);
+  EXPECT_EQ(grant->switch_info.ipv4, kSwitch.ipv4);
+  EXPECT_EQ(grant->switch_info.udp_port, 48864);
+  EXPECT_EQ(grant->switch_info.max_workers, 16u);
+  EXPECT_EQ(server->jobs()->reference().epoch, 1u);
+  // Job 0 stays out of the job list.
+  EXPECT_EQ(server->GetJob(kReferenceJobId).status().code(), StatusCode::kNotFound);
 }
 
 TEST(SwitchServerTest, ConcurrentRegistrationAndTraffic) {
@@ -353,14 +388,14 @@ TEST(SwitchServerTest, ConcurrentRegistrationAndTraffic) {
   // must still be exact (run under TSan to check the publication protocol).
   auto net = std::make_shared<FakeNet>();
   auto server = MakeServer(net);
-  ASSERT_TRUE(server->RegisterWorker(Reg(0, 2, kIpA, {4000})).ok());
-  ASSERT_TRUE(server->RegisterWorker(Reg(1, 2, kIpB, {5000})).ok());
+  ASSERT_TRUE(RegisterInJob0(*server, Reg(0, 2, kIpA, {4000})).ok());
+  ASSERT_TRUE(RegisterInJob0(*server, Reg(1, 2, kIpB, {5000})).ok());
   ASSERT_TRUE(server->Start().ok());
   std::atomic<bool> stop{false};
   std::thread registrar([&] {
     // Re-registering rank 1 with the same address: a new table, same session.
     while (!stop.load()) {
-      EXPECT_TRUE(server->RegisterWorker(Reg(1, 2, kIpB, {5000})).ok());
+      EXPECT_TRUE(RegisterInJob0(*server, Reg(1, 2, kIpB, {5000})).ok());
       (void)server->counters();
       std::this_thread::sleep_for(100us);
     }
@@ -383,7 +418,7 @@ TEST(SwitchServerTest, ConcurrentRegistrationAndTraffic) {
   EXPECT_EQ(server->jobs()->reference().epoch, 1u);
 }
 
-// ---- Jobs through the server (JobSink) ----
+// ---- Jobs through the server (SwitchControl) ----
 
 JobRegistration JobReg(const JobInfo& job, uint32_t rank, uint32_t ipv4,
                                    uint16_t port) {

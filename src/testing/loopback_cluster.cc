@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "client/context_impl.h"
-#include "controller/session_sink.h"
+#include "dataplane/switch_control.h"
 
 namespace switchml::testing {
 
@@ -31,7 +31,7 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
     o.rank = r;
     o.num_workers = num_workers;
     if (Status s = o.Validate(); !s.ok()) return s.WithContext("options of rank " + std::to_string(r));
-    controller::WorkerRegistration reg;
+    dataplane::WorkerRegistration reg;
     reg.rank = r;
     reg.num_workers = num_workers;
     reg.ipv4 = 0x0A000001 + r;
@@ -42,7 +42,10 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
       reg.udp_ports.push_back(port);
       channels.push_back(std::move(channel));
     }
-    SWITCHML_RETURN_IF_ERROR(c->server_->RegisterWorker(reg));
+    dataplane::JobRegistration job0;  // the reference session: job 0, no token
+    job0.job_id = dataplane::kReferenceJobId;
+    job0.worker = reg;
+    SWITCHML_RETURN_IF_ERROR(c->server_->RegisterJobWorker(job0).status());
     c->contexts_.push_back(client::ContextImpl::CreateWithChannels(o, std::move(channels), kSwitchEndpoint));
   }
   return c;

@@ -11,7 +11,7 @@
 //
 // The switch listens at kSwitchEndpoint (127.0.0.1:48864 on the fabric); worker r's thread t
 // sends from 10.0.0.(1+r):(6000+t). The workers are registered with the switch's reference
-// session (SwitchServer::RegisterWorker, per-thread ports), exactly as Context::Create would
+// session (job 0: SwitchServer::RegisterJobWorker, per-thread ports), exactly as Context::Create would
 // through the controller. Contexts are built with client::ContextImpl::CreateWithChannels from
 // `options` with rank and num_workers filled in.
 //

@@ -1,4 +1,4 @@
-#include "dataplane/session_table.h"
+#include "dataplane/worker_records.h"
 
 namespace switchml::dataplane {
 

@@ -1,4 +1,4 @@
-// dataplane/session_table.h — the worker records and registration checks every job shares,
+// dataplane/worker_records.h — the worker records and registration checks every job shares,
 // the reference session (job 0) included.
 //
 // The switch has one table of jobs (job_table.h); the reference `UdpSession` session is its
