@@ -1,4 +1,4 @@
-#include "bench/backend.h"
+#include "backend.h"
 
 namespace switchml::bench {
 

@@ -14,7 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "bench/backend.h"
+#include "backend.h"
 
 namespace switchml::bench {
 

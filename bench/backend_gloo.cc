@@ -12,7 +12,7 @@
 
 #include <exception>
 
-#include "bench/backend.h"
+#include "backend.h"
 
 namespace switchml::bench {
 

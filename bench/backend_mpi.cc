@@ -4,7 +4,7 @@
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 
-#include "bench/backend.h"
+#include "backend.h"
 
 namespace switchml::bench {
 

@@ -2,7 +2,7 @@
 // (no worker receives a result before every worker contributed).
 #include <chrono>
 
-#include "bench/backend.h"
+#include "backend.h"
 #include "switchml/switchml.h"
 
 namespace switchml::bench {

@@ -40,11 +40,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include "bench/backend.h"
-#include "bench/backend_flags.h"
-#include "bench/json_file.h"
-#include "bench/dnn_models.h"
-#include "bench/perf_metrics.h"
+#include "backend.h"
+#include "backend_flags.h"
+#include "json_file.h"
+#include "dnn_models.h"
+#include "perf_metrics.h"
 #include "testing/exact_inputs.h"
 #include "tools/cli_util.h"
 

@@ -1,4 +1,4 @@
-#include "bench/dnn_models.h"
+#include "dnn_models.h"
 
 #include <algorithm>
 #include <charconv>

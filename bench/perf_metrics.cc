@@ -1,4 +1,4 @@
-#include "bench/perf_metrics.h"
+#include "perf_metrics.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "tools/cli_util.h"
+#include "cli_util.h"
 
 #include <gtest/gtest.h>
 

@@ -19,8 +19,8 @@
 
 #include "controller/remote_switches.h"
 #include "controller/session_service.h"
-#include "tools/commands.h"
-#include "tools/job_flags.h"
+#include "commands.h"
+#include "job_flags.h"
 
 namespace switchml::tools {
 namespace {
@@ -71,7 +71,7 @@ int Run(const ControllerArgs& a) {
   so.listen_address = a.listen;
   so.operator_token = cred->token;
   so.default_job_idle_timeout = std::chrono::milliseconds(int64_t(a.job_idle_timeout_s * 1000));
-  auto ctl = controller::ControllerServer::Start(so, remote->get(), remote->get());
+  auto ctl = controller::ControllerServer::Start(so, remote->get());
   if (!ctl.ok()) return fail(ctl.status().ToString());
   std::printf("switchml controller: serving on %s (port %d), driving %zu switch(es); operator "
               "credential from %s%s\n",

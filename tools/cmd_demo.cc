@@ -15,9 +15,9 @@
 #include <thread>
 
 #include "testing/exact_inputs.h"
-#include "tools/cli_util.h"
-#include "tools/commands.h"
-#include "tools/job_flags.h"
+#include "cli_util.h"
+#include "commands.h"
+#include "job_flags.h"
 
 namespace switchml::tools {
 

@@ -20,8 +20,8 @@
 #include <string>
 
 #include "controller/job_client.h"
-#include "tools/commands.h"
-#include "tools/job_flags.h"
+#include "commands.h"
+#include "job_flags.h"
 
 namespace switchml::tools {
 namespace {

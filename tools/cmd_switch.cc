@@ -20,9 +20,9 @@
 
 #include "controller/session_service.h"
 #include "dataplane/switch_server.h"
-#include "tools/cli_util.h"
-#include "tools/commands.h"
-#include "tools/job_flags.h"
+#include "cli_util.h"
+#include "commands.h"
+#include "job_flags.h"
 #include "transport/udp_channel.h"
 
 namespace switchml::tools {
@@ -124,7 +124,7 @@ int Run(const SwitchArgs& a) {
   so.operator_token = cred->token;
   so.default_job_idle_timeout = std::chrono::milliseconds(int64_t(a.job_idle_timeout_s * 1000));
   // The switch is both the session sink (reference UdpSession) and the job sink (JobService).
-  auto ctl = controller::ControllerServer::Start(so, server->get(), server->get());
+  auto ctl = controller::ControllerServer::Start(so, server->get());
   if (!ctl.ok()) return fail("session service: " + ctl.status().ToString());
 
   std::printf("switchml switch: data plane on udp %s:%u, session service on %s:%d, %u slots, "

@@ -1,9 +1,9 @@
-#include "tools/job_flags.h"
+#include "job_flags.h"
 
 #include <cstdlib>
 #include <iostream>
 
-#include "tools/cli_util.h"
+#include "cli_util.h"
 
 namespace switchml::tools {
 

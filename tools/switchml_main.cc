@@ -11,7 +11,7 @@
 #include <iostream>
 #include <string>
 
-#include "tools/commands.h"
+#include "commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"SwitchML-C++: in-network aggregation (software switch, client, tools)", "switchml"};

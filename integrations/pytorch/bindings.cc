@@ -6,7 +6,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/utils/pybind.h>
 
-#include "integrations/pytorch/process_group_switchml.h"
+#include "process_group_switchml.h"
 
 namespace py = pybind11;
 

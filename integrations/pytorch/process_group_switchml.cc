@@ -1,4 +1,4 @@
-#include "integrations/pytorch/process_group_switchml.h"
+#include "process_group_switchml.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
