@@ -20,6 +20,14 @@
 //  * --mode forward: a plain forwarder thread with the same I/O method (a UdpChannel with the same
 //    options, RecvBurstNoCopy(32) → echo every datagram to its sender → GroupByDestination →
 //    SendBurst): the limit of that I/O path on this machine. Each echo is a completed "round".
+//    With --dut-threads T the forwarder runs T such threads, each with its own socket, thread i
+//    owning the slots [i*W/T, (i+1)*W/T) of every worker's window, and --steering chooses how a
+//    request reaches its owner: ports (a port per thread; workers send each slot to its
+//    owner's port), reuseport (one SO_REUSEPORT port, the kernel's 4-tuple hash) or
+//    reuseport-cbpf (one port, a classic BPF program picks the thread from the slot in the
+//    payload). Each thread counts requests for slots it does not own (misrouted: a failure
+//    except with reuseport) and records the slots it saw; CPU and run-queue time are reported
+//    per thread and summed (docs/switch-rate.md#several-io-threads-steering).
 // Both modes report requests/s into the switch (forwarder), responses/s out of it, the CPU time
 // of its thread per request, and its syscalls per request; the switch/forwarder request-rate
 // ratio is the scenario's figure of merit (target ≥ 0.8, reported, never asserted).
@@ -29,7 +37,8 @@
 // --verify-every-th response per worker, must equal the expected value (else `wrong`). A run
 // fails (exit 1) if any response was wrong or unexpected, if nothing completed, or if the
 // windows stalled (no response for --stall-timeout while packets were in flight: a lost packet,
-// which this benchmark does not retransmit). Every wait has a deadline.
+// which this benchmark does not retransmit), or if a request was misrouted (forward mode with
+// ports or reuseport-cbpf steering). Every wait has a deadline.
 //
 // Exit status: 0 = run completed with only correct results, 1 = failed run (reason printed),
 // 2 = bad arguments or setup error.
@@ -89,7 +98,17 @@ struct Options {
   double drop_probability = 0.0;
   std::string json_path;
   bool no_header = false;
+  // --mode forward only: forwarder threads and how requests are steered to them.
+  uint32_t dut_threads = 1;
+  std::string steering = "ports";  // ports | reuseport | reuseport-cbpf
+  bool no_owner_split = false;     // testing aid: GSO runs may cross owner boundaries
+  uint32_t cbpf_pool_offset = 6;   // testing aid: where the cBPF program reads the pool index
 };
+
+// The DUT thread that owns slot s: contiguous ranges of the window, owner(s) = s * T / W.
+inline uint32_t OwnerOf(uint32_t slot, uint32_t threads, uint32_t window) {
+  return uint32_t(uint64_t{slot} * threads / window);
+}
 
 // ---- Thread CPU time ----
 
@@ -148,6 +167,13 @@ class DeviceUnderTest {
   virtual void Stop() = 0;
   virtual const transport::UdpChannelStats& channel_stats() const = 0;
   virtual nlohmann::json Extra() const { return nlohmann::json::object(); }
+  // Several I/O threads (the forwarder with --dut-threads T): per thread, in thread order.
+  // Thread i serves endpoints()[i] (all equal when the sockets share a port).
+  virtual std::vector<Endpoint> endpoints() const { return {endpoint()}; }
+  virtual std::vector<pid_t> tids() const { return {tid()}; }
+  virtual std::vector<DutCounters> thread_counters() const { return {counters()}; }
+  // Requests that arrived at a thread other than their slot's owner (whole run); after Stop().
+  virtual uint64_t misrouted() const { return 0; }
 };
 
 class SwitchDut final : public DeviceUnderTest {
@@ -168,7 +194,10 @@ class SwitchDut final : public DeviceUnderTest {
       reg.num_workers = n;
       reg.ipv4 = kLocalhost;
       reg.udp_ports = {worker_ports[k]};
-      SWITCHML_RETURN_IF_ERROR(server->RegisterWorker(reg));
+      dataplane::JobRegistration job0;  // the reference session: job 0, no token
+      job0.job_id = dataplane::kReferenceJobId;
+      job0.worker = reg;
+      SWITCHML_RETURN_IF_ERROR(server->RegisterJobWorker(job0).status());
     }
     auto dut = std::unique_ptr<SwitchDut>(new SwitchDut(std::move(server), raw));
     const std::set<pid_t> before = ListTasks();
@@ -207,43 +236,173 @@ class SwitchDut final : public DeviceUnderTest {
   pid_t tid_ = 0;
 };
 
-// The plain forwarder: the switch's I/O loop with the aggregation replaced by an echo.
+// The plain forwarder: the switch's I/O loop with the aggregation replaced by an echo. With T
+// threads, each has its own UdpChannel and runs the same loop; nothing is shared on the packet
+// path. Steering (how a request reaches its slot's owner thread, OwnerOf):
+//  * ports: thread i binds its own port; the workers send slot s to the owner's port.
+//  * reuseport: the T sockets form one SO_REUSEPORT group on one port; the kernel's 4-tuple hash
+//    picks the thread (all of one worker's requests land on one thread, whatever the slot).
+//  * reuseport-cbpf: the same group plus a classic BPF program (SO_ATTACH_REUSEPORT_CBPF) that
+//    computes the owner from the pool index in the payload (bytes 6..7, slot = pool & 0x3fff).
+// Every thread checks each request's slot against its own index (misrouted) and records which
+// slots it saw.
 class ForwarderDut final : public DeviceUnderTest {
  public:
-  static StatusOr<std::unique_ptr<ForwarderDut>> Create(const UdpChannelOptions& opt) {
-    SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<UdpChannel> ch, UdpChannel::Create(opt));
-    auto dut = std::unique_ptr<ForwarderDut>(new ForwarderDut(std::move(ch)));
-    dut->thread_ = std::thread([d = dut.get()] { d->Run(); });
+  static StatusOr<std::unique_ptr<ForwarderDut>> Create(const UdpChannelOptions& base,
+                                                        uint32_t threads,
+                                                        const std::string& steering,
+                                                        uint32_t window, uint32_t pool_offset) {
+    auto dut = std::unique_ptr<ForwarderDut>(new ForwarderDut(threads, window));
+    UdpChannelOptions copt = base;
+    copt.reuse_port = steering != "ports";
+    for (uint32_t i = 0; i < threads; ++i) {
+      auto t = std::make_unique<Thread>();
+      SWITCHML_ASSIGN_OR_RETURN(t->channel, UdpChannel::Create(copt));
+      if (copt.reuse_port) copt.local = t->channel->local_endpoint();  // the rest join its port
+      t->slots_seen.assign(window, 0);
+      dut->threads_.push_back(std::move(t));
+    }
+    if (steering == "reuseport-cbpf") {
+      SWITCHML_RETURN_IF_ERROR(
+          dut->threads_[0]->channel->AttachReuseportCbpf(OwnerProgram(threads, window, pool_offset)));
+    }
+    for (uint32_t i = 0; i < threads; ++i) {
+      Thread* t = dut->threads_[i].get();
+      t->thread = std::thread([d = dut.get(), t, i] { d->Run(*t, i); });
+    }
     const auto deadline = Clock::now() + std::chrono::seconds(5);
-    while (dut->tid_.load(std::memory_order_acquire) == 0) {
-      if (Clock::now() > deadline) return InternalError("the forwarder thread did not start within 5 s");
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (const auto& t : dut->threads_) {
+      while (t->tid.load(std::memory_order_acquire) == 0) {
+        if (Clock::now() > deadline) {
+          return InternalError("a forwarder thread did not start within 5 s");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
     }
     return dut;
   }
   ~ForwarderDut() override { Stop(); }
 
-  Endpoint endpoint() const override { return channel_->local_endpoint(); }
-  pid_t tid() const override { return tid_.load(std::memory_order_acquire); }
+  // owner = (pool & 0x3fff) * T / W. For a UDP reuseport group the kernel runs the program with
+  // the datagram's data at the UDP payload, so the pool index is at offset 6 (verified by the
+  // misrouted count: offset 14, as if the program saw the 8-byte UDP header, misroutes).
+  static std::vector<sock_filter> OwnerProgram(uint32_t threads, uint32_t window,
+                                               uint32_t pool_offset) {
+    return {
+        BPF_STMT(BPF_LD | BPF_H | BPF_ABS, pool_offset),  // A = pool index (bytes 6..7, big-endian)
+        BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0x3fff),  // slot
+        BPF_STMT(BPF_ALU | BPF_MUL | BPF_K, threads),
+        BPF_STMT(BPF_ALU | BPF_DIV | BPF_K, window),
+        BPF_STMT(BPF_RET | BPF_A, 0),                 // socket index in bind order = thread
+    };
+  }
+
+  Endpoint endpoint() const override { return threads_[0]->channel->local_endpoint(); }
+  pid_t tid() const override { return threads_[0]->tid.load(std::memory_order_acquire); }
   DutCounters counters() const override {
-    return {received_.load(std::memory_order_relaxed), sent_.load(std::memory_order_relaxed)};
+    DutCounters c;
+    for (const DutCounters& t : thread_counters()) {
+      c.received += t.received;
+      c.sent += t.sent;
+    }
+    return c;
+  }
+  std::vector<Endpoint> endpoints() const override {
+    std::vector<Endpoint> e;
+    for (const auto& t : threads_) e.push_back(t->channel->local_endpoint());
+    return e;
+  }
+  std::vector<pid_t> tids() const override {
+    std::vector<pid_t> v;
+    for (const auto& t : threads_) v.push_back(t->tid.load(std::memory_order_acquire));
+    return v;
+  }
+  std::vector<DutCounters> thread_counters() const override {
+    std::vector<DutCounters> v;
+    for (const auto& t : threads_) {
+      v.push_back({t->received.load(std::memory_order_relaxed), t->sent.load(std::memory_order_relaxed)});
+    }
+    return v;
   }
   void Stop() override {
-    if (!thread_.joinable()) return;
+    if (stopped_) return;
     stop_.store(true, std::memory_order_release);
-    channel_->Wake();
-    thread_.join();
+    for (const auto& t : threads_) t->channel->Wake();
+    for (const auto& t : threads_) {
+      if (t->thread.joinable()) t->thread.join();
+    }
+    stopped_ = true;
+    total_ = {};
+    for (const auto& t : threads_) {
+      const transport::UdpChannelStats& c = t->channel->stats();
+      total_.sent += c.sent;
+      total_.received += c.received;
+      total_.truncated += c.truncated;
+      total_.send_eagain += c.send_eagain;
+      total_.send_dropped += c.send_dropped;
+      total_.errors_ignored += c.errors_ignored;
+      total_.send_syscalls += c.send_syscalls;
+      total_.recv_syscalls += c.recv_syscalls;
+      total_.gso_messages += c.gso_messages;
+      total_.gso_fallbacks += c.gso_fallbacks;
+      total_.gro_messages += c.gro_messages;
+    }
   }
-  const transport::UdpChannelStats& channel_stats() const override { return channel_->stats(); }
+  // Summed over the threads; valid after Stop().
+  const transport::UdpChannelStats& channel_stats() const override { return total_; }
+  uint64_t misrouted() const override {
+    uint64_t m = 0;
+    for (const auto& t : threads_) m += t->misrouted;
+    return m;
+  }
+  // After Stop(): per thread its slots (as ranges), misrouted requests and channel counters.
   nlohmann::json Extra() const override {
-    return {{"send_errors", send_errors_}, {"send_dropped", send_dropped_}};
+    uint64_t send_errors = 0;
+    uint64_t send_dropped = 0;
+    nlohmann::json per = nlohmann::json::array();
+    for (const auto& t : threads_) {
+      send_errors += t->send_errors;
+      send_dropped += t->send_dropped;
+      nlohmann::json ranges = nlohmann::json::array();
+      for (uint32_t s = 0; s < window_; ++s) {
+        if (!t->slots_seen[s]) continue;
+        uint32_t e = s;
+        while (e + 1 < window_ && t->slots_seen[e + 1]) ++e;
+        ranges.push_back({s, e});
+        s = e;
+      }
+      const transport::UdpChannelStats& c = t->channel->stats();
+      per.push_back({{"port", t->channel->local_endpoint().port},
+                     {"slot_ranges", ranges},
+                     {"misrouted", t->misrouted},
+                     {"received", c.received},
+                     {"recv_syscalls", c.recv_syscalls},
+                     {"send_syscalls", c.send_syscalls},
+                     {"gro_messages", c.gro_messages},
+                     {"gso_messages", c.gso_messages}});
+    }
+    return {{"send_errors", send_errors}, {"send_dropped", send_dropped}, {"threads", per}};
   }
 
  private:
-  explicit ForwarderDut(std::unique_ptr<UdpChannel> ch) : channel_(std::move(ch)) {}
+  struct Thread {
+    std::unique_ptr<UdpChannel> channel;
+    std::thread thread;
+    std::atomic<pid_t> tid{0};
+    std::atomic<uint64_t> received{0};
+    std::atomic<uint64_t> sent{0};
+    // Owned by the thread; read after Stop.
+    uint64_t send_errors = 0;
+    uint64_t send_dropped = 0;
+    uint64_t misrouted = 0;
+    std::vector<uint8_t> slots_seen;  // per slot of the window: 1 if a request arrived here
+  };
 
-  void Run() {
-    tid_.store(GetTid(), std::memory_order_release);
+  ForwarderDut(uint32_t threads, uint32_t window) : num_threads_(threads), window_(window) {}
+
+  void Run(Thread& t, uint32_t index) {
+    t.tid.store(GetTid(), std::memory_order_release);
+    UdpChannel& channel = *t.channel;
     auto bytes = std::make_unique<uint8_t[]>(kRxBurst * wire::kMaxPacketBytes);
     std::array<RxDatagram, kRxBurst> rx{};
     std::vector<TxDatagram> tx;
@@ -251,10 +410,12 @@ class ForwarderDut final : public DeviceUnderTest {
     tx.reserve(kRxBurst);
     uint64_t received = 0;
     uint64_t sent = 0;
+    uint64_t misrouted = 0;
+    uint8_t* const seen = t.slots_seen.data();
     while (!stop_.load(std::memory_order_acquire)) {
       // As SwitchServer::Run: in place (views valid until the next receive, after the echo).
       transport::PointAt(rx, bytes.get(), uint32_t(wire::kMaxPacketBytes));
-      StatusOr<size_t> got = channel_->RecvBurstNoCopy(rx, dataplane::SwitchServer::kRecvTimeout);
+      StatusOr<size_t> got = channel.RecvBurstNoCopy(rx, dataplane::SwitchServer::kRecvTimeout);
       if (!got.ok()) {
         std::cerr << "forwarder: " << got.status() << "\n";
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -262,19 +423,30 @@ class ForwarderDut final : public DeviceUnderTest {
       }
       if (*got == 0) continue;
       tx.clear();
-      for (size_t i = 0; i < *got; ++i) tx.push_back({rx[i].data, rx[i].size, rx[i].from});
+      for (size_t i = 0; i < *got; ++i) {
+        // Steering check: the pool index (bytes 6..7, big-endian) names the slot.
+        const uint8_t* d = rx[i].data;
+        const uint32_t slot = rx[i].size >= 8 ? ((uint32_t(d[6]) << 8 | d[7]) & 0x3fff) : window_;
+        if (slot < window_) {
+          seen[slot] = 1;
+          misrouted += OwnerOf(slot, num_threads_, window_) != index ? 1 : 0;
+        } else {
+          ++misrouted;
+        }
+        tx.push_back({rx[i].data, rx[i].size, rx[i].from});
+      }
       transport::GroupByDestination(tx, &grouped);
       size_t done = 0;
       while (done < grouped.size()) {  // as SwitchServer::SendAll
-        StatusOr<size_t> n = channel_->SendBurst(std::span<const TxDatagram>(grouped).subspan(done));
+        StatusOr<size_t> n = channel.SendBurst(std::span<const TxDatagram>(grouped).subspan(done));
         if (!n.ok()) {
-          ++send_errors_;
-          send_dropped_ += grouped.size() - done;
+          ++t.send_errors;
+          t.send_dropped += grouped.size() - done;
           break;
         }
         if (*n == 0) {
           if (stop_.load(std::memory_order_relaxed)) {
-            send_dropped_ += grouped.size() - done;
+            t.send_dropped += grouped.size() - done;
             break;
           }
           std::this_thread::yield();
@@ -284,19 +456,18 @@ class ForwarderDut final : public DeviceUnderTest {
       }
       received += *got;
       sent += done;
-      received_.store(received, std::memory_order_relaxed);
-      sent_.store(sent, std::memory_order_relaxed);
+      t.received.store(received, std::memory_order_relaxed);
+      t.sent.store(sent, std::memory_order_relaxed);
     }
+    t.misrouted = misrouted;
   }
 
-  std::unique_ptr<UdpChannel> channel_;
-  std::thread thread_;
+  const uint32_t num_threads_;
+  const uint32_t window_;
+  std::vector<std::unique_ptr<Thread>> threads_;
   std::atomic<bool> stop_{false};
-  std::atomic<pid_t> tid_{0};
-  std::atomic<uint64_t> received_{0};
-  std::atomic<uint64_t> sent_{0};
-  uint64_t send_errors_ = 0;   // forwarder thread; read after Stop
-  uint64_t send_dropped_ = 0;  // forwarder thread; read after Stop
+  bool stopped_ = false;
+  transport::UdpChannelStats total_;
 };
 
 // ---- The synthetic workers (one sender thread) ----
@@ -317,6 +488,7 @@ struct Worker {
   std::vector<uint32_t> round;            // per slot: round in flight
   std::vector<uint8_t> in_flight;         // per slot: sent, result not yet received
   std::vector<uint16_t> pending;          // slots to send next
+  std::vector<uint16_t> scratch;          // pending, ordered by owner thread
   std::unique_ptr<uint8_t[]> rx_bytes;
   std::array<RxDatagram, kRxBurst> rx{};
   std::vector<TxDatagram> tx;
@@ -328,11 +500,15 @@ struct Worker {
 struct Snapshot {
   Clock::time_point when;
   WorkerTotals workers;  // summed
-  DutCounters dut;
-  double dut_cpu = 0;
+  DutCounters dut;         // summed over the DUT threads
+  double dut_cpu = 0;      // summed over the DUT threads
   double sender_cpu = 0;
-  double dut_wait = 0;     // runqueue wait
+  double dut_wait = 0;     // runqueue wait, summed over the DUT threads
   double sender_wait = 0;
+  // Per DUT thread (same order as DeviceUnderTest::tids()).
+  std::vector<DutCounters> dut_threads;
+  std::vector<double> dut_thread_cpu;
+  std::vector<double> dut_thread_wait;
 };
 
 struct SenderResult {
@@ -377,6 +553,7 @@ class Senders {
       }
       w.tx.reserve(opt_.window);
       w.pending.reserve(opt_.window);
+      w.scratch.reserve(opt_.window);
     }
     return ports;
   }
@@ -387,7 +564,8 @@ class Senders {
   }
 
   // The sender thread's body: warm-up, measurement, stop. `dut` is read for snapshots only.
-  SenderResult Run(const DeviceUnderTest& dut, Endpoint target) {
+  // targets[i]: where requests for slots owned by DUT thread i go (one entry: all to it).
+  SenderResult Run(const DeviceUnderTest& dut, const std::vector<Endpoint>& targets) {
     SenderResult result;
     const pid_t self = GetTid();
     const int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -405,6 +583,7 @@ class Senders {
         return result;
       }
     }
+    const std::vector<pid_t> dut_tids = dut.tids();
     auto snapshot = [&] {
       Snapshot s;
       s.when = Clock::now();
@@ -419,10 +598,18 @@ class Senders {
         s.workers.send_syscalls += w.totals.send_syscalls;
         s.workers.recv_syscalls += w.totals.recv_syscalls;
       }
-      s.dut = dut.counters();
-      s.dut_cpu = ThreadCpuSeconds(dut.tid());
+      s.dut_threads = dut.thread_counters();
+      for (const DutCounters& c : s.dut_threads) {
+        s.dut.received += c.received;
+        s.dut.sent += c.sent;
+      }
+      for (pid_t t : dut_tids) {
+        s.dut_thread_cpu.push_back(ThreadCpuSeconds(t));
+        s.dut_thread_wait.push_back(ThreadRunqueueWaitSeconds(t));
+        s.dut_cpu += s.dut_thread_cpu.back();
+        s.dut_wait += s.dut_thread_wait.back();
+      }
       s.sender_cpu = ThreadCpuSeconds(self);
-      s.dut_wait = ThreadRunqueueWaitSeconds(dut.tid());
       s.sender_wait = ThreadRunqueueWaitSeconds(self);
       return s;
     };
@@ -446,7 +633,7 @@ class Senders {
       // Send what is due (the initial windows, the refills of the last pass, leftovers of a
       // full socket buffer).
       for (Worker& w : workers_) {
-        if (!w.pending.empty() && !Flush(w, target, &result)) break;
+        if (!w.pending.empty() && !Flush(w, targets, &result)) break;
       }
       if (!result.error.empty()) break;
 
@@ -497,29 +684,59 @@ class Senders {
   }
 
  private:
-  // Sends w.pending; false on a channel error (recorded in result).
-  bool Flush(Worker& w, Endpoint target, SenderResult* result) {
+  // Sends w.pending; false on a channel error (recorded in result). With T > 1 DUT threads the
+  // pending slots are ordered by owner thread and each owner's go out in their own SendBurst
+  // (to targets[owner], or the shared port), so no GSO message spans two owners: the kernel
+  // steers a GSO message whole, by its first datagram. The same in every steering mode, so the
+  // senders do the same work; --no-owner-split (testing aid) sends them all in one SendBurst.
+  bool Flush(Worker& w, const std::vector<Endpoint>& targets, SenderResult* result) {
     const size_t bytes = wire::PacketBytes(opt_.elements);
     const uint8_t size_code = *wire::SizeCodeForElements(opt_.elements);
-    w.tx.clear();
-    for (uint16_t s : w.pending) {
-      uint8_t* p = w.tx_bytes.get() + s * bytes;
-      wire::Header h;
-      h.size_code = size_code;
-      h.tsi = w.round[s];
-      h.slot = s;
-      h.set = uint8_t(w.round[s] & 1);
-      wire::EncodePrefix(h, p);
-      w.tx.push_back({p, uint32_t(bytes), target});
+    const uint32_t threads = opt_.dut_threads;
+    if (threads > 1) {
+      w.scratch.clear();
+      for (uint32_t o = 0; o < threads; ++o) {
+        for (uint16_t s : w.pending) {
+          if (OwnerOf(s, threads, opt_.window) == o) w.scratch.push_back(s);
+        }
+      }
+      w.pending.swap(w.scratch);
     }
-    StatusOr<size_t> sent = w.channel->SendBurst(w.tx);
-    if (!sent.ok()) {
-      result->error = "send: " + sent.status().ToString();
-      return false;
+    size_t accepted = 0;  // a prefix of w.pending
+    size_t begin = 0;
+    while (begin < w.pending.size()) {
+      const uint32_t owner = OwnerOf(w.pending[begin], threads, opt_.window);
+      size_t end = begin + 1;
+      if (opt_.no_owner_split) {
+        end = w.pending.size();
+      } else {
+        while (end < w.pending.size() && OwnerOf(w.pending[end], threads, opt_.window) == owner) ++end;
+      }
+      w.tx.clear();
+      for (size_t i = begin; i < end; ++i) {
+        const uint16_t s = w.pending[i];
+        uint8_t* p = w.tx_bytes.get() + s * bytes;
+        wire::Header h;
+        h.size_code = size_code;
+        h.tsi = w.round[s];
+        h.slot = s;
+        h.set = uint8_t(w.round[s] & 1);
+        wire::EncodePrefix(h, p);
+        const Endpoint to = targets.size() > 1 ? targets[OwnerOf(s, threads, opt_.window)] : targets[0];
+        w.tx.push_back({p, uint32_t(bytes), to});
+      }
+      StatusOr<size_t> sent = w.channel->SendBurst(w.tx);
+      if (!sent.ok()) {
+        result->error = "send: " + sent.status().ToString();
+        return false;
+      }
+      accepted += *sent;
+      if (*sent < w.tx.size()) break;  // socket buffer full: the rest stays pending
+      begin = end;
     }
-    w.totals.sent += *sent;
-    for (size_t i = 0; i < *sent; ++i) w.in_flight[w.pending[i]] = 1;
-    w.pending.erase(w.pending.begin(), w.pending.begin() + std::ptrdiff_t(*sent));
+    w.totals.sent += accepted;
+    for (size_t i = 0; i < accepted; ++i) w.in_flight[w.pending[i]] = 1;
+    w.pending.erase(w.pending.begin(), w.pending.begin() + std::ptrdiff_t(accepted));
     return true;
   }
 
@@ -571,7 +788,8 @@ struct Row {
 };
 
 Row Evaluate(const Options& opt, bool is_switch, bool gso, bool gro, const SenderResult& r,
-             const transport::UdpChannelStats& dut_stats, const nlohmann::json& extra) {
+             const transport::UdpChannelStats& dut_stats, const nlohmann::json& extra,
+             uint64_t misrouted) {
   const Snapshot& a = r.start;
   const Snapshot& b = r.end;
   const double secs = std::chrono::duration<double>(b.when - a.when).count();
@@ -588,6 +806,8 @@ Row Evaluate(const Options& opt, bool is_switch, bool gso, bool gro, const Sende
   Row row;
   nlohmann::json& j = row.j;
   j["mode"] = is_switch ? "switch" : "forward";
+  j["dut_threads"] = opt.dut_threads;
+  j["steering"] = opt.steering;
   j["workers"] = opt.workers;
   j["window"] = opt.window;
   j["elements_per_packet"] = opt.elements;
@@ -609,6 +829,24 @@ Row Evaluate(const Options& opt, bool is_switch, bool gso, bool gro, const Sende
   j["dut_cpu_s"] = dut_cpu;
   j["dut_cpu_utilization"] = dut_cpu / safe;
   j["dut_cpu_us_per_request"] = requests > 0 ? dut_cpu * 1e6 / double(requests) : 0.0;
+  // Per DUT thread (the sums above are over all of them).
+  nlohmann::json per = nlohmann::json::array();
+  for (size_t t = 0; t < b.dut_threads.size() && t < a.dut_threads.size(); ++t) {
+    const uint64_t req = b.dut_threads[t].received - a.dut_threads[t].received;
+    const double cpu = b.dut_thread_cpu[t] - a.dut_thread_cpu[t];
+    per.push_back({{"requests", req},
+                   {"requests_per_s", double(req) / safe},
+                   {"cpu_s", cpu},
+                   {"cpu_utilization", cpu / safe},
+                   {"cpu_us_per_request", req > 0 ? cpu * 1e6 / double(req) : 0.0},
+                   {"runqueue_wait_fraction", (b.dut_thread_wait[t] - a.dut_thread_wait[t]) / safe}});
+  }
+  j["dut_thread"] = per;
+  // Requests that arrived at a thread other than their slot's owner (whole run, warm-up
+  // included): must be 0 with ports and reuseport-cbpf steering.
+  j["misrouted"] = misrouted;
+  j["misrouted_fraction"] =
+      dut_stats.received > 0 ? double(misrouted) / double(dut_stats.received) : 0.0;
   // Time the thread was runnable but not running (other processes on the machine's cores).
   j["dut_runqueue_wait_fraction"] = (b.dut_wait - a.dut_wait) / safe;
   j["sender_runqueue_wait_fraction"] = (b.sender_wait - a.sender_wait) / safe;
@@ -653,6 +891,8 @@ Row Evaluate(const Options& opt, bool is_switch, bool gso, bool gro, const Sende
     row.verdict = "FAIL (" + std::to_string(b.workers.wrong) + " wrong results)";
   } else if (b.workers.unexpected > 0) {
     row.verdict = "FAIL (" + std::to_string(b.workers.unexpected) + " unexpected responses)";
+  } else if (misrouted > 0 && opt.steering != "reuseport") {
+    row.verdict = "FAIL (" + std::to_string(misrouted) + " misrouted requests: not at their slot's owner thread)";
   } else if (requests == 0 || responses == 0) {
     row.verdict = "FAIL (nothing completed in the measurement window)";
   } else {
@@ -665,9 +905,10 @@ Row Evaluate(const Options& opt, bool is_switch, bool gso, bool gro, const Sende
 }
 
 void PrintHeader() {
-  std::printf("%-8s %3s %5s %7s %11s %11s %10s %10s %6s %6s %8s %8s %6s  %s\n", "mode", "n",
-              "elems", "offload", "requests/s", "responses/s", "Melem/s_ag", "Melem/s_in", "dutCPU",
-              "dutRQ", "us/req", "sys/req", "sndCPU", "verdict");
+  std::printf("%-8s %2s %-14s %3s %5s %7s %11s %11s %10s %10s %6s %6s %8s %8s %6s %-11s %8s  %s\n",
+              "mode", "T", "steering", "n", "elems", "offload", "requests/s", "responses/s",
+              "Melem/s_ag", "Melem/s_in", "dutCPU", "dutRQ", "us/req", "sys/req", "sndCPU",
+              "thrCPU%", "misrt", "verdict");
 }
 
 void PrintRow(const nlohmann::json& j) {
@@ -678,14 +919,22 @@ void PrintRow(const nlohmann::json& j) {
   } else {
     std::snprintf(agg, sizeof(agg), "-");
   }
-  std::printf("%-8s %3u %5u %7s %11.0f %11.0f %10s %10.1f %5.0f%% %5.0f%% %8.2f %8.3f %5.0f%%  %s\n",
-              j["mode"].get<std::string>().c_str(), j["workers"].get<uint32_t>(),
+  std::string per_thread;
+  for (const auto& t : j["dut_thread"]) {
+    if (!per_thread.empty()) per_thread += "/";
+    per_thread += std::to_string(int(100 * t["cpu_utilization"].get<double>() + 0.5));
+  }
+  std::printf("%-8s %2u %-14s %3u %5u %7s %11.0f %11.0f %10s %10.1f %5.0f%% %5.0f%% %8.2f %8.3f %5.0f%% %-11s %8llu  %s\n",
+              j["mode"].get<std::string>().c_str(), j["dut_threads"].get<uint32_t>(),
+              j["steering"].get<std::string>().c_str(), j["workers"].get<uint32_t>(),
               j["elements_per_packet"].get<uint32_t>(), j["udp_offload"].get<bool>() ? "gso+gro" : "off",
               j["requests_per_s"].get<double>(), j["responses_per_s"].get<double>(), agg,
               j["added_melem_per_s"].get<double>(), 100 * j["dut_cpu_utilization"].get<double>(),
               100 * j["dut_runqueue_wait_fraction"].get<double>(),
               j["dut_cpu_us_per_request"].get<double>(), j["dut_syscalls_per_request"].get<double>(),
-              100 * j["sender_cpu_utilization"].get<double>(), j["verdict"].get<std::string>().c_str());
+              100 * j["sender_cpu_utilization"].get<double>(), per_thread.c_str(),
+              static_cast<unsigned long long>(j["misrouted"].get<uint64_t>()),
+              j["verdict"].get<std::string>().c_str());
 }
 
 int RunBenchmark(const Options& opt) {
@@ -710,7 +959,8 @@ int RunBenchmark(const Options& opt) {
     }
     dut = std::move(*d);
   } else {
-    auto d = ForwarderDut::Create(copt);
+    auto d = ForwarderDut::Create(copt, opt.dut_threads, opt.steering, opt.window,
+                                  opt.cbpf_pool_offset);
     if (!d.ok()) {
       std::cerr << "switch_rate: cannot start the forwarder: " << d.status() << "\n";
       return 2;
@@ -726,10 +976,14 @@ int RunBenchmark(const Options& opt) {
   }
 
   SenderResult result;
-  std::thread sender([&] { result = senders.Run(*dut, dut->endpoint()); });
+  // ports: one target per DUT thread; a reuseport group: its one port.
+  std::vector<Endpoint> targets = dut->endpoints();
+  if (opt.steering != "ports") targets.resize(1);
+  std::thread sender([&] { result = senders.Run(*dut, targets); });
   sender.join();  // Run() ends by its own deadlines (measurement end or stall timeout)
   dut->Stop();
-  Row row = Evaluate(opt, is_switch, gso, gro, result, dut->channel_stats(), dut->Extra());
+  Row row = Evaluate(opt, is_switch, gso, gro, result, dut->channel_stats(), dut->Extra(),
+                     dut->misrouted());
 
   if (!opt.no_header) PrintHeader();
   PrintRow(row.j);
@@ -794,7 +1048,33 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--json", opt.json_path, "Write the result (one JSON object) to this file");
   app.add_flag("--no-header", opt.no_header, "Print only the result row");
+  app.add_option("--dut-threads", opt.dut_threads,
+                 "--mode forward: forwarder threads T, 1..8, each with its own socket; slot s is "
+                 "owned by thread s*T/window")
+      ->check(CLI::Range(1, 8))
+      ->capture_default_str();
+  app.add_option("--steering", opt.steering,
+                 "--mode forward, how requests reach the owner thread: ports (a port per thread, "
+                 "workers send each slot to its owner's port), reuseport (one SO_REUSEPORT port, "
+                 "kernel 4-tuple hash: misrouted counted, not failed) or reuseport-cbpf (one port, "
+                 "a classic BPF program steers by the slot in the payload). A run with any "
+                 "misrouted request fails in ports and reuseport-cbpf mode")
+      ->check(CLI::IsMember({"ports", "reuseport", "reuseport-cbpf"}))
+      ->capture_default_str();
+  app.add_flag("--no-owner-split", opt.no_owner_split,
+               "Testing aid: each worker sends all its pending slots in one burst, so a GSO "
+               "message may span two owner threads (reuseport-cbpf then misroutes its tail)");
+  app.add_option("--cbpf-pool-offset", opt.cbpf_pool_offset,
+                 "Testing aid: payload offset the reuseport-cbpf program reads the pool index "
+                 "from (right: 6; 14 = as if the program saw the UDP header: must misroute)")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (opt.mode == "switch" && (opt.dut_threads != 1 || opt.steering != "ports")) {
+    std::cerr << "switch_rate: --dut-threads " << opt.dut_threads << " --steering " << opt.steering
+              << ": only --mode forward has several I/O threads (switch: 1, ports)\n";
+    return 2;
+  }
   if (opt.corrupt_worker >= int(opt.workers)) {
     std::cerr << "switch_rate: --corrupt-worker " << opt.corrupt_worker << " must be < --workers "
               << opt.workers << "\n";

@@ -131,6 +131,13 @@ StatusOr<std::unique_ptr<UdpChannel>> UdpChannel::Create(const UdpChannelOptions
     }
   }
 
+  if (options.reuse_port) {
+    const int on = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on)) != 0) {
+      return ErrnoError("setsockopt SO_REUSEPORT on " + where, errno);
+    }
+  }
+
   const sockaddr_in local = ToSockaddr(options.local);
   if (bind(fd, reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0) {
     return ErrnoError("bind " + options.local.ToString(), errno);
@@ -580,6 +587,26 @@ StatusOr<size_t> UdpChannel::RecvBurstNoCopy(std::span<RxDatagram> batch,
   StatusOr<size_t> got = RecvBurst(batch, timeout);
   lend_ = false;
   return got;
+}
+
+Status UdpChannel::AttachReuseportCbpf(std::span<const sock_filter> program) {
+  if (program.empty() || program.size() > BPF_MAXINSNS) {
+    return InvalidArgumentError("AttachReuseportCbpf on " + Describe() + ": program length " +
+                                std::to_string(program.size()) + " not in [1, " +
+                                std::to_string(BPF_MAXINSNS) + "]");
+  }
+  sock_fprog prog{};
+  prog.len = static_cast<unsigned short>(program.size());
+  prog.filter = const_cast<sock_filter*>(program.data());
+  if (setsockopt(fd_, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof(prog)) != 0) {
+    const int err = errno;
+    const std::string what = "setsockopt SO_ATTACH_REUSEPORT_CBPF (" +
+                             std::to_string(program.size()) + " instructions) on " + Describe();
+    // EINVAL: an invalid program, or a socket outside any reuseport group.
+    if (err == EINVAL) return InvalidArgumentError(what + ": " + ErrnoText(err));
+    return ErrnoError(what, err);
+  }
+  return OkStatus();
 }
 
 void UdpChannel::Wake() {

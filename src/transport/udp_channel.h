@@ -51,6 +51,8 @@
 #include "switchml/status.h"
 #include "transport/channel.h"
 
+#include <linux/filter.h>  // sock_filter (classic BPF instruction)
+
 struct mmsghdr;
 struct sockaddr_in;
 struct iovec;
@@ -80,6 +82,11 @@ struct UdpChannelOptions {
   // recvmmsg, one datagram per message (receiving straight into the caller's buffers).
   bool gso = true;
   bool gro = true;
+  // SO_REUSEPORT before bind: several sockets (of this user) may bind the same address and
+  // port, forming one reuseport group; the kernel hands each arriving datagram to one of them,
+  // by a hash of the 4-tuple (so one sender's datagrams all land on one socket) unless a
+  // steering program is attached (AttachReuseportCbpf). Every socket of the group must set it.
+  bool reuse_port = false;
 };
 
 // Counters of one channel. Read from the owning thread (plain integers, no atomics: they are
@@ -158,6 +165,18 @@ class UdpChannel final : public Channel {
   // The socket descriptor, for diagnostics and tests (e.g. setting IP_RECVERR). Owned by the
   // channel; do not close it or change its blocking mode.
   int native_handle() const { return fd_; }
+
+  // Attaches a classic BPF program (SO_ATTACH_REUSEPORT_CBPF) to the reuseport group this
+  // channel's socket belongs to (created with reuse_port): for every datagram the kernel runs
+  // it and hands the datagram to the group's socket at the index the program returns, in the
+  // order the sockets were bound (an index past the last socket falls back to the 4-tuple
+  // hash). For UDP the program sees the datagram with its data starting at the UDP payload:
+  // BPF_LD|BPF_ABS offset 0 is the first payload byte. One program per group; attaching again
+  // replaces it. Caveat: the kernel selects the socket once per arriving skb, so a UDP GSO
+  // message (or a run GRO coalesced in the driver) goes whole to the socket its FIRST datagram
+  // selects. Errors: InvalidArgument (empty or longer than BPF_MAXINSNS (4096) instructions;
+  // the kernel refused the program, e.g. a channel without reuse_port), Unavailable.
+  Status AttachReuseportCbpf(std::span<const sock_filter> program);
 
  private:
   UdpChannel(int fd, int wake_fd, const UdpChannelOptions& options);
