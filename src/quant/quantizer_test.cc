@@ -5,6 +5,7 @@
 // switch's side of the simulated all-reduce is the wire format's int32 kernels (wire/payload.h,
 // tested in wire/payload_test.cc), which dispatch to the same target.
 
+#include "common/hwy_target_test.h"
 #include "quant/quantizer.h"
 
 #include <gtest/gtest.h>
@@ -66,25 +67,10 @@ int32_t RefLoadBE(const uint8_t* p) {
 
 // ---------------------------------------------------------------- helpers
 
-std::vector<int64_t> TargetsToTest() {
-  std::vector<int64_t> targets;
-  for (int64_t bits = hwy::SupportedTargets() & internal::CompiledTargets(); bits != 0;
-       bits &= bits - 1) {
-    targets.push_back(bits & -bits);
-  }
-  return targets;
-}
+class QuantTarget : public HwyTargetTest {};
 
-class QuantTarget : public ::testing::TestWithParam<int64_t> {
- protected:
-  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
-};
-
-INSTANTIATE_TEST_SUITE_P(AllTargets, QuantTarget, ::testing::ValuesIn(TargetsToTest()),
-                         [](const ::testing::TestParamInfo<int64_t>& info) {
-                           return std::string(hwy::TargetName(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(AllTargets, QuantTarget, ::testing::ValuesIn(HwyTargetsToTest(internal::CompiledTargets())),
+                         HwyTargetName);
 
 // Result of simulating one all-reduce of equal-length blocks over num_workers = inputs.size().
 struct Simulation {

@@ -3,6 +3,7 @@
 // dispatch to that target, and the first test checks it really ran there. Results are compared
 // with an independent scalar reference written below.
 
+#include "common/hwy_target_test.h"
 #include "wire/payload.h"
 
 #include <gtest/gtest.h>
@@ -33,25 +34,10 @@ void RefStoreBE(int32_t v, uint8_t* p) {
 
 // ---------------------------------------------------------------- per-target fixture
 
-std::vector<int64_t> TargetsToTest() {
-  std::vector<int64_t> targets;
-  for (int64_t bits = hwy::SupportedTargets() & internal::CompiledTargets(); bits != 0;
-       bits &= bits - 1) {
-    targets.push_back(bits & -bits);
-  }
-  return targets;
-}
+class PayloadTarget : public HwyTargetTest {};
 
-class PayloadTarget : public ::testing::TestWithParam<int64_t> {
- protected:
-  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
-};
-
-INSTANTIATE_TEST_SUITE_P(AllTargets, PayloadTarget, ::testing::ValuesIn(TargetsToTest()),
-                         [](const ::testing::TestParamInfo<int64_t>& info) {
-                           return std::string(hwy::TargetName(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(AllTargets, PayloadTarget, ::testing::ValuesIn(HwyTargetsToTest(internal::CompiledTargets())),
+                         HwyTargetName);
 
 // ---------------------------------------------------------------- tests
 
