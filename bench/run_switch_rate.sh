@@ -5,7 +5,8 @@
 # it runs build/switch_rate --mode forward, then --mode switch (interleaved, --repeat times),
 # prints every row, then per n the ratio switch/forwarder of the request rate (target >= 0.8,
 # reported, never asserted), and writes all results as JSON. With --dut-threads "1 2" the
-# forwarder also runs with T I/O threads for every --steering mode, and a second table gives,
+# forwarder also runs with T I/O threads for every --steering mode and the switch with T I/O
+# threads (`switchml switch --io-threads T`: a port per thread), and a table per mode gives,
 # per n, T and steering, the request rate and CPU per request against T = 1 and the misrouted
 # requests (docs/switch-rate.md#several-io-threads-steering).
 # Exit status: 0 only if every run completed with only correct results; 1 if a run failed
@@ -54,8 +55,10 @@ Options:
   --out DIR                 JSON and logs go here (default: a new directory under /tmp)
   --bench-arg ARG           extra flag for every switch_rate run (repeatable; also --bench-arg=ARG)
   --modes "forward switch"  which devices to run (default both; the ratio table needs both)
-  --dut-threads "1 2"       forwarder I/O thread counts T, 1..8 (default 1); T = 1 runs once,
-                            with one socket (steering does not apply), T > 1 once per --steering
+  --dut-threads "1 2"       I/O thread counts T, 1..8 (default 1), of the forwarder and of the
+                            switch; T = 1 runs once, with one socket (steering does not apply);
+                            the forwarder with T > 1 runs once per --steering, the switch with
+                            ports (its I/O threads each have a port)
   --steering "ports ..."    ports, reuseport, reuseport-cbpf (default ports): how requests reach
                             the thread that owns their slot; a run that misroutes any request
                             fails (ports, reuseport-cbpf); reuseport only reports them
@@ -125,12 +128,15 @@ offload_name=gso+gro
 
 echo "switch-rate: n = $WORKERS, $ELEMENTS elements/packet, window $WINDOW, ${SECONDS_PER_RUN} s" \
      "(+${WARMUP} s warm-up) per run, repeat $REPEAT, udp offload $offload_name, modes $MODES," \
-     "forwarder threads $DUT_THREADS, steering $STEERING; load average $(cut -d' ' -f1-3 /proc/loadavg);" \
+     "I/O threads $DUT_THREADS, steering $STEERING; load average $(cut -d' ' -f1-3 /proc/loadavg);" \
      "results in $OUT"
 # The runs of one repeat, in order: "mode threads steering".
 configs=()
 for mode in $MODES; do
-  if [ "$mode" = switch ]; then configs+=("switch 1 ports"); continue; fi
+  if [ "$mode" = switch ]; then
+    for t in $DUT_THREADS; do configs+=("switch $t ports"); done
+    continue
+  fi
   for t in $DUT_THREADS; do
     if [ "$t" = 1 ]; then configs+=("forward 1 ports"); continue; fi
     for st in $STEERING; do configs+=("forward $t $st"); done
@@ -175,7 +181,7 @@ for path in sorted(glob.glob(os.path.join(out, "runs", "*.json"))):
 for r in runs:  # results written before --dut-threads existed
     r.setdefault("dut_threads", 1)
     r.setdefault("steering", "ports")
-base = [r for r in runs if r["mode"] == "switch" or r["dut_threads"] == 1]
+base = [r for r in runs if r["dut_threads"] == 1]
 ratios = []
 if {r["mode"] for r in base} >= {"forward", "switch"}:
     print()
@@ -211,12 +217,15 @@ if {r["mode"] for r in base} >= {"forward", "switch"}:
 else:
     print("\n(no switch/forwarder ratio: --modes did not include both)")
 
-# Several forwarder I/O threads: per (n, T, steering) against T = 1 (the forwarder with one thread).
-fwd = [r for r in runs if r["mode"] == "forward"]
+# Several I/O threads: per mode, (n, T, steering) against T = 1 (the same device, one thread).
 threads_rows = []
-if any(r["dut_threads"] > 1 for r in fwd):
+for mode in ("forward", "switch"):
+    fwd = [r for r in runs if r["mode"] == mode]
+    if not any(r["dut_threads"] > 1 for r in fwd):
+        continue
     print()
-    print("forwarder with T I/O threads against T = 1 (best requests/s and least CPU us per request")
+    what = "forwarder" if mode == "forward" else "switch (--io-threads T: a port per I/O thread)"
+    print(f"{what} with T I/O threads against T = 1 (best requests/s and least CPU us per request")
     print("over the repeats; `rate x` = best rate / best T = 1 rate, target >= 1.7 where the sender")
     print("is not the limit; `cpu x` = CPU us per request / T = 1's, target <= 1.10; thrCPU = per")
     print("thread CPU % of the best run; sndCPU = the one sender thread's CPU %: near 100 = the")
@@ -238,7 +247,7 @@ if any(r["dut_threads"] > 1 for r in fwd):
         c1 = min((r["dut_cpu_us_per_request"] for r in one), default=0.0)
         thr = "/".join(f"{100 * x['cpu_utilization']:.0f}" for x in best.get("dut_thread", []))
         mis = max(r.get("misrouted", 0) for r in sel)
-        row = {"workers": n, "elements_per_packet": e, "udp_offload": off, "dut_threads": t,
+        row = {"mode": mode, "workers": n, "elements_per_packet": e, "udp_offload": off, "dut_threads": t,
                "steering": st, "requests_per_s": best["requests_per_s"],
                "rate_vs_t1": best["requests_per_s"] / b1 if b1 > 0 else None,
                "cpu_us_per_request": cpu, "cpu_vs_t1": cpu / c1 if c1 > 0 else None,

@@ -82,7 +82,8 @@ nlohmann::json ToJson(const controller::JobInfo& j) {
             {"slot_out_of_range", c.slot_out_of_range},
             {"too_large", c.too_large},
             {"not_running", c.not_running},
-            {"datagrams_sent", c.datagrams_sent}}}};
+            {"datagrams_sent", c.datagrams_sent},
+            {"wrong_io_thread", c.wrong_io_thread}}}};
 }
 
 void PrintJobLine(const controller::JobInfo& j) {

@@ -32,6 +32,7 @@ namespace {
 struct SwitchArgs {
   std::string bind = "0.0.0.0";
   uint32_t port = 48864;
+  uint32_t io_threads = 1;
   uint32_t controller_port = 50099;
   uint32_t slots = 8192;
   uint32_t max_elements = 1024;
@@ -80,7 +81,13 @@ int Run(const SwitchArgs& a) {
   cfg.drop_seed = a.drop_seed;
   cfg.late_duplicate_guard = a.late_duplicate_guard;
   cfg.advertised_ipv4 = bind->ipv4;
+  cfg.io_threads = a.io_threads;
   if (Status s = cfg.Validate(); !s.ok()) return fail(s.message());
+  if (a.port != 0 && a.port + a.io_threads - 1 > 65535) {
+    return fail("--port " + std::to_string(a.port) + " with --io-threads " +
+                std::to_string(a.io_threads) + " needs ports up to " +
+                std::to_string(a.port + a.io_threads - 1) + " > 65535");
+  }
   if (!(a.job_idle_timeout_s >= 0) || a.job_idle_timeout_s > 4e6) {
     return fail("--job-idle-timeout-s must be in [0, 4e6], got " +
                 std::to_string(a.job_idle_timeout_s));
@@ -112,10 +119,21 @@ int Run(const SwitchArgs& a) {
   uo.gso = uo.gro = !a.no_udp_offload;
   if (a.busy_poll_us > 1000000) return fail("--busy-poll-us must be in [0, 1000000], got " + std::to_string(a.busy_poll_us));
   uo.busy_poll = std::chrono::microseconds(a.busy_poll_us);
-  auto channel = transport::UdpChannel::Create(uo);
-  if (!channel.ok()) return fail(channel.status().ToString());
-  const uint16_t udp_port = (*channel)->local_endpoint().port;
-  auto server = dataplane::SwitchServer::Create(cfg, std::move(*channel));
+  // I/O thread i binds --port + i (each a free port with --port 0).
+  std::vector<std::unique_ptr<transport::Channel>> channels;
+  std::vector<uint16_t> udp_ports;
+  for (uint32_t i = 0; i < cfg.io_threads; ++i) {
+    transport::UdpChannelOptions ui = uo;
+    if (a.port != 0) ui.local.port = uint16_t(a.port + i);
+    auto channel = transport::UdpChannel::Create(ui);
+    if (!channel.ok()) {
+      return fail("I/O thread " + std::to_string(i) + ": " + channel.status().ToString());
+    }
+    udp_ports.push_back((*channel)->local_endpoint().port);
+    channels.push_back(std::move(*channel));
+  }
+  const uint16_t udp_port = udp_ports[0];
+  auto server = dataplane::SwitchServer::Create(cfg, std::move(channels));
   if (!server.ok()) return fail(server.status().ToString());
   if (Status s = (*server)->Start(); !s.ok()) return fail(s.ToString());
 
@@ -131,6 +149,12 @@ int Run(const SwitchArgs& a) {
               "up to %u elements/packet, up to %u workers\n",
               a.bind.c_str(), udp_port, a.bind.c_str(), (*ctl)->port(), cfg.num_slots, cfg.max_elements_per_packet,
               cfg.max_workers);
+  if (cfg.io_threads > 1) {
+    std::string ports;
+    for (uint16_t p : udp_ports) ports += (ports.empty() ? "" : ", ") + std::to_string(p);
+    std::printf("switchml switch: %u I/O threads on udp ports %s (reference clients: %u)\n",
+                cfg.io_threads, ports.c_str(), udp_port);
+  }
   std::printf("switchml switch: job service (switchml.v1) on the same port; jobs share a pool of %u "
               "slots; default job idle timeout %g s\n",
               cfg.num_slots, a.job_idle_timeout_s);
@@ -146,7 +170,9 @@ int Run(const SwitchArgs& a) {
   std::fflush(stdout);
   if (!a.ready_file.empty()) {
     const std::string tmp = a.ready_file + ".tmp";
-    nlohmann::json ready{{"udp_port", udp_port}, {"controller_port", (*ctl)->port()}};
+    nlohmann::json ready{{"udp_port", udp_port},
+                         {"udp_ports", udp_ports},
+                         {"controller_port", (*ctl)->port()}};
     if (!generated.path.empty()) ready["operator_token_file"] = generated.path;
     std::ofstream(tmp) << ready.dump() << "\n";
     std::rename(tmp.c_str(), a.ready_file.c_str());
@@ -177,9 +203,28 @@ int Run(const SwitchArgs& a) {
   std::printf("switchml switch: counters after %.1f s:\n%s", 
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
               counters.FormatTable().c_str());
+  if (cfg.io_threads > 1) {
+    for (uint32_t i = 0; i < cfg.io_threads; ++i) {
+      const auto c = (*server)->io_thread_counters(i);
+      std::printf("switchml switch: I/O thread %u (udp %u): %llu received, %llu sent, %llu "
+                  "wrong_io_thread\n",
+                  i, udp_ports[i], (unsigned long long)c.core.datagrams_received,
+                  (unsigned long long)c.core.datagrams_sent,
+                  (unsigned long long)c.core.wrong_io_thread);
+    }
+  }
   if (!a.counters_json.empty()) {
     nlohmann::json j;
     for (auto& [name, value] : counters.Named()) j[name] = value;
+    if (cfg.io_threads > 1) {  // the sums above, and each I/O thread's own
+      nlohmann::json per = nlohmann::json::array();
+      for (uint32_t i = 0; i < cfg.io_threads; ++i) {
+        nlohmann::json t;
+        for (auto& [name, value] : (*server)->io_thread_counters(i).Named()) t[name] = value;
+        per.push_back(std::move(t));
+      }
+      j["per_io_thread"] = std::move(per);
+    }
     std::ofstream(a.counters_json) << j.dump(2) << "\n";
   }
   std::fflush(stdout);
@@ -191,7 +236,16 @@ int Run(const SwitchArgs& a) {
 Runner AddSwitchCommand(CLI::App& app) {
   auto a = std::make_shared<SwitchArgs>();
   app.add_option("--bind", a->bind, "IPv4 address to listen on (data plane and session service)")->capture_default_str();
-  app.add_option("--port", a->port, "UDP port of the data plane (0 = pick a free one)")->capture_default_str();
+  app.add_option("--port", a->port,
+                 "UDP port of the data plane (0 = pick a free one); with --io-threads T, I/O "
+                 "thread i listens on port + i")
+      ->capture_default_str();
+  app.add_option("--io-threads", a->io_threads,
+                 "I/O threads (1..16), each with its own UDP port and its share of every job's "
+                 "slots; workers learn the ports at registration, reference clients use the "
+                 "first. Use about one per core the switch may have, leaving one core for the "
+                 "controller and interrupts")
+      ->capture_default_str();
   app.add_option("--controller-port", a->controller_port, "TCP port of the session service (0 = pick a free one)")
       ->capture_default_str();
   app.add_option("--slots", a->slots,
@@ -206,8 +260,9 @@ Runner AddSwitchCommand(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--drop-seed", a->drop_seed, "Seed of the drop simulator")->capture_default_str();
   app.add_option("--ready-file", a->ready_file,
-                 "Write {\"udp_port\",\"controller_port\"} (and \"operator_token_file\" when the "
-                 "credential was generated) as JSON to FILE once serving");
+                 "Write {\"udp_port\",\"udp_ports\",\"controller_port\"} (and "
+                 "\"operator_token_file\" when the credential was generated) as JSON to FILE once "
+                 "serving; udp_port is I/O thread 0's, udp_ports every I/O thread's");
   app.add_option("--stats-interval", a->stats_interval_s, "Print counters every N seconds (0 = only at exit)")
       ->capture_default_str();
   app.add_option("--counters-json", a->counters_json, "Write the final counters as JSON to FILE at exit");

@@ -17,6 +17,10 @@
 //    → SwitchCore::ProcessBurst → GroupByDestination → SendBurst) with a UdpChannel; the workers
 //    register as ranks of the reference session (job 0) in port mode. A round of slot s
 //    completes when all n workers' packets arrived; each worker then gets the sum n(n+1)/2.
+//    With --dut-threads T the switch runs T I/O threads (`switchml switch --io-threads T`):
+//    every worker registers T worker threads, so I/O thread i owns the same slots as forwarder
+//    thread i below, and the workers send each slot to its owner's port (what the switch's
+//    registration grant says); a request at the wrong thread is counted as misrouted.
 //  * --mode forward: a plain forwarder thread with the same I/O method (a UdpChannel with the same
 //    options, RecvBurstNoCopy(32) → echo every datagram to its sender → GroupByDestination →
 //    SendBurst): the limit of that I/O path on this machine. Each echo is a completed "round".
@@ -178,15 +182,26 @@ class DeviceUnderTest {
 
 class SwitchDut final : public DeviceUnderTest {
  public:
+  // With threads = T > 1 the switch runs T I/O threads (SwitchConfig::io_threads), one channel
+  // each, and every synthetic worker registers num_worker_threads = T with its window, so that
+  // I/O thread i owns the slots [i*W/T, (i+1)*W/T) (OwnerOf) and the grant names I/O thread
+  // i's port for worker thread i: the workers send each slot there (a port per thread).
   static StatusOr<std::unique_ptr<SwitchDut>> Create(const UdpChannelOptions& opt,
                                                      const std::vector<uint16_t>& worker_ports,
-                                                     double drop_probability) {
-    SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<UdpChannel> ch, UdpChannel::Create(opt));
-    UdpChannel* raw = ch.get();
+                                                     double drop_probability, uint32_t threads,
+                                                     uint32_t window, uint32_t elements) {
+    std::vector<std::unique_ptr<transport::Channel>> channels;
+    std::vector<UdpChannel*> raw;
+    for (uint32_t i = 0; i < threads; ++i) {
+      SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<UdpChannel> ch, UdpChannel::Create(opt));
+      raw.push_back(ch.get());
+      channels.push_back(std::move(ch));
+    }
     dataplane::SwitchConfig config;  // defaults, as `switchml switch` runs
     config.ingress_drop_probability = drop_probability;  // testing aid (0 = off)
+    config.io_threads = threads;
     SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<dataplane::SwitchServer> server,
-                              dataplane::SwitchServer::Create(config, std::move(ch)));
+                              dataplane::SwitchServer::Create(config, std::move(channels)));
     const uint32_t n = uint32_t(worker_ports.size());
     for (uint32_t k = 0; k < n; ++k) {
       dataplane::WorkerRegistration reg;
@@ -194,32 +209,79 @@ class SwitchDut final : public DeviceUnderTest {
       reg.num_workers = n;
       reg.ipv4 = kLocalhost;
       reg.udp_ports = {worker_ports[k]};
+      if (threads > 1) {
+        reg.protocol_version = dataplane::kClientProtocolVersion;
+        reg.num_worker_threads = threads;
+        reg.window_packets = window;
+        reg.elements_per_packet = elements;
+      }
       dataplane::JobRegistration job0;  // the reference session: job 0, no token
       job0.job_id = dataplane::kReferenceJobId;
       job0.worker = reg;
-      SWITCHML_RETURN_IF_ERROR(server->RegisterJobWorker(job0).status());
+      SWITCHML_ASSIGN_OR_RETURN(dataplane::JobWorkerGrant grant, server->RegisterJobWorker(job0));
+      if (threads > 1) {
+        const std::vector<transport::Endpoint> eps = server->local_endpoints();
+        bool same = grant.switch_info.thread_udp_ports.size() == threads;
+        for (uint32_t i = 0; same && i < threads; ++i) {
+          same = grant.switch_info.thread_udp_ports[i] == eps[i].port;
+        }
+        if (!same) {
+          return InternalError("the switch's grant does not map worker thread i to I/O thread i");
+        }
+      }
     }
-    auto dut = std::unique_ptr<SwitchDut>(new SwitchDut(std::move(server), raw));
+    auto dut = std::unique_ptr<SwitchDut>(new SwitchDut(std::move(server), std::move(raw)));
     const std::set<pid_t> before = ListTasks();
     SWITCHML_RETURN_IF_ERROR(dut->server_->Start());
     std::set<pid_t> after = ListTasks();
     for (pid_t t : before) after.erase(t);
-    if (after.size() != 1) {
-      return InternalError("cannot identify the switch I/O thread: " + std::to_string(after.size()) +
-                           " new threads appeared at Start()");
+    if (after.size() != threads) {
+      return InternalError("cannot identify the switch I/O threads: " + std::to_string(after.size()) +
+                           " new threads appeared at Start(), expected " + std::to_string(threads));
     }
-    dut->tid_ = *after.begin();
+    // Started in index order: Linux hands out ascending thread ids.
+    dut->tids_.assign(after.begin(), after.end());
     return dut;
   }
 
   Endpoint endpoint() const override { return server_->local_endpoint(); }
-  pid_t tid() const override { return tid_; }
+  pid_t tid() const override { return tids_[0]; }
   DutCounters counters() const override {
     const dataplane::ServerCounters c = server_->counters();
     return {c.core.datagrams_received, c.core.datagrams_sent};
   }
-  void Stop() override { server_->Stop(); }
-  const transport::UdpChannelStats& channel_stats() const override { return channel_->stats(); }
+  std::vector<Endpoint> endpoints() const override { return server_->local_endpoints(); }
+  std::vector<pid_t> tids() const override { return tids_; }
+  std::vector<DutCounters> thread_counters() const override {
+    std::vector<DutCounters> v;
+    for (uint32_t i = 0; i < server_->io_threads(); ++i) {
+      const dataplane::ServerCounters c = server_->io_thread_counters(i);
+      v.push_back({c.core.datagrams_received, c.core.datagrams_sent});
+    }
+    return v;
+  }
+  void Stop() override {
+    server_->Stop();
+    total_ = {};
+    for (const UdpChannel* ch : channels_) {
+      const transport::UdpChannelStats& c = ch->stats();
+      total_.sent += c.sent;
+      total_.received += c.received;
+      total_.truncated += c.truncated;
+      total_.send_eagain += c.send_eagain;
+      total_.send_dropped += c.send_dropped;
+      total_.errors_ignored += c.errors_ignored;
+      total_.send_syscalls += c.send_syscalls;
+      total_.recv_syscalls += c.recv_syscalls;
+      total_.gso_messages += c.gso_messages;
+      total_.gso_fallbacks += c.gso_fallbacks;
+      total_.gro_messages += c.gro_messages;
+    }
+  }
+  // Summed over the I/O threads' channels; valid after Stop().
+  const transport::UdpChannelStats& channel_stats() const override { return total_; }
+  // Requests at an I/O thread that does not own their slot (the switch drops them).
+  uint64_t misrouted() const override { return server_->counters().core.wrong_io_thread; }
   nlohmann::json Extra() const override {
     nlohmann::json j = nlohmann::json::object();
     for (const auto& [name, value] : server_->counters().Named()) {
@@ -229,11 +291,12 @@ class SwitchDut final : public DeviceUnderTest {
   }
 
  private:
-  SwitchDut(std::unique_ptr<dataplane::SwitchServer> server, UdpChannel* channel)
-      : server_(std::move(server)), channel_(channel) {}
+  SwitchDut(std::unique_ptr<dataplane::SwitchServer> server, std::vector<UdpChannel*> channels)
+      : server_(std::move(server)), channels_(std::move(channels)) {}
   std::unique_ptr<dataplane::SwitchServer> server_;
-  UdpChannel* channel_;  // owned by server_
-  pid_t tid_ = 0;
+  std::vector<UdpChannel*> channels_;  // owned by server_
+  std::vector<pid_t> tids_;
+  transport::UdpChannelStats total_;
 };
 
 // The plain forwarder: the switch's I/O loop with the aggregation replaced by an echo. With T
@@ -952,7 +1015,8 @@ int RunBenchmark(const Options& opt) {
   }
   std::unique_ptr<DeviceUnderTest> dut;
   if (is_switch) {
-    auto d = SwitchDut::Create(copt, *ports, opt.drop_probability);
+    auto d = SwitchDut::Create(copt, *ports, opt.drop_probability, opt.dut_threads, opt.window,
+                               opt.elements);
     if (!d.ok()) {
       std::cerr << "switch_rate: cannot start the switch: " << d.status() << "\n";
       return 2;
@@ -1049,8 +1113,9 @@ int main(int argc, char** argv) {
   app.add_option("--json", opt.json_path, "Write the result (one JSON object) to this file");
   app.add_flag("--no-header", opt.no_header, "Print only the result row");
   app.add_option("--dut-threads", opt.dut_threads,
-                 "--mode forward: forwarder threads T, 1..8, each with its own socket; slot s is "
-                 "owned by thread s*T/window")
+                 "Threads T of the device, 1..8, each with its own socket; slot s is owned by "
+                 "thread s*T/window. --mode forward: forwarder threads; --mode switch: the "
+                 "switch's I/O threads (SwitchConfig::io_threads; window a multiple of T)")
       ->check(CLI::Range(1, 8))
       ->capture_default_str();
   app.add_option("--steering", opt.steering,
@@ -1070,9 +1135,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  if (opt.mode == "switch" && (opt.dut_threads != 1 || opt.steering != "ports")) {
-    std::cerr << "switch_rate: --dut-threads " << opt.dut_threads << " --steering " << opt.steering
-              << ": only --mode forward has several I/O threads (switch: 1, ports)\n";
+  if (opt.mode == "switch" && opt.steering != "ports") {
+    std::cerr << "switch_rate: --steering " << opt.steering
+              << ": the switch's I/O threads each have their own port (--mode switch: ports)\n";
+    return 2;
+  }
+  if (opt.mode == "switch" && opt.window % opt.dut_threads != 0) {
+    std::cerr << "switch_rate: --window " << opt.window << " must be a multiple of --dut-threads "
+              << opt.dut_threads << " in --mode switch (each I/O thread owns window/T slots)\n";
     return 2;
   }
   if (opt.corrupt_worker >= int(opt.workers)) {

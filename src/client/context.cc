@@ -124,7 +124,15 @@ ContextImpl::ContextImpl(const Options& options, transport::Endpoint switch_endp
 std::unique_ptr<Context> ContextImpl::CreateWithChannels(
     const Options& options, std::vector<std::unique_ptr<transport::Channel>> channels,
     transport::Endpoint switch_endpoint, FailureExplainer explain_failure) {
-  auto impl = std::unique_ptr<ContextImpl>(new ContextImpl(options, switch_endpoint));
+  return CreateWithChannels(options, std::move(channels),
+                            std::vector<transport::Endpoint>{switch_endpoint},
+                            std::move(explain_failure));
+}
+
+std::unique_ptr<Context> ContextImpl::CreateWithChannels(
+    const Options& options, std::vector<std::unique_ptr<transport::Channel>> channels,
+    std::vector<transport::Endpoint> switch_endpoints, FailureExplainer explain_failure) {
+  auto impl = std::unique_ptr<ContextImpl>(new ContextImpl(options, switch_endpoints.at(0)));
   impl->explain_failure_ = std::move(explain_failure);
   const uint32_t threads = options.num_worker_threads;
   const uint32_t window = options.window_packets / threads;
@@ -134,7 +142,7 @@ std::unique_ptr<Context> ContextImpl::CreateWithChannels(
     c.window = window;
     c.elements_per_packet = options.elements_per_packet;
     c.num_workers = options.num_workers;
-    c.switch_endpoint = switch_endpoint;
+    c.switch_endpoint = switch_endpoints.size() > t ? switch_endpoints[t] : switch_endpoints[0];
     c.initial_rto = options.initial_rto;
     c.min_rto = options.min_rto;
     c.max_rto = options.max_rto;

@@ -138,8 +138,20 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options) {
                                    " exceeds the switch's maximum of " + std::to_string(info.max_workers));
   }
   // A switch bound to the wildcard address reports IP 0: it is reached where the controller is.
-  transport::Endpoint sw{info.ipv4 != 0 ? info.ipv4 : controller.ipv4, info.udp_port};
-  return client::ContextImpl::CreateWithChannels(options, std::move(channels), sw,
+  const uint32_t switch_ip = info.ipv4 != 0 ? info.ipv4 : controller.ipv4;
+  // A switch with several I/O threads says which port serves each worker thread; otherwise
+  // (one I/O thread, an older or a reference switch) every thread sends to udp_port.
+  std::vector<transport::Endpoint> sw{{switch_ip, info.udp_port}};
+  if (!info.thread_udp_ports.empty()) {
+    if (info.thread_udp_ports.size() != options.num_worker_threads) {
+      return InternalError("the switch gave " + std::to_string(info.thread_udp_ports.size()) +
+                           " per-thread UDP ports for num_worker_threads=" +
+                           std::to_string(options.num_worker_threads) + "; expected one per thread");
+    }
+    sw.clear();
+    for (uint16_t p : info.thread_udp_ports) sw.push_back({switch_ip, p});
+  }
+  return client::ContextImpl::CreateWithChannels(options, std::move(channels), std::move(sw),
                                                  JobFailureExplainer(options));
 }
 

@@ -47,6 +47,12 @@ class ContextImpl {
   static std::unique_ptr<Context> CreateWithChannels(
       const Options& options, std::vector<std::unique_ptr<transport::Channel>> channels,
       transport::Endpoint switch_endpoint, FailureExplainer explain_failure = {});
+  // The same with one switch endpoint per worker thread (a switch with several I/O threads
+  // serves each worker thread at its own port); switch_endpoints.size() must be
+  // num_worker_threads, or 1 (every thread sends there).
+  static std::unique_ptr<Context> CreateWithChannels(
+      const Options& options, std::vector<std::unique_ptr<transport::Channel>> channels,
+      std::vector<transport::Endpoint> switch_endpoints, FailureExplainer explain_failure = {});
 
   ~ContextImpl();
   AllReduceHandle Submit(const void* in, void* out, size_t n, DataType type, ReduceOp op);

@@ -101,6 +101,7 @@ struct ClusterParams {
   Faults faults = Faults::kNone;
   uint64_t fault_seed = 1;
   uint32_t max_jobs_in_flight = 0;   // Options::max_jobs_in_flight; 0 = the library's default
+  uint32_t io_threads = 1;           // the switch's SwitchConfig::io_threads
 };
 
 struct BufferSpec {
@@ -133,6 +134,7 @@ std::string Describe(const Program& p) {
     << " window=" << c.window << " elements_per_packet=" << c.elements_per_packet << " faults=" << FaultsName(c.faults);
   if (c.faults != Faults::kNone) o << " (seed " << c.fault_seed << ")";
   if (c.max_jobs_in_flight != 0) o << " max_jobs_in_flight=" << c.max_jobs_in_flight;
+  if (c.io_threads != 1) o << " switch_io_threads=" << c.io_threads;
   o << "\n  buffers:";
   for (size_t b = 0; b < p.buffers.size(); ++b)
     o << " b" << b << "=" << DataTypeName(p.buffers[b].type) << "[" << p.buffers[b].size << "]";
@@ -485,6 +487,7 @@ std::string RunAndCheck(const Program& p) {
   }
   transport::FaultOptions faults;
   dataplane::SwitchConfig sc = LoopbackCluster::DefaultSwitchConfig();
+  sc.io_threads = c.io_threads;
   faults.seed = c.fault_seed;
   switch (c.faults) {
     case Faults::kNone: break;
@@ -643,6 +646,24 @@ TEST(DifferentialTest, RandomProgramsMatchTheSequentialModel) {
                     << Describe(p) << "problems:\n"
                     << failure;
       return;  // one failing program is enough to read
+    }
+  }
+}
+
+// The same generator against a switch with two I/O threads (each worker thread's slots at
+// the I/O thread that owns them, the aggregator shared): a fixed seed and a few programs.
+TEST(DifferentialTest, RandomProgramsMatchTheModelWithTwoSwitchIoThreads) {
+  constexpr uint64_t kSeed = 20261202;
+  const uint64_t programs = EnvU64("SWITCHML_DIFF_IO_PROGRAMS", 40);
+  for (uint64_t i = 0; i < programs; ++i) {
+    Program p = Generate(Hash(kSeed, i));
+    p.cluster.io_threads = 2;
+    const std::string failure = RunAndCheck(p);
+    if (!failure.empty()) {
+      ADD_FAILURE() << "program " << i << " of seed " << kSeed << " with 2 switch I/O threads failed\n"
+                    << Describe(p) << "problems:\n"
+                    << failure;
+      return;
     }
   }
 }

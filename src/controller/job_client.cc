@@ -58,6 +58,7 @@ JobInfo FromProto(const v1::JobInfo& p) {
   j.counters.too_large = c.too_large();
   j.counters.not_running = c.not_running();
   j.counters.datagrams_sent = c.datagrams_sent();
+  j.counters.wrong_io_thread = c.wrong_io_thread();
   j.idle_for = std::chrono::milliseconds(p.idle_ms());
   j.end_reason = p.end_reason();
   return j;
@@ -210,6 +211,15 @@ StatusOr<JobWorkerGrant> JobClient::RegisterWorker(const JobRegistration& reg) {
   grant.switch_info.udp_port = static_cast<uint16_t>(response.switch_udp_port());
   grant.switch_info.mac = response.switch_mac();
   grant.switch_info.num_slots = response.num_slots();
+  for (int i = 0; i < response.switch_udp_ports_size(); ++i) {
+    const uint32_t p = response.switch_udp_ports(i);
+    if (p == 0 || p > std::numeric_limits<uint16_t>::max()) {
+      return InternalError("controller " + impl_->address +
+                           " (RegisterWorker): reply has switch_udp_ports[" + Str(uint32_t(i)) +
+                           "] " + Str(p) + ", not in [1, 65535]");
+    }
+    grant.switch_info.thread_udp_ports.push_back(static_cast<uint16_t>(p));
+  }
   grant.job_id = reg.job_id;
   grant.num_workers = response.num_workers();
   grant.elements_per_packet = response.elements_per_packet();

@@ -76,6 +76,7 @@ void ToProto(const JobInfo& j, v1::JobInfo* out) {
   c->set_too_large(j.counters.too_large);
   c->set_not_running(j.counters.not_running);
   c->set_datagrams_sent(j.counters.datagrams_sent);
+  c->set_wrong_io_thread(j.counters.wrong_io_thread);
   out->set_idle_ms(static_cast<uint64_t>(j.idle_for.count()));
   out->set_end_reason(j.end_reason);
 }
@@ -217,6 +218,7 @@ class JobService::Impl final : public v1::JobService::Service {
     response->set_num_workers(grant->num_workers);
     response->set_elements_per_packet(grant->elements_per_packet);
     response->set_state(ToProto(grant->state));
+    for (uint16_t p : grant->switch_info.thread_udp_ports) response->add_switch_udp_ports(p);
     return grpc::Status::OK;
   }
 

@@ -117,6 +117,14 @@ StatusOr<SwitchInfo> SessionClient::UdpSession(const WorkerRegistration& reg) {
                                            : static_cast<uint16_t>(response.udp_port());
   info.num_slots = response.num_slots();
   info.max_workers = response.max_workers();
+  for (int i = 0; i < response.udp_ports_size(); ++i) {
+    const uint32_t p = response.udp_ports(i);
+    if (p == 0 || p > std::numeric_limits<uint16_t>::max()) {
+      return InternalError(where + " (UdpSession): reply has udp_ports[" + Str(uint32_t(i)) +
+                           "] " + Str(p) + ", not in [1, 65535]");
+    }
+    info.thread_udp_ports.push_back(static_cast<uint16_t>(p));
+  }
   return info;
 }
 

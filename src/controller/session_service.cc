@@ -95,6 +95,7 @@ class SessionServiceImpl final : public switchml_proto::Session::Service {
     response->set_udp_port(info.udp_port);
     response->set_num_slots(info.num_slots);
     response->set_max_workers(info.max_workers);
+    for (uint16_t p : info.thread_udp_ports) response->add_udp_ports(p);
     return grpc::Status::OK;
   }
 

@@ -1,6 +1,7 @@
 #include "dataplane/aggregator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -82,12 +83,22 @@ Status Aggregator::Reset(uint32_t num_workers) {
 }
 
 uint32_t Aggregator::UnwrapJob(uint32_t rank, uint8_t job_number) {
-  uint32_t& high = job_high_[rank];
-  if (high == 0) high = kJobSeqOrigin + job_number;  // the rank's first packet
+  // The one piece of state that is per rank, not per slot: with several switch I/O threads
+  // (each owning other slots of this job) several threads update it, so it is read and raised
+  // atomically (a relaxed load per packet; a compare-exchange only when the rank's highest
+  // sequence grows, about once per all-reduce call).
+  std::atomic_ref<uint32_t> high_ref(job_high_[rank]);
+  uint32_t high = high_ref.load(std::memory_order_relaxed);
+  if (high == 0) {  // the rank's first packet
+    const uint32_t first = kJobSeqOrigin + job_number;
+    if (high_ref.compare_exchange_strong(high, first, std::memory_order_relaxed)) high = first;
+  }
   // The signed distance from the highest sequence's job number, in [-128, 127].
   const int32_t delta = int8_t(uint8_t(job_number - uint8_t(high)));
   const uint32_t seq = high + uint32_t(delta);
-  if (int32_t(seq - high) > 0) high = seq;
+  while (int32_t(seq - high) > 0 &&
+         !high_ref.compare_exchange_weak(high, seq, std::memory_order_relaxed)) {
+  }
   return seq;
 }
 

@@ -77,7 +77,11 @@
 // Memory: 2 * num_slots * max_elements int32 sums (64 MiB at 8192 x 1024), obtained zeroed from
 // the allocator and only touched where used, plus ~80 bytes of metadata per slot (and 16 bytes
 // per slot and worker with the late-duplicate guard).
-// Thread-compatible: one thread at a time (the switch's I/O thread owns it).
+// Thread-compatible, with one exception for the switch's several I/O threads: Process() may
+// run concurrently on threads whose packets name disjoint sets of slots (each I/O thread owns
+// its own slots of a job, docs/design.md "Several I/O threads"). All state is per slot except
+// the late-duplicate guard's per-rank highest job sequence, which is updated atomically.
+// Reset() and Inspect() need the usual exclusion.
 #pragma once
 
 #include <array>

@@ -68,7 +68,44 @@ JobCounters AtomicJobCounters::Snapshot() const {
   c.too_large = ld(too_large);
   c.not_running = ld(not_running);
   c.datagrams_sent = ld(datagrams_sent);
+  c.wrong_io_thread = ld(wrong_io_thread);
   return c;
+}
+
+JobCounters JobRuntime::Counters() const {
+  JobCounters sum;
+  for (uint32_t i = 0; i < io_threads; ++i) {
+    const JobCounters c = shares_[i].counters.Snapshot();
+    sum.received += c.received;
+    sum.consumed += c.consumed;
+    sum.multicast_rounds += c.multicast_rounds;
+    sum.unicast_replies += c.unicast_replies;
+    sum.duplicates_dropped += c.duplicates_dropped;
+    sum.late_duplicates_dropped += c.late_duplicates_dropped;
+    sum.size_mismatch += c.size_mismatch;
+    sum.slot_out_of_range += c.slot_out_of_range;
+    sum.too_large += c.too_large;
+    sum.not_running += c.not_running;
+    sum.datagrams_sent += c.datagrams_sent;
+    sum.wrong_io_thread += c.wrong_io_thread;
+  }
+  return sum;
+}
+
+uint64_t JobRuntime::Received() const {
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < io_threads; ++i) {
+    sum += shares_[i].counters.received.load(std::memory_order_relaxed);
+  }
+  return sum;
+}
+
+uint64_t JobRuntime::RankReceived(uint32_t rank) const {
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < io_threads; ++i) {
+    sum += rank_rx_[size_t{i} * RankStride(max_ranks) + rank].load(std::memory_order_relaxed);
+  }
+  return sum;
 }
 
 std::string RandomToken() {
@@ -86,23 +123,25 @@ std::string RandomToken() {
 }
 
 JobTable::JobTable(uint32_t pool_slots, uint32_t max_workers, uint32_t max_elements,
-                   AggregatorOptions aggregator_options)
+                   AggregatorOptions aggregator_options, uint32_t io_threads)
     : pool_slots_(pool_slots),
       max_workers_(max_workers),
       max_elements_(max_elements),
-      aggregator_options_(aggregator_options) {
+      aggregator_options_(aggregator_options),
+      io_threads_(std::clamp<uint32_t>(io_threads, 1, SwitchConfig::kMaxIoThreads)) {
   jobs_.push_back(ReferenceJob(nullptr));
   Rebuild();
 }
 
 StatusOr<std::shared_ptr<const JobTable>> JobTable::CreateEmpty(
     uint32_t pool_slots, uint32_t max_workers, uint32_t max_elements,
-    AggregatorOptions aggregator_options) {
+    AggregatorOptions aggregator_options, uint32_t io_threads) {
   SWITCHML_ASSIGN_OR_RETURN(Aggregator agg,
                             Aggregator::Create(pool_slots, max_elements, aggregator_options));
   auto table = std::make_shared<JobTable>(pool_slots, max_workers, max_elements,
-                                          aggregator_options);
-  table->jobs_[0].runtime = std::make_shared<JobRuntime>(max_workers, std::move(agg));
+                                          aggregator_options, io_threads);
+  table->jobs_[0].runtime =
+      std::make_shared<JobRuntime>(max_workers, std::move(agg), table->io_threads_);
   return std::shared_ptr<const JobTable>(std::move(table));
 }
 
@@ -166,11 +205,20 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::RegisterSessionWorker(
     }
   }
   std::shared_ptr<JobRuntime> runtime = ref.runtime;
-  if (runtime == nullptr) {  // a table made by the constructor: allocate the state now
+  // With several I/O threads, a new session gets new aggregation state instead of having each
+  // thread clear the old one when it adopts the table: the threads adopt at different times,
+  // the slot ownership may change with the new session's agreed parameters, and a thread
+  // still on the old table may be writing the old state. The old runtime goes when the last
+  // thread has adopted a newer table. With one I/O thread, that thread clears it in place
+  // (SwitchCore::AdoptJobs), as it always did.
+  const bool fresh_state = new_session && current.io_threads_ > 1;
+  if (runtime == nullptr || fresh_state) {  // (or a table made by the constructor)
     SWITCHML_ASSIGN_OR_RETURN(Aggregator agg,
                               Aggregator::Create(current.pool_slots_, current.max_elements_,
                                                  current.aggregator_options_));
-    runtime = std::make_shared<JobRuntime>(max_workers, std::move(agg));
+    if (new_session) SWITCHML_RETURN_IF_ERROR(agg.Reset(reg.num_workers));
+    runtime = std::make_shared<JobRuntime>(max_workers, std::move(agg), current.io_threads_);
+    if (new_session) runtime->epoch = ref.epoch + 1;
   }
 
   auto next = std::make_shared<JobTable>(current);
@@ -297,7 +345,7 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
   job.job_id = next->next_job_id_++;
   job.slot_base = base;
   job.workers.assign(spec.num_workers, WorkerEntry{});
-  job.runtime = std::make_shared<JobRuntime>(spec.num_workers, std::move(agg));
+  job.runtime = std::make_shared<JobRuntime>(spec.num_workers, std::move(agg), next->io_threads_);
   job.runtime->activity.last_active = now;
   job.spec = std::move(spec);
   *job_id = job.job_id;
@@ -425,7 +473,7 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::End(const JobTable& current,
   Job& j = const_cast<Job&>(*next->FindJob(job_id));
   j.state = JobState::kEnded;
   j.end_reason = reason;
-  j.final_counters = j.runtime->counters.Snapshot();
+  j.final_counters = j.runtime->Counters();
   j.runtime.reset();  // the aggregator goes once no snapshot refers to it
   // Forget the oldest ended jobs beyond the limit (ids grow with age).
   size_t ended = 0;
@@ -452,7 +500,7 @@ std::shared_ptr<const JobTable> JobTable::ExpireIdle(const JobTable& current, Ti
   for (const Job& j : current.jobs()) {
     if (j.state == JobState::kEnded) continue;
     JobRuntime::Activity& a = j.runtime->activity;
-    const uint64_t rx = j.runtime->counters.received.load(std::memory_order_relaxed);
+    const uint64_t rx = j.runtime->Received();
     if (rx != a.seen) {
       a.seen = rx;
       a.last_active = now;
@@ -493,11 +541,11 @@ JobInfo JobTable::Describe(const Job& job, TimePoint now) const {
     wi.rank = r;
     wi.ipv4 = w.ipv4;
     wi.udp_ports = w.udp_ports;
-    if (job.runtime) wi.received = job.runtime->rank_received[r].load(std::memory_order_relaxed);
+    if (job.runtime) wi.received = job.runtime->RankReceived(r);
     info.workers.push_back(std::move(wi));
   }
   if (job.runtime) {
-    info.counters = job.runtime->counters.Snapshot();
+    info.counters = job.runtime->Counters();
     const JobRuntime::Activity& a = job.runtime->activity;
     if (info.counters.received == a.seen && now > a.last_active) {
       info.idle_for = std::chrono::duration_cast<std::chrono::milliseconds>(now - a.last_active);
@@ -528,6 +576,7 @@ void JobTable::Rebuild() {
   });
   size_t entries = 0;
   max_job_workers_ = 0;
+  for (Job& j : jobs_) SplitSlots(j);
   for (const Job& j : jobs_) {
     for (const WorkerEntry& w : j.workers) {
       if (w.registered) entries += std::max<size_t>(1, w.udp_ports.size());
@@ -555,6 +604,25 @@ void JobTable::Rebuild() {
         Insert(PortKey(w.ipv4, w.udp_ports[t]), ji, r, uint16_t(t));
       }
     }
+  }
+}
+
+void JobTable::SplitSlots(Job& job) const {
+  // Worker thread t uses slots [t * W, (t + 1) * W) (the client's layout) and is served by I/O
+  // thread io(t) = t * T / n, which never decreases with t: I/O thread i owns the worker
+  // threads t >= ceil(i * n / T) below the next thread's first, a contiguous slot range. The
+  // last worker thread's I/O thread also owns every slot above the window.
+  const AgreedParams& a = job.agreed;
+  const uint32_t n = a.num_worker_threads;
+  const bool split = io_threads_ > 1 && job.num_registered > 0 && n >= 1 &&
+                     a.window_packets >= n;
+  job.io_split_threads = split ? n : 0;
+  job.io_slot_begin = Job::AllAtIoThread0();
+  if (!split) return;
+  const uint32_t w = a.window_packets / n;
+  for (uint32_t i = 1; i < io_threads_; ++i) {
+    const uint64_t first_thread = (uint64_t{i} * n + io_threads_ - 1) / io_threads_;
+    job.io_slot_begin[i] = first_thread < n ? uint32_t(first_thread * w) : UINT32_MAX;
   }
 }
 

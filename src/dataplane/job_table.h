@@ -51,6 +51,7 @@
 // mutex).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -61,6 +62,7 @@
 #include "common/clock.h"
 #include "dataplane/aggregator.h"
 #include "dataplane/worker_records.h"
+#include "dataplane/switch_config.h"
 #include "dataplane/switch_control.h"
 #include "dataplane/switch_counters.h"
 #include "switchml/status.h"
@@ -77,26 +79,59 @@ inline void Bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
 struct AtomicJobCounters {
   std::atomic<uint64_t> received{0}, consumed{0}, multicast_rounds{0}, unicast_replies{0},
       duplicates_dropped{0}, late_duplicates_dropped{0}, size_mismatch{0}, slot_out_of_range{0}, too_large{0},
-      not_running{0}, datagrams_sent{0};
+      not_running{0}, datagrams_sent{0}, wrong_io_thread{0};
   JobCounters Snapshot() const;
 };
 
 // The mutable part of a job, shared by all table snapshots that contain it: everything the
-// packet path changes for the job, in one place.
+// packet path changes for the job, in one place. With several switch I/O threads each thread
+// writes only its own share of the counters (counters_of(i), rank_received_of(i): separate
+// cache lines) and only the aggregator slots it owns (JobTable::Job::OwnsSlot); readers sum
+// the shares (Counters(), RankReceived()).
 class JobRuntime {
- public:
-  JobRuntime(uint32_t max_ranks, Aggregator aggregator)
-      : aggregator(std::move(aggregator)),
-        max_ranks(max_ranks),
-        rank_received(std::make_unique<std::atomic<uint64_t>[]>(max_ranks)) {}
+ private:
+  struct alignas(64) IoShare {
+    AtomicJobCounters counters;
+  };
+  // rank_received entries per I/O thread: max_ranks rounded up to a cache line, plus one line
+  // of padding, so that no two threads' counters share a line.
+  static uint32_t RankStride(uint32_t max_ranks) { return (max_ranks + 7) / 8 * 8 + 8; }
+  std::unique_ptr<IoShare[]> shares_;
+  std::unique_ptr<std::atomic<uint64_t>[]> rank_rx_;
 
-  Aggregator aggregator;  // I/O thread only
-  AtomicJobCounters counters;
+ public:
+  JobRuntime(uint32_t max_ranks, Aggregator aggregator, uint32_t io_threads = 1)
+      : shares_(std::make_unique<IoShare[]>(io_threads)),
+        rank_rx_(std::make_unique<std::atomic<uint64_t>[]>(size_t{io_threads} *
+                                                           RankStride(max_ranks))),
+        aggregator(std::move(aggregator)),
+        max_ranks(max_ranks),
+        io_threads(io_threads),
+        counters(shares_[0].counters),
+        rank_received(rank_rx_.get()) {}
+  JobRuntime(const JobRuntime&) = delete;
+  JobRuntime& operator=(const JobRuntime&) = delete;
+
+  Aggregator aggregator;  // I/O threads only, each on the slots it owns
   const uint32_t max_ranks;  // num_workers; max_workers for job 0, whose sessions vary
-  std::unique_ptr<std::atomic<uint64_t>[]> rank_received;  // [max_ranks]
+  const uint32_t io_threads;
+  // I/O thread 0's share (the only one with one I/O thread), under the names it always had.
+  AtomicJobCounters& counters;
+  std::atomic<uint64_t>* const rank_received;  // [max_ranks]
+  // I/O thread `io`'s share (io < io_threads).
+  AtomicJobCounters& counters_of(uint32_t io) { return shares_[io].counters; }
+  std::atomic<uint64_t>* rank_received_of(uint32_t io) {
+    return rank_rx_.get() + size_t{io} * RankStride(max_ranks);
+  }
+  // Sums over the I/O threads, for any thread.
+  JobCounters Counters() const;
+  uint64_t Received() const;
+  uint64_t RankReceived(uint32_t rank) const;
   // I/O thread only: the Job::epoch the aggregation state belongs to. When the I/O thread
   // adopts a table whose row has another epoch (job 0: rank 0 started a new session) it
-  // clears the aggregator and rank_received (SwitchCore::AdoptJobs).
+  // clears the aggregator and rank_received (SwitchCore::AdoptJobs). With several I/O
+  // threads a new session gets a new JobRuntime instead (JobTable::RegisterSessionWorker), so
+  // no thread ever clears state another may be writing.
   uint64_t epoch = 0;
   // Idle tracking, by the table writer (ExpireIdle): the received count last seen and when it
   // last changed.
@@ -135,6 +170,22 @@ class JobTable {
     uint64_t session_id = 0;
     std::string end_reason;                  // ended jobs only
     JobCounters final_counters;  // ended jobs only: counters when it ended
+    // Slot ownership among the switch's I/O threads (docs/design.md, "Several I/O threads"):
+    // I/O thread i owns the job's slots [io_slot_begin[i], io_slot_begin[i + 1]). Worker
+    // thread t (of io_split_threads) is served by I/O thread t * io_threads /
+    // io_split_threads and uses slots [t * W, (t + 1) * W), W = window_packets /
+    // io_split_threads. io_split_threads = 0 (one I/O thread, reference-mode workers, or no
+    // agreed parameters yet): I/O thread 0 owns every slot. Fixed with the agreed parameters.
+    uint32_t io_split_threads = 0;
+    std::array<uint32_t, SwitchConfig::kMaxIoThreads + 1> io_slot_begin = AllAtIoThread0();
+    bool OwnsSlot(uint32_t io_thread, uint32_t slot) const {
+      return slot >= io_slot_begin[io_thread] && slot < io_slot_begin[io_thread + 1];
+    }
+    static constexpr std::array<uint32_t, SwitchConfig::kMaxIoThreads + 1> AllAtIoThread0() {
+      std::array<uint32_t, SwitchConfig::kMaxIoThreads + 1> b{};
+      for (size_t i = 1; i < b.size(); ++i) b[i] = UINT32_MAX;
+      return b;
+    }
   };
   // The result of a hot-path lookup: pointers into the table (valid while it lives).
   struct Sender {
@@ -148,11 +199,13 @@ class JobTable {
   // job and a job 0 without a session. CreateEmpty also allocates job 0's aggregation state
   // (pool_slots x max_elements; errors from Aggregator::Create); a table built with the
   // constructor gets it at its first RegisterSessionWorker.
+  // `io_threads` is the switch's I/O thread count (SwitchConfig::io_threads): rows get their
+  // slot ownership (Job::io_slot_begin) and runtimes their per-thread counters for it.
   static StatusOr<std::shared_ptr<const JobTable>> CreateEmpty(
       uint32_t pool_slots, uint32_t max_workers, uint32_t max_elements,
-      AggregatorOptions aggregator_options = {});
+      AggregatorOptions aggregator_options = {}, uint32_t io_threads = 1);
   JobTable(uint32_t pool_slots, uint32_t max_workers, uint32_t max_elements,
-           AggregatorOptions aggregator_options = {});
+           AggregatorOptions aggregator_options = {}, uint32_t io_threads = 1);
 
   // Applies a reference `UdpSession` registration to job 0 (docs/protocol.md#session-setup,
   // for the software switch):
@@ -244,6 +297,11 @@ class JobTable {
   std::span<const Job> jobs() const { return std::span<const Job>(jobs_).subspan(1); }
   uint32_t pool_slots() const { return pool_slots_; }
   uint32_t max_workers() const { return max_workers_; }
+  uint32_t io_threads() const { return io_threads_; }
+  // The I/O thread that serves worker thread `t` of `job` (0 when the job is not split).
+  uint32_t IoThreadOf(const Job& job, uint32_t t) const {
+    return job.io_split_threads == 0 ? 0 : uint32_t(uint64_t{t} * io_threads_ / job.io_split_threads);
+  }
   uint32_t free_slots() const;
   uint32_t largest_free_range() const;
   // Largest num_workers among live jobs, job 0 included (0 if none): bounds a burst's
@@ -278,12 +336,16 @@ class JobTable {
   // Sorts the service jobs (live first, by id) and rebuilds index_, has_host_keys_ and
   // max_job_workers_ from jobs_.
   void Rebuild();
+  // Sets job.io_split_threads and job.io_slot_begin from its agreed parameters and
+  // io_threads_.
+  void SplitSlots(Job& job) const;
   void Insert(uint64_t key, uint32_t job_index, uint32_t rank, uint16_t thread);
 
   uint32_t pool_slots_;
   uint32_t max_workers_;
   uint32_t max_elements_;
   AggregatorOptions aggregator_options_;
+  uint32_t io_threads_ = 1;
   uint32_t next_job_id_ = 1;
   uint32_t max_job_workers_ = 0;
   std::vector<Job> jobs_;  // [0] = job 0, then the service jobs (see jobs())

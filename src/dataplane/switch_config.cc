@@ -36,6 +36,10 @@ Status SwitchConfig::Validate() const {
     return InvalidArgumentError("egress_drop_probability must be in [0, 1], got " +
                                 std::to_string(egress_drop_probability));
   }
+  if (io_threads < 1 || io_threads > kMaxIoThreads) {
+    return InvalidArgumentError("io_threads must be in [1, " + std::to_string(kMaxIoThreads) +
+                                "], got " + std::to_string(io_threads));
+  }
   return OkStatus();
 }
 

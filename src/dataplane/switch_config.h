@@ -37,6 +37,11 @@ struct SwitchConfig {
   // is 0.0.0.0 when the switch listens on every interface. 0 = use the channel's address.
   uint64_t mac = 0x001122334455;
   uint32_t advertised_ipv4 = 0;
+  // I/O threads of the SwitchServer, [1, kMaxIoThreads]: thread i has its own channel (UDP
+  // port P + i), SwitchCore and counters, and aggregates the slots of the worker threads it
+  // serves (docs/design.md, "Several I/O threads"). 1 = one thread, exactly the old switch.
+  uint32_t io_threads = 1;
+  static constexpr uint32_t kMaxIoThreads = 16;
 
   // InvalidArgument naming the first bad field and its value.
   Status Validate() const;

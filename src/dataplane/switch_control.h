@@ -69,9 +69,15 @@ inline constexpr uint32_t kClientProtocolVersion = 1;
 struct SwitchInfo {
   uint64_t mac = 0;
   uint32_t ipv4 = 0;          // host order
-  uint16_t udp_port = 48864;  // where workers send data
+  uint16_t udp_port = 48864;  // where workers send data (a switch with several I/O threads:
+                              // I/O thread 0's port, where reference clients send)
   uint32_t num_slots = 0;     // slots per set available to a job
   uint32_t max_workers = 0;
+  // In a registration's answer, our extension: where each worker thread of the registering
+  // worker sends its data, thread t to (ipv4, thread_udp_ports[t]) (a switch with several I/O
+  // threads, docs/design.md "Several I/O threads"). Empty = everything to udp_port (one I/O
+  // thread, a reference-mode worker, or an older switch).
+  std::vector<uint16_t> thread_udp_ports;
 };
 
 enum class JobDataType : uint8_t { kUnspecified = 0, kInt32 = 1, kFloat32 = 2 };
@@ -126,6 +132,7 @@ struct JobCounters {
   uint64_t too_large = 0;           // more elements than the job's elements_per_packet
   uint64_t not_running = 0;         // arrived before every rank had registered
   uint64_t datagrams_sent = 0;
+  uint64_t wrong_io_thread = 0;     // reached a switch I/O thread that does not own its slot
 };
 
 struct JobWorkerInfo {

@@ -22,18 +22,43 @@ StatusOr<SwitchCore> SwitchCore::Create(const SwitchConfig& config) {
   SWITCHML_ASSIGN_OR_RETURN(
       std::shared_ptr<const JobTable> jobs,
       JobTable::CreateEmpty(config.num_slots, config.max_workers, config.max_elements_per_packet,
-                            AggregatorOptions{.late_duplicate_guard = config.late_duplicate_guard}));
+                            AggregatorOptions{.late_duplicate_guard = config.late_duplicate_guard},
+                            config.io_threads));
   return SwitchCore(config, std::move(jobs));
 }
 
-SwitchCore::SwitchCore(const SwitchConfig& config, std::shared_ptr<const JobTable> jobs)
+StatusOr<SwitchCore> SwitchCore::CreateForIoThread(const SwitchConfig& config,
+                                                   std::shared_ptr<const JobTable> jobs,
+                                                   uint32_t io_thread) {
+  SWITCHML_RETURN_IF_ERROR(config.Validate());
+  if (jobs == nullptr) return InvalidArgumentError("jobs must not be null");
+  if (io_thread >= config.io_threads || io_thread >= jobs->io_threads()) {
+    return InvalidArgumentError("io_thread must be < io_threads (" +
+                                std::to_string(config.io_threads) + "), got " +
+                                std::to_string(io_thread));
+  }
+  return SwitchCore(config, std::move(jobs), io_thread);
+}
+
+namespace {
+// Thread 0 keeps the configured seed (one I/O thread behaves as before); thread i > 0 gets
+// its own stream.
+uint64_t ThreadSeed(uint64_t seed, uint32_t io_thread) {
+  return seed + uint64_t{io_thread} * 0x9E3779B97F4A7C15ull;
+}
+}  // namespace
+
+SwitchCore::SwitchCore(const SwitchConfig& config, std::shared_ptr<const JobTable> jobs,
+                       uint32_t io_thread)
     : config_(config),
       jobs_(std::move(jobs)),
       // Independent streams, so enabling one knob does not change the other's decisions.
-      ingress_drop_(config.ingress_drop_probability, config.drop_seed),
-      egress_drop_(config.egress_drop_probability, config.drop_seed ^ 0x5DEECE66DA3B9F4Full),
+      ingress_drop_(config.ingress_drop_probability, ThreadSeed(config.drop_seed, io_thread)),
+      egress_drop_(config.egress_drop_probability,
+                   ThreadSeed(config.drop_seed, io_thread) ^ 0x5DEECE66DA3B9F4Full),
       // Responses start on a 64-byte boundary in the slab (cache-line aligned encode).
-      response_stride_((wire::PacketBytes(config.max_elements_per_packet) + 63) & ~size_t{63}) {}
+      response_stride_((wire::PacketBytes(config.max_elements_per_packet) + 63) & ~size_t{63}),
+      io_thread_(io_thread) {}
 
 Status SwitchCore::RegisterWorker(const WorkerRegistration& reg) {
   SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<const JobTable> next,
@@ -92,21 +117,28 @@ void SwitchCore::ProcessBurst(std::span<const transport::RxDatagram> in, Outbox&
       continue;
     }
     JobRuntime& rt = *job.runtime;
-    Bump(rt.counters.received);
-    Bump(rt.rank_received[sender.rank]);
+    AtomicJobCounters& jc = rt.counters_of(io_thread_);
+    Bump(jc.received);
+    Bump(rt.rank_received_of(io_thread_)[sender.rank]);
     if (job.state != JobState::kRunning) {
       ++c.job_not_running;
-      Bump(rt.counters.not_running);
+      Bump(jc.not_running);
       continue;
     }
     if (pkt.header.slot >= job.spec.num_slots) {
       ++(c.*job.slot_out_of_range_counter);
-      Bump(rt.counters.slot_out_of_range);
+      Bump(jc.slot_out_of_range);
       continue;
     }
     if (pkt.num_elements > job.spec.elements_per_packet) {
       ++c.too_large;
-      Bump(rt.counters.too_large);
+      Bump(jc.too_large);
+      continue;
+    }
+    if (!job.OwnsSlot(io_thread_, pkt.header.slot)) {
+      // Another I/O thread aggregates this slot: never touch it from here.
+      ++c.wrong_io_thread;
+      Bump(jc.wrong_io_thread);
       continue;
     }
     Aggregate(d, pkt, job, rt, sender.rank, sender.thread, out);
@@ -117,6 +149,7 @@ void SwitchCore::Aggregate(const transport::RxDatagram& d, const wire::PacketVie
                            const JobTable::Job& job, JobRuntime& rt, uint32_t rank,
                            uint16_t thread, Outbox& out) {
   SwitchCounters& c = counters_;
+  AtomicJobCounters& jc = rt.counters_of(io_thread_);
   if (ingress_drop_.ShouldDrop()) {
     ++c.sim_ingress_drops;
     return;
@@ -136,30 +169,30 @@ void SwitchCore::Aggregate(const transport::RxDatagram& d, const wire::PacketVie
   switch (r.outcome) {
     case Outcome::kConsume:
       ++c.consumed;
-      Bump(rt.counters.consumed);
+      Bump(jc.consumed);
       return;
     case Outcome::kDropDuplicate:
       ++c.duplicates_dropped;
-      Bump(rt.counters.duplicates_dropped);
+      Bump(jc.duplicates_dropped);
       return;
     case Outcome::kDropLateDuplicate:
       ++c.late_duplicates_dropped;
-      Bump(rt.counters.late_duplicates_dropped);
+      Bump(jc.late_duplicates_dropped);
       return;
     case Outcome::kDropSizeMismatch:
       ++c.size_mismatch;
-      Bump(rt.counters.size_mismatch);
+      Bump(jc.size_mismatch);
       return;
     case Outcome::kDropInvalid:
       ++c.aggregator_invalid;
       return;
     case Outcome::kMulticast:
       ++c.multicast_rounds;
-      Bump(rt.counters.multicast_rounds);
+      Bump(jc.multicast_rounds);
       break;
     case Outcome::kUnicast:
       ++c.unicast_replies;
-      Bump(rt.counters.unicast_replies);
+      Bump(jc.unicast_replies);
       break;
   }
   if (egress_drop_.ShouldDrop()) {
@@ -180,7 +213,7 @@ void SwitchCore::Aggregate(const transport::RxDatagram& d, const wire::PacketVie
   if (r.outcome == Outcome::kUnicast) {
     out.Push(resp, size, d.from);
     ++c.datagrams_sent;
-    Bump(rt.counters.datagrams_sent);
+    Bump(jc.datagrams_sent);
     return;
   }
   uint64_t sent = 0;
@@ -192,7 +225,7 @@ void SwitchCore::Aggregate(const transport::RxDatagram& d, const wire::PacketVie
     ++sent;
   }
   c.datagrams_sent += sent;
-  Bump(rt.counters.datagrams_sent, sent);
+  Bump(jc.datagrams_sent, sent);
 }
 
 }  // namespace switchml::dataplane

@@ -10,16 +10,22 @@
 //   5. slot < the job's num_slots                     (slot_out_of_range for job 0,
 //                                                      job_slot_out_of_range for the others)
 //   6. elements <= the job's elements_per_packet      (too_large)
-//   7. ingress drop simulator, before any state change (sim_ingress_drops)
-//   8. the job's Aggregator::Process (docs/protocol.md#switch-state-machine)
+//   7. this core's I/O thread owns the slot for the job (Job::OwnsSlot; always true with
+//      one I/O thread)                                (wrong_io_thread)
+//   8. ingress drop simulator, before any state change (sim_ingress_drops)
+//   9. the job's Aggregator::Process (docs/protocol.md#switch-state-machine)
 //                                                     (consumed / duplicates_dropped /
 //                                                      size_mismatch / multicast / unicast)
-//   9. egress drop simulator: one decision per packet that produced responses; drops all of
+//  10. egress drop simulator: one decision per packet that produced responses; drops all of
 //      them (sim_egress_drops)
-//  10. the response: msg type 1; size code, job number and tsi of the triggering packet; the
+//  11. the response: msg type 1; size code, job number and tsi of the triggering packet; the
 //      same (slot, set); the round's max exponents; its sums big-endian. A multicast is encoded
 //      once and sent to every worker of the job; a unicast goes back to the sender's address.
-// The per-job counters (JobRuntime) are bumped alongside the switch-wide ones from step 3 on.
+// The per-job counters (JobRuntime, this I/O thread's share) are bumped alongside the
+// switch-wide ones from step 3 on.
+// Several I/O threads (switch_server.h): one SwitchCore per thread (CreateForIoThread), all
+// adopting the same tables; step 7 keeps each core on the slots its thread owns, so the
+// cores share the job's Aggregator without ever writing the same slot.
 // Multicast addressing (docs/protocol.md#switch-state-machine): to each worker's IPv4 and its
 // registered UDP port for the sender's thread index; a worker that registered no ports
 // (reference mode), or too few, gets the source port of the triggering packet, as the
@@ -91,6 +97,13 @@ class SwitchCore {
  public:
   // Errors: InvalidArgument from config.Validate(), ResourceExhausted for the sum memory.
   static StatusOr<SwitchCore> Create(const SwitchConfig& config);
+  // The core of I/O thread `io_thread` (< config.io_threads) of a switch whose job table is
+  // `jobs` (the one Create made for I/O thread 0, or a later one): its own counters and drop
+  // simulators (thread 0's seeds are Create's; others are derived from the thread index).
+  // Errors: InvalidArgument (config, io_thread, null jobs).
+  static StatusOr<SwitchCore> CreateForIoThread(const SwitchConfig& config,
+                                                std::shared_ptr<const JobTable> jobs,
+                                                uint32_t io_thread);
 
   SwitchCore(SwitchCore&&) noexcept = default;
   SwitchCore& operator=(SwitchCore&&) noexcept = default;
@@ -117,6 +130,7 @@ class SwitchCore {
   void ProcessBurst(std::span<const transport::RxDatagram> in, Outbox& out);
 
   const SwitchConfig& config() const { return config_; }
+  uint32_t io_thread() const { return io_thread_; }
   const SwitchCounters& counters() const { return counters_; }
   const JobTable& jobs() const { return *jobs_; }
   const std::shared_ptr<const JobTable>& jobs_ptr() const { return jobs_; }
@@ -124,7 +138,8 @@ class SwitchCore {
   const Aggregator& aggregator() const { return jobs_->reference().runtime->aggregator; }
 
  private:
-  SwitchCore(const SwitchConfig& config, std::shared_ptr<const JobTable> jobs);
+  SwitchCore(const SwitchConfig& config, std::shared_ptr<const JobTable> jobs,
+             uint32_t io_thread = 0);
   // Steps 7-10 for an accepted packet of `job`.
   void Aggregate(const transport::RxDatagram& d, const wire::PacketView& pkt,
                  const JobTable::Job& job, JobRuntime& rt, uint32_t rank, uint16_t thread,
@@ -136,6 +151,7 @@ class SwitchCore {
   DropSimulator egress_drop_;
   SwitchCounters counters_;
   size_t response_stride_ = 0;
+  uint32_t io_thread_ = 0;
 };
 
 }  // namespace switchml::dataplane

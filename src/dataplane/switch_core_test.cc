@@ -90,7 +90,7 @@ class CoreHarness {
 void ExpectBucketsAddUp(const SwitchCounters& c) {
   uint64_t sum = c.rx_truncated + c.unknown_sender + c.job_ended + c.job_not_running +
                  c.job_slot_out_of_range + c.slot_out_of_range + c.too_large +
-                 c.size_mismatch + c.aggregator_invalid + c.sim_ingress_drops + c.consumed +
+                 c.wrong_io_thread + c.size_mismatch + c.aggregator_invalid + c.sim_ingress_drops + c.consumed +
                  c.duplicates_dropped + c.late_duplicates_dropped + c.multicast_rounds +
                  c.unicast_replies;
   for (uint64_t e : c.decode_errors) sum += e;

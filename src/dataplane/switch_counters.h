@@ -4,11 +4,12 @@
 // Every datagram the switch receives ends in exactly one of these buckets: a decode error, an
 // unknown sender, a sender of an ended job, a sender of a job still waiting for workers, an
 // out-of-range slot (of the reference session or of the sender's job), a too-large packet, a
-// size mismatch, a simulated ingress drop, a consumed contribution, a dropped duplicate, or a
+// packet at an I/O thread that does not own its slot, a size mismatch, a simulated ingress drop, a consumed contribution, a dropped duplicate, or a
 // response (multicast round or unicast reply). So:
 //   datagrams_received == rx_truncated + sum(decode_*) + unknown_sender + job_ended
 //                         + job_not_running + slot_out_of_range + job_slot_out_of_range
-//                         + too_large + size_mismatch + aggregator_invalid + sim_ingress_drops
+//                         + too_large + wrong_io_thread + size_mismatch + aggregator_invalid
+//                         + sim_ingress_drops
 //                         + consumed + duplicates_dropped + late_duplicates_dropped
 //                         + multicast_rounds + unicast_replies
 // (the per-job part of these is also counted per job, JobCounters).
@@ -51,6 +52,8 @@ struct SwitchCounters {
   uint64_t unicast_replies = 0;     // duplicates of completed rounds answered to the sender
   uint64_t duplicates_dropped = 0;  // duplicates while the round was incomplete
   uint64_t late_duplicates_dropped = 0;  // late duplicates caught by the guard (off by default)
+  uint64_t wrong_io_thread = 0;     // reached an I/O thread that does not own the packet's slot
+                                    // for the sender's job (switch_core.h, step 7)
   uint64_t datagrams_sent = 0;      // response datagrams handed to the transport
 
   // Calls f(name, value_ref) for every counter, in a fixed order. Names are snake_case and
@@ -79,9 +82,10 @@ struct SwitchCounters {
     f("unicast_replies", c.unicast_replies);
     f("duplicates_dropped", c.duplicates_dropped);
     f("late_duplicates_dropped", c.late_duplicates_dropped);
+    f("wrong_io_thread", c.wrong_io_thread);
     f("datagrams_sent", c.datagrams_sent);
   }
-  static constexpr size_t kNumCounters = 22;
+  static constexpr size_t kNumCounters = 23;
 
   uint64_t decode_error(wire::DecodeError e) const { return decode_errors[size_t(e)]; }
 

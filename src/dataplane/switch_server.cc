@@ -1,5 +1,6 @@
 #include "dataplane/switch_server.h"
 
+#include <algorithm>
 #include <future>
 #include <system_error>
 
@@ -18,36 +19,71 @@ std::string ServerCounters::FormatTable() const { return FormatCounterTable(Name
 
 StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Create(
     const SwitchConfig& config, std::unique_ptr<transport::Channel> channel) {
-  if (channel == nullptr) return InvalidArgumentError("channel must not be null");
-  SWITCHML_ASSIGN_OR_RETURN(SwitchCore core, SwitchCore::Create(config));
-  return std::unique_ptr<SwitchServer>(
-      new SwitchServer(config, std::move(channel), std::move(core)));
+  if (config.io_threads != 1) {
+    return InvalidArgumentError("io_threads=" + std::to_string(config.io_threads) +
+                                " needs that many channels; this Create takes one");
+  }
+  std::vector<std::unique_ptr<transport::Channel>> channels;
+  channels.push_back(std::move(channel));
+  return Create(config, std::move(channels));
 }
 
-SwitchServer::SwitchServer(const SwitchConfig& config, std::unique_ptr<transport::Channel> channel,
-                           SwitchCore core)
-    : config_(config),
-      channel_(std::move(channel)),
-      local_endpoint_(channel_->local_endpoint()),
-      core_(std::move(core)),
-      rx_bytes_(std::make_unique_for_overwrite<uint8_t[]>(kBurstSize * wire::kMaxPacketBytes)),
-      latest_jobs_(core_.jobs_ptr()) {
+StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Create(
+    const SwitchConfig& config, std::vector<std::unique_ptr<transport::Channel>> channels) {
+  SWITCHML_RETURN_IF_ERROR(config.Validate());
+  if (channels.size() != config.io_threads) {
+    return InvalidArgumentError("got " + std::to_string(channels.size()) +
+                                " channels for io_threads=" + std::to_string(config.io_threads) +
+                                "; give one per I/O thread");
+  }
+  for (size_t i = 0; i < channels.size(); ++i) {
+    if (channels[i] == nullptr) {
+      return InvalidArgumentError(i == 0 ? std::string("channel must not be null")
+                                         : "channel " + std::to_string(i) + " must not be null");
+    }
+  }
+  SWITCHML_ASSIGN_OR_RETURN(SwitchCore core0, SwitchCore::Create(config));
+  std::shared_ptr<const JobTable> jobs = core0.jobs_ptr();
+  std::vector<std::unique_ptr<IoThread>> io;
+  io.push_back(std::make_unique<IoThread>(0, std::move(channels[0]), std::move(core0)));
+  for (uint32_t i = 1; i < config.io_threads; ++i) {
+    SWITCHML_ASSIGN_OR_RETURN(SwitchCore core, SwitchCore::CreateForIoThread(config, jobs, i));
+    io.push_back(std::make_unique<IoThread>(i, std::move(channels[i]), std::move(core)));
+  }
+  return std::unique_ptr<SwitchServer>(new SwitchServer(config, std::move(io)));
+}
+
+SwitchServer::IoThread::IoThread(uint32_t index, std::unique_ptr<transport::Channel> channel,
+                                 SwitchCore core)
+    : index(index),
+      channel(std::move(channel)),
+      local_endpoint(this->channel->local_endpoint()),
+      core(std::move(core)),
+      rx_bytes(std::make_unique_for_overwrite<uint8_t[]>(kBurstSize * wire::kMaxPacketBytes)) {
   for (size_t i = 0; i < kBurstSize; ++i) {
-    rx_[i].data = rx_bytes_.get() + i * wire::kMaxPacketBytes;
-    rx_[i].capacity = uint32_t(wire::kMaxPacketBytes);
+    rx[i].data = rx_bytes.get() + i * wire::kMaxPacketBytes;
+    rx[i].capacity = uint32_t(wire::kMaxPacketBytes);
   }
 }
+
+SwitchServer::SwitchServer(const SwitchConfig& config, std::vector<std::unique_ptr<IoThread>> io)
+    : config_(config), io_(std::move(io)), latest_jobs_(io_[0]->core.jobs_ptr()) {}
 
 SwitchServer::~SwitchServer() { Stop(); }
 
 Status SwitchServer::Start() {
   std::lock_guard<std::mutex> lock(lifecycle_mu_);
-  if (thread_.joinable()) return OkStatus();
+  if (started_) return OkStatus();
   stop_.store(false, std::memory_order_relaxed);
-  try {
-    thread_ = std::thread([this] { Run(); });
-  } catch (const std::system_error& e) {
-    return ResourceExhaustedError(std::string("cannot start the switch I/O thread: ") + e.what());
+  started_ = true;
+  for (const auto& io : io_) {
+    try {
+      io->thread = std::thread([this, t = io.get()] { Run(*t); });
+    } catch (const std::system_error& e) {
+      StopLocked();
+      return ResourceExhaustedError("cannot start switch I/O thread " + std::to_string(io->index) +
+                                    ": " + e.what());
+    }
   }
   running_.store(true, std::memory_order_release);
   return OkStatus();
@@ -55,10 +91,17 @@ Status SwitchServer::Start() {
 
 void SwitchServer::Stop() {
   std::lock_guard<std::mutex> lock(lifecycle_mu_);
-  if (!thread_.joinable()) return;
+  StopLocked();
+}
+
+void SwitchServer::StopLocked() {
+  if (!started_) return;
   stop_.store(true, std::memory_order_release);
-  channel_->Wake();
-  thread_.join();
+  for (const auto& io : io_) io->channel->Wake();
+  for (const auto& io : io_) {
+    if (io->thread.joinable()) io->thread.join();
+  }
+  started_ = false;
   running_.store(false, std::memory_order_release);
 }
 
@@ -67,19 +110,38 @@ bool SwitchServer::running() const { return running_.load(std::memory_order_acqu
 SwitchInfo SwitchServer::Info() const {
   SwitchInfo info;
   info.mac = config_.mac;
-  info.ipv4 = config_.advertised_ipv4 != 0 ? config_.advertised_ipv4 : local_endpoint_.ipv4;
-  info.udp_port = local_endpoint_.port;
+  const transport::Endpoint ep = io_[0]->local_endpoint;
+  info.ipv4 = config_.advertised_ipv4 != 0 ? config_.advertised_ipv4 : ep.ipv4;
+  info.udp_port = ep.port;
   info.num_slots = config_.num_slots;
   info.max_workers = config_.max_workers;
   return info;
 }
 
+std::vector<transport::Endpoint> SwitchServer::local_endpoints() const {
+  std::vector<transport::Endpoint> out;
+  for (const auto& io : io_) out.push_back(io->local_endpoint);
+  return out;
+}
+
+ServerCounters SwitchServer::io_thread_counters(uint32_t i) const {
+  ServerCounters c;
+  if (i >= io_.size()) return c;
+  size_t k = 0;
+  ServerCounters::Visit(c, [&](const char*, uint64_t& v) {
+    v = io_[i]->published[k++].load(std::memory_order_relaxed);
+  });
+  return c;
+}
+
 ServerCounters SwitchServer::counters() const {
   ServerCounters c;
-  size_t i = 0;
-  ServerCounters::Visit(c, [&](const char*, uint64_t& v) {
-    v = published_[i++].load(std::memory_order_relaxed);
-  });
+  for (const auto& io : io_) {
+    size_t k = 0;
+    ServerCounters::Visit(c, [&](const char*, uint64_t& v) {
+      v += io->published[k++].load(std::memory_order_relaxed);
+    });
+  }
   return c;
 }
 
@@ -93,36 +155,36 @@ void SwitchServer::RecordError(const Status& s) {
   last_error_ = s;
 }
 
-void SwitchServer::PublishCounters() {
-  io_counters_.core = core_.counters();
+void SwitchServer::PublishCounters(IoThread& io) {
+  io.io_counters.core = io.core.counters();
   size_t i = 0;
-  ServerCounters::Visit(std::as_const(io_counters_), [&](const char*, uint64_t v) {
-    published_[i++].store(v, std::memory_order_relaxed);
+  ServerCounters::Visit(std::as_const(io.io_counters), [&](const char*, uint64_t v) {
+    io.published[i++].store(v, std::memory_order_relaxed);
   });
 }
 
-void SwitchServer::AdoptLatestJobs() {
-  if (table_generation_.load(std::memory_order_acquire) == adopted_generation_) return;
+void SwitchServer::AdoptLatestJobs(IoThread& io) {
+  if (table_generation_.load(std::memory_order_acquire) == io.adopted_generation) return;
   std::shared_ptr<const JobTable> jobs;
   {
     std::lock_guard<std::mutex> lock(table_mu_);
     jobs = latest_jobs_;
-    adopted_generation_ = table_generation_.load(std::memory_order_relaxed);
+    io.adopted_generation = table_generation_.load(std::memory_order_relaxed);
   }
   // The previous job table (and the aggregator of a job it alone still held) is released here,
-  // on the I/O thread, between bursts.
-  core_.AdoptJobs(std::move(jobs));
-  ++io_counters_.sessions_adopted;
-  PublishCounters();
+  // on an I/O thread, between bursts.
+  io.core.AdoptJobs(std::move(jobs));
+  ++io.io_counters.sessions_adopted;
+  PublishCounters(io);
 }
 
-void SwitchServer::SendAll(std::span<const transport::TxDatagram> all) {
+void SwitchServer::SendAll(IoThread& io, std::span<const transport::TxDatagram> all) {
   size_t done = 0;
   while (done < all.size()) {
-    StatusOr<size_t> sent = channel_->SendBurst(all.subspan(done));
+    StatusOr<size_t> sent = io.channel->SendBurst(all.subspan(done));
     if (!sent.ok()) {
-      ++io_counters_.send_errors;
-      io_counters_.send_dropped += all.size() - done;
+      ++io.io_counters.send_errors;
+      io.io_counters.send_dropped += all.size() - done;
       RecordError(sent.status());
       return;
     }
@@ -130,7 +192,7 @@ void SwitchServer::SendAll(std::span<const transport::TxDatagram> all) {
       // Transmit path full. Responses are results other workers wait for, so keep trying
       // (the kernel drains its queue within microseconds) unless we are asked to stop.
       if (stop_.load(std::memory_order_relaxed)) {
-        io_counters_.send_dropped += all.size() - done;
+        io.io_counters.send_dropped += all.size() - done;
         return;
       }
       std::this_thread::yield();
@@ -140,38 +202,38 @@ void SwitchServer::SendAll(std::span<const transport::TxDatagram> all) {
   }
 }
 
-void SwitchServer::Run() {
-  AdoptLatestJobs();
+void SwitchServer::Run(IoThread& io) {
+  AdoptLatestJobs(io);
   TimePoint last_sweep = Clock::now();
   while (!stop_.load(std::memory_order_acquire)) {
     // Once per loop, not per packet: one clock read (tens of ns) per burst or idle wake-up.
     const TimePoint now = Clock::now();
-    if (now - last_sweep >= kSweepInterval) {
+    if (io.index == 0 && now - last_sweep >= kSweepInterval) {  // one thread sweeps
       last_sweep = now;
       ExpireIdleJobs(now);
     }
     // In place where the channel stages datagrams itself (UDP GRO): no copy per datagram. The
     // views stay valid through ProcessBurst, which copies what it keeps into the aggregators.
-    transport::PointAt(rx_, rx_bytes_.get(), uint32_t(wire::kMaxPacketBytes));
-    StatusOr<size_t> got = channel_->RecvBurstNoCopy(rx_, kRecvTimeout);
+    transport::PointAt(io.rx, io.rx_bytes.get(), uint32_t(wire::kMaxPacketBytes));
+    StatusOr<size_t> got = io.channel->RecvBurstNoCopy(io.rx, kRecvTimeout);
     if (!got.ok()) {
-      ++io_counters_.recv_errors;
+      ++io.io_counters.recv_errors;
       RecordError(got.status());
-      PublishCounters();
+      PublishCounters(io);
       // A broken channel fails immediately; do not spin on it.
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       continue;
     }
     // After the receive, before processing: see the header comment.
-    AdoptLatestJobs();
-    if (inspect_pending_.load(std::memory_order_acquire)) ServeInspections();
+    AdoptLatestJobs(io);
+    if (io.inspect_pending.load(std::memory_order_acquire)) ServeInspections(io);
     if (*got == 0) continue;
-    core_.ProcessBurst(std::span<const transport::RxDatagram>(rx_.data(), *got), outbox_);
+    io.core.ProcessBurst(std::span<const transport::RxDatagram>(io.rx.data(), *got), io.outbox);
     // Each destination's responses side by side: a GSO channel sends them as one message.
-    transport::GroupByDestination(outbox_.datagrams(), &grouped_);
-    SendAll(grouped_);
-    ++io_counters_.bursts;
-    PublishCounters();
+    transport::GroupByDestination(io.outbox.datagrams(), &io.grouped);
+    SendAll(io, io.grouped);
+    ++io.io_counters.bursts;
+    PublishCounters(io);
   }
 }
 
@@ -207,15 +269,28 @@ Status SwitchServer::DeleteJob(uint32_t job_id, const std::string& token) {
 StatusOr<JobWorkerGrant> SwitchServer::RegisterJobWorker(
     const JobRegistration& reg) {
   JobWorkerGrant grant;
+  std::vector<uint16_t> thread_ports;
   {
     std::lock_guard<std::mutex> lock(table_mu_);
     SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<const JobTable> next,
                               JobTable::Register(*latest_jobs_, reg, &grant, Clock::now()));
+    if (io_.size() > 1) {
+      // Where each of the worker's threads sends: the port of the I/O thread that owns its
+      // slots (none when the job is not split: everything goes to I/O thread 0's port).
+      const JobTable::Job* job =
+          reg.job_id == JobTable::kReferenceJobId ? &next->reference() : next->FindJob(reg.job_id);
+      if (job != nullptr && job->io_split_threads > 0 && !reg.worker.udp_ports.empty()) {
+        for (uint32_t t = 0; t < job->io_split_threads; ++t) {
+          thread_ports.push_back(io_[next->IoThreadOf(*job, t)]->local_endpoint.port);
+        }
+      }
+    }
     PublishJobs(std::move(next));
   }
   const uint32_t job_slots = grant.switch_info.num_slots;
   grant.switch_info = Info();
   grant.switch_info.num_slots = job_slots;
+  grant.switch_info.thread_udp_ports = std::move(thread_ports);
   return grant;
 }
 
@@ -258,8 +333,11 @@ std::shared_ptr<const JobTable> SwitchServer::jobs() const {
 struct SwitchServer::InspectRequest {
   uint32_t job_id = 0;
   uint32_t first_slot = 0;
-  uint32_t count = 0;
-  std::promise<StatusOr<std::vector<SlotInfo>>> result;
+  std::vector<SlotInfo> out;  // pre-sized; each I/O thread fills the slots it owns
+  std::mutex mu;
+  Status status;           // guarded by mu: the first error an I/O thread met
+  uint32_t remaining = 0;  // guarded by mu: I/O threads that have not answered
+  std::promise<void> done;
 };
 
 namespace {
@@ -274,37 +352,41 @@ SlotSetInfo ToSlotSetInfo(const SlotSetView& v) {
   return s;
 }
 
-}  // namespace
+constexpr uint32_t kAllIoThreads = UINT32_MAX;
 
-StatusOr<std::vector<SlotInfo>> SwitchServer::InspectNow(uint32_t job_id,
-                                                                     uint32_t first_slot,
-                                                                     uint32_t count) const {
-  const Aggregator* agg = nullptr;
-  std::shared_ptr<const JobTable> jobs;  // keeps the job's runtime alive while we read
-  if (job_id == JobTable::kReferenceJobId) {
-    agg = &core_.aggregator();  // the state the I/O thread has adopted
-  } else {
-    jobs = this->jobs();
-    const JobTable::Job* job = jobs->FindJob(job_id);
-    if (job == nullptr) {
-      return NotFoundError("job " + std::to_string(job_id) + " does not exist on this switch");
-    }
-    if (job->runtime == nullptr) {
-      return FailedPreconditionError("job " + std::to_string(job_id) +
-                                     " has ended, its slots are freed: " + job->end_reason);
-    }
-    agg = &job->runtime->aggregator;
+// The job `job_id` of `jobs` (0 = the reference session) with its aggregation state, or why
+// there is none.
+StatusOr<const JobTable::Job*> InspectableJob(const JobTable& jobs, uint32_t job_id) {
+  if (job_id == JobTable::kReferenceJobId) return &jobs.reference();
+  const JobTable::Job* job = jobs.FindJob(job_id);
+  if (job == nullptr) {
+    return NotFoundError("job " + std::to_string(job_id) + " does not exist on this switch");
   }
-  std::vector<SlotInfo> out;
-  for (uint32_t s = first_slot; s < agg->num_slots() && s - first_slot < count; ++s) {
-    SlotInfo info;
-    info.slot = s;
-    info.sets[0] = ToSlotSetInfo(agg->Inspect(s, 0));
-    info.sets[1] = ToSlotSetInfo(agg->Inspect(s, 1));
-    out.push_back(info);
+  if (job->runtime == nullptr) {
+    return FailedPreconditionError("job " + std::to_string(job_id) +
+                                   " has ended, its slots are freed: " + job->end_reason);
   }
-  return out;
+  return job;
 }
+
+// Fills out[k] = slot first_slot + k of `job_id` in `jobs`, for the slots I/O thread `io`
+// owns (every slot for kAllIoThreads).
+Status FillSlots(const JobTable& jobs, uint32_t job_id, uint32_t first_slot, uint32_t io,
+                 std::vector<SlotInfo>& out) {
+  SWITCHML_ASSIGN_OR_RETURN(const JobTable::Job* job, InspectableJob(jobs, job_id));
+  const Aggregator& agg = job->runtime->aggregator;
+  for (size_t k = 0; k < out.size(); ++k) {
+    const uint32_t s = first_slot + uint32_t(k);
+    if (s >= agg.num_slots()) break;
+    if (io != kAllIoThreads && !job->OwnsSlot(io, s)) continue;
+    out[k].slot = s;
+    out[k].sets[0] = ToSlotSetInfo(agg.Inspect(s, 0));
+    out[k].sets[1] = ToSlotSetInfo(agg.Inspect(s, 1));
+  }
+  return OkStatus();
+}
+
+}  // namespace
 
 StatusOr<std::vector<SlotInfo>> SwitchServer::InspectSlots(uint32_t job_id,
                                                                        uint32_t first_slot,
@@ -312,38 +394,59 @@ StatusOr<std::vector<SlotInfo>> SwitchServer::InspectSlots(uint32_t job_id,
   if (count == 0 || count > 1024) {
     return InvalidArgumentError("count must be in [1, 1024], got " + std::to_string(count));
   }
+  const std::shared_ptr<const JobTable> latest = jobs();
+  SWITCHML_ASSIGN_OR_RETURN(const JobTable::Job* job, InspectableJob(*latest, job_id));
+  const uint32_t num_slots = job->runtime->aggregator.num_slots();
+  const uint32_t n = first_slot >= num_slots ? 0 : std::min(count, num_slots - first_slot);
+  auto request = std::make_shared<InspectRequest>();
+  request->job_id = job_id;
+  request->first_slot = first_slot;
+  request->out.resize(n);
   {
     // Not running: nobody else touches the aggregators; read them here. lifecycle_mu_ keeps
     // Start() from racing with the read.
     std::lock_guard<std::mutex> lock(lifecycle_mu_);
-    if (!thread_.joinable()) return InspectNow(job_id, first_slot, count);
+    if (!started_) {
+      SWITCHML_RETURN_IF_ERROR(FillSlots(*latest, job_id, first_slot, kAllIoThreads, request->out));
+      return std::move(request->out);
+    }
   }
-  auto request = std::make_shared<InspectRequest>();
-  request->job_id = job_id;
-  request->first_slot = first_slot;
-  request->count = count;
-  auto future = request->result.get_future();
-  {
-    std::lock_guard<std::mutex> lock(inspect_mu_);
-    inspect_queue_.push_back(request);
-    inspect_pending_.store(true, std::memory_order_release);
+  if (n == 0) return std::vector<SlotInfo>{};
+  request->remaining = uint32_t(io_.size());
+  auto future = request->done.get_future();
+  for (const auto& io : io_) {
+    {
+      std::lock_guard<std::mutex> lock(io->inspect_mu);
+      io->inspect_queue.push_back(request);
+      io->inspect_pending.store(true, std::memory_order_release);
+    }
+    io->channel->Wake();
   }
-  channel_->Wake();
   if (future.wait_for(std::chrono::seconds(2)) != std::future_status::ready) {
-    return UnavailableError("the switch I/O thread did not answer the slot inspection within 2 s "
-                            "(stopping?)");
+    return UnavailableError("the switch I/O threads did not answer the slot inspection within "
+                            "2 s (stopping?)");
   }
-  return future.get();
+  std::lock_guard<std::mutex> lock(request->mu);
+  if (!request->status.ok()) return request->status;
+  return request->out;
 }
 
-void SwitchServer::ServeInspections() {
+void SwitchServer::ServeInspections(IoThread& io) {
   std::vector<std::shared_ptr<InspectRequest>> queue;
   {
-    std::lock_guard<std::mutex> lock(inspect_mu_);
-    queue.swap(inspect_queue_);
-    inspect_pending_.store(false, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(io.inspect_mu);
+    queue.swap(io.inspect_queue);
+    io.inspect_pending.store(false, std::memory_order_relaxed);
   }
-  for (auto& r : queue) r->result.set_value(InspectNow(r->job_id, r->first_slot, r->count));
+  for (auto& r : queue) {
+    // Disjoint entries per thread (each slot has one owner), so no lock while filling. The
+    // table is the one this thread adopted: the state it alone writes.
+    const Status s = FillSlots(io.core.jobs(), r->job_id, r->first_slot,
+                               io_.size() == 1 ? kAllIoThreads : io.index, r->out);
+    std::lock_guard<std::mutex> lock(r->mu);
+    if (!s.ok() && r->status.ok()) r->status = s;
+    if (--r->remaining == 0) r->done.set_value();
+  }
 }
 
 }  // namespace switchml::dataplane

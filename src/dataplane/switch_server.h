@@ -1,14 +1,23 @@
-// dataplane/switch_server.h — the software switch's I/O edge: one thread, one Channel.
+// dataplane/switch_server.h — the software switch's I/O edge: T I/O threads, one Channel each.
 //
-// SwitchServer owns a transport::Channel and a SwitchCore and runs the run-to-completion loop
+// SwitchServer owns config.io_threads I/O threads (1 by default). I/O thread i owns channel i
+// (with UDP: port P + i), its own SwitchCore (counters, drop simulators), outbox and receive
+// buffers, and runs the run-to-completion loop
 //   RecvBurst (up to kBurstSize datagrams) → adopt a new job table if one was published
 //   → SwitchCore::ProcessBurst → group the responses by destination (for UDP GSO)
 //   → SendBurst until every response is sent.
+// Several I/O threads (docs/design.md, "Several I/O threads"): nothing the packet path writes
+// is shared between them except each job's Aggregator, in which every thread touches only the
+// slots it owns (JobTable::Job::io_slot_begin: the slots of the worker threads it serves); a
+// datagram that reaches a thread that does not own its slot is dropped (wrong_io_thread).
+// Workers learn which port serves each of their threads from the registration grant
+// (SwitchInfo::thread_udp_ports); reference clients send everything to I/O thread 0's port,
+// which then owns every slot of their job.
 // It implements SwitchControl (switch_control.h) over one JobTable: the reference Session
 // service registers workers into job 0 and the JobService creates, registers and deletes the
 // other jobs, all through RegisterJobWorker & co. from the gRPC services' threads while the
 // loop runs. Every
-// kSweepInterval the I/O thread also ends jobs that have been idle longer than their
+// kSweepInterval I/O thread 0 also ends jobs that have been idle longer than their
 // idle_timeout (ExpireIdleJobs), which frees their slots.
 //
 //   SWITCHML_ASSIGN_OR_RETURN(auto server, SwitchServer::Create(config, std::move(channel)));
@@ -21,17 +30,19 @@
 //  * Registration never takes a lock the packet path waits on: every change (CreateJob,
 //    RegisterJobWorker, DeleteJob, the idle sweep) builds a new immutable JobTable
 //    under a writer-side mutex, publishes it as the latest one and bumps an atomic
-//    generation. The I/O thread compares the generation once per burst (one acquire load) and
+//    generation. Each I/O thread compares the generation once per burst (one acquire load) and
 //    only when it changed copies the shared_ptr under that mutex, so the lock is taken once
 //    per change, never per packet. A table in which rank 0 started a new reference session
-//    clears job 0's aggregation state when it is adopted (SwitchCore::AdoptJobs). The check
+//    clears job 0's aggregation state when it is adopted (SwitchCore::AdoptJobs; with several
+//    I/O threads the table carries fresh state instead, JobTable::RegisterSessionWorker). The check
 //    runs after RecvBurst returns and before the burst is processed, so a datagram a worker
 //    sends after its registration returned is matched against a table that includes it.
-//  * counters() may be called from any thread: the I/O thread mirrors the core's counters into
-//    relaxed atomics after every burst (a few dozen stores per burst, no lock); a snapshot is
-//    per-counter exact but not taken at one instant.
-//  * InspectSlots reads aggregation state that only the I/O thread may touch, so while the
-//    loop runs it is served by the I/O thread between bursts (the caller waits).
+//  * counters() may be called from any thread: each I/O thread mirrors its core's counters
+//    into its own relaxed atomics after every burst (a few dozen stores per burst, no lock);
+//    counters() sums the threads. A snapshot is per-counter exact but not taken at one instant.
+//  * InspectSlots reads aggregation state that only the owning I/O thread may touch, so while
+//    the loop runs every I/O thread fills in the slots it owns between bursts (the caller
+//    waits for all of them).
 //  * Start/Stop/Info/counters and every SwitchControl method are thread-safe. Stop() wakes the
 //    channel and joins; the receive timeout (kRecvTimeout) bounds how long that takes even for a channel
 //    whose Wake() is slow.
@@ -92,25 +103,32 @@ class SwitchServer final : public SwitchControl {
   // How often the I/O thread looks for idle jobs (the granularity of idle_timeout).
   static constexpr std::chrono::milliseconds kSweepInterval{50};
 
-  // Validates `config` and takes ownership of `channel` (which must already be bound).
-  // Errors: InvalidArgument (bad config or null channel), ResourceExhausted.
+  // Validates `config` and takes ownership of `channel` (which must already be bound); for
+  // config.io_threads == 1. Errors: InvalidArgument (bad config, null channel, io_threads
+  // other than 1), ResourceExhausted.
   static StatusOr<std::unique_ptr<SwitchServer>> Create(const SwitchConfig& config,
                                                         std::unique_ptr<transport::Channel> channel);
+  // One bound channel per I/O thread (channels.size() == config.io_threads); channel i is
+  // I/O thread i's, and channel 0 is where reference clients send. Errors as above.
+  static StatusOr<std::unique_ptr<SwitchServer>> Create(
+      const SwitchConfig& config, std::vector<std::unique_ptr<transport::Channel>> channels);
   ~SwitchServer() override;  // Stop()s
 
   SwitchServer(const SwitchServer&) = delete;
   SwitchServer& operator=(const SwitchServer&) = delete;
 
-  // Starts the I/O thread. OK and no effect if already running; may restart after Stop().
-  // Errors: ResourceExhausted if the thread cannot be created.
+  // Starts the I/O threads. OK and no effect if already running; may restart after Stop().
+  // Errors: ResourceExhausted if a thread cannot be created (none is left running).
   Status Start();
-  // Stops and joins the I/O thread. Idempotent; blocks for at most about kRecvTimeout plus
+  // Stops and joins the I/O threads. Idempotent; blocks for at most about kRecvTimeout plus
   // the time to finish the current burst.
   void Stop();
   bool running() const;
 
-  // Where and how workers reach this switch (num_slots = the whole pool).
+  // Where and how workers reach this switch (num_slots = the whole pool; udp_port = I/O
+  // thread 0's; thread_udp_ports is per registration, left empty here).
   SwitchInfo Info() const;
+  uint32_t io_threads() const { return uint32_t(io_.size()); }
 
   // SwitchControl (errors as documented there and in job_table.h); callable before Start().
   // CreateJob generates a token when the spec has none; RegisterJobWorker (job 0 = the
@@ -133,59 +151,65 @@ class SwitchServer final : public SwitchControl {
   // The latest published job table (what the next burst will use); reference() is job 0.
   std::shared_ptr<const JobTable> jobs() const;
 
+  // Summed over the I/O threads.
   ServerCounters counters() const;
-  // Where workers send data (the channel's local address, cached at Create).
-  transport::Endpoint local_endpoint() const { return local_endpoint_; }
+  // I/O thread `i`'s own (i < io_threads()).
+  ServerCounters io_thread_counters(uint32_t i) const;
+  // Where reference clients send data: I/O thread 0's channel address (cached at Create).
+  transport::Endpoint local_endpoint() const { return io_[0]->local_endpoint; }
+  // Every I/O thread's channel address, by thread.
+  std::vector<transport::Endpoint> local_endpoints() const;
   // The most recent channel error seen by the I/O thread (OK if none).
   Status last_error() const;
 
  private:
-  SwitchServer(const SwitchConfig& config, std::unique_ptr<transport::Channel> channel,
-               SwitchCore core);
-  void Run();
-  void AdoptLatestJobs();
-  void ServeInspections();
-  // Reads slots of `job_id` (0 = the reference session) from core_'s table (job 0) or the
-  // latest one. Only on the thread that owns core_.
-  StatusOr<std::vector<SlotInfo>> InspectNow(uint32_t job_id, uint32_t first_slot,
-                                                         uint32_t count) const;
+  struct InspectRequest;
+  // One I/O thread's state. Only that thread touches it, except `published` and the
+  // inspection queue (any thread) and `thread` (Start/Stop).
+  struct IoThread {
+    IoThread(uint32_t index, std::unique_ptr<transport::Channel> channel, SwitchCore core);
+    const uint32_t index;
+    const std::unique_ptr<transport::Channel> channel;
+    const transport::Endpoint local_endpoint;
+    SwitchCore core;
+    Outbox outbox;
+    std::vector<transport::TxDatagram> grouped;  // outbox grouped by destination
+    std::unique_ptr<uint8_t[]> rx_bytes;
+    std::array<transport::RxDatagram, kBurstSize> rx{};
+    ServerCounters io_counters;  // core part refreshed from core when published
+    uint64_t adopted_generation = 0;
+    // Counter mirror for other threads (on its own cache lines).
+    alignas(64) std::array<std::atomic<uint64_t>, ServerCounters::kNumCounters> published{};
+    // InspectSlots requests waiting for this thread.
+    std::mutex inspect_mu;
+    std::vector<std::shared_ptr<InspectRequest>> inspect_queue;  // guarded by inspect_mu
+    std::atomic<bool> inspect_pending{false};
+    std::thread thread;
+  };
+
+  SwitchServer(const SwitchConfig& config, std::vector<std::unique_ptr<IoThread>> io);
+  void Run(IoThread& io);
+  void AdoptLatestJobs(IoThread& io);
+  void ServeInspections(IoThread& io);
   void PublishJobs(std::shared_ptr<const JobTable> jobs);  // table_mu_ held
-  void SendAll(std::span<const transport::TxDatagram> all);
-  void PublishCounters();
+  void SendAll(IoThread& io, std::span<const transport::TxDatagram> all);
+  void PublishCounters(IoThread& io);
   void RecordError(const Status& s);
+  void StopLocked();  // lifecycle_mu_ held
 
   const SwitchConfig config_;
-  const std::unique_ptr<transport::Channel> channel_;
-  const transport::Endpoint local_endpoint_;
-
-  // I/O thread only.
-  SwitchCore core_;
-  Outbox outbox_;
-  std::vector<transport::TxDatagram> grouped_;  // outbox_ grouped by destination
-  std::unique_ptr<uint8_t[]> rx_bytes_;
-  std::array<transport::RxDatagram, kBurstSize> rx_{};
-  ServerCounters io_counters_;  // core part refreshed from core_ when published
-  uint64_t adopted_generation_ = 0;
+  const std::vector<std::unique_ptr<IoThread>> io_;
 
   // Table publication (writer side).
   mutable std::mutex table_mu_;
   std::shared_ptr<const JobTable> latest_jobs_;  // guarded by table_mu_
   std::atomic<uint64_t> table_generation_{0};
 
-  // Counter mirror for other threads.
-  std::array<std::atomic<uint64_t>, ServerCounters::kNumCounters> published_{};
-
-  // InspectSlots requests waiting for the I/O thread.
-  struct InspectRequest;
-  mutable std::mutex inspect_mu_;
-  mutable std::vector<std::shared_ptr<InspectRequest>> inspect_queue_;  // guarded by inspect_mu_
-  mutable std::atomic<bool> inspect_pending_{false};
-
   mutable std::mutex error_mu_;
   Status last_error_;  // guarded by error_mu_
 
   mutable std::mutex lifecycle_mu_;  // serialises Start/Stop (and InspectSlots vs Start)
-  std::thread thread_;
+  bool started_ = false;             // guarded by lifecycle_mu_
   std::atomic<bool> stop_{false};
   std::atomic<bool> running_{false};
 };

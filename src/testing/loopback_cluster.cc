@@ -1,5 +1,6 @@
 #include "testing/loopback_cluster.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -22,9 +23,15 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
   transport::LoopbackOptions lo;
   lo.faults = faults;
   SWITCHML_ASSIGN_OR_RETURN(c->fabric_, transport::LoopbackFabric::Create(lo));
-  SWITCHML_ASSIGN_OR_RETURN(auto switch_channel, c->fabric_->CreateChannel(kSwitchEndpoint));
+  // I/O thread i listens at kSwitchEndpoint's port + i (as `switchml switch --io-threads`).
+  std::vector<std::unique_ptr<transport::Channel>> switch_channels;
+  for (uint32_t i = 0; i < std::max<uint32_t>(switch_config.io_threads, 1); ++i) {
+    SWITCHML_ASSIGN_OR_RETURN(
+        auto ch, c->fabric_->CreateChannel({kSwitchEndpoint.ipv4, uint16_t(kSwitchEndpoint.port + i)}));
+    switch_channels.push_back(std::move(ch));
+  }
   SWITCHML_ASSIGN_OR_RETURN(c->server_,
-                            dataplane::SwitchServer::Create(switch_config, std::move(switch_channel)));
+                            dataplane::SwitchServer::Create(switch_config, std::move(switch_channels)));
   SWITCHML_RETURN_IF_ERROR(c->server_->Start());
   for (uint32_t r = 0; r < num_workers; ++r) {
     Options o = options;
@@ -35,6 +42,14 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
     reg.rank = r;
     reg.num_workers = num_workers;
     reg.ipv4 = 0x0A000001 + r;
+    if (switch_config.io_threads > 1) {
+      // What Context::Create registers: the switch splits the slots among its I/O threads by
+      // these (with one I/O thread they change nothing, and are left out as before).
+      reg.protocol_version = dataplane::kClientProtocolVersion;
+      reg.num_worker_threads = o.num_worker_threads;
+      reg.window_packets = o.window_packets;
+      reg.elements_per_packet = o.elements_per_packet;
+    }
     std::vector<std::unique_ptr<transport::Channel>> channels;
     for (uint32_t t = 0; t < o.num_worker_threads; ++t) {
       const uint16_t port = uint16_t(6000 + t);
@@ -45,8 +60,16 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
     dataplane::JobRegistration job0;  // the reference session: job 0, no token
     job0.job_id = dataplane::kReferenceJobId;
     job0.worker = reg;
-    SWITCHML_RETURN_IF_ERROR(c->server_->RegisterJobWorker(job0).status());
-    c->contexts_.push_back(client::ContextImpl::CreateWithChannels(o, std::move(channels), kSwitchEndpoint));
+    SWITCHML_ASSIGN_OR_RETURN(dataplane::JobWorkerGrant grant, c->server_->RegisterJobWorker(job0));
+    std::vector<transport::Endpoint> switch_endpoints{kSwitchEndpoint};
+    if (!grant.switch_info.thread_udp_ports.empty()) {
+      switch_endpoints.clear();
+      for (uint16_t p : grant.switch_info.thread_udp_ports) {
+        switch_endpoints.push_back({kSwitchEndpoint.ipv4, p});
+      }
+    }
+    c->contexts_.push_back(
+        client::ContextImpl::CreateWithChannels(o, std::move(channels), std::move(switch_endpoints)));
   }
   return c;
 }

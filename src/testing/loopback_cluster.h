@@ -9,7 +9,9 @@
 //   auto c = LoopbackCluster::Create(/*num_workers=*/3, o, f, sc).value();
 //   c->ctx(1).AllReduce(in, out, n, DataType::kInt32);   // each rank from its own thread
 //
-// The switch listens at kSwitchEndpoint (127.0.0.1:48864 on the fabric); worker r's thread t
+// The switch listens at kSwitchEndpoint (127.0.0.1:48864 on the fabric; with
+// switch_config.io_threads = T > 1, I/O thread i at port 48864 + i, and each worker thread
+// sends to the port its registration grant names); worker r's thread t
 // sends from 10.0.0.(1+r):(6000+t). The workers are registered with the switch's reference
 // session (job 0: SwitchServer::RegisterJobWorker, per-thread ports), exactly as Context::Create would
 // through the controller. Contexts are built with client::ContextImpl::CreateWithChannels from
