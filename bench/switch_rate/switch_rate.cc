@@ -263,20 +263,7 @@ class SwitchDut final : public DeviceUnderTest {
   void Stop() override {
     server_->Stop();
     total_ = {};
-    for (const UdpChannel* ch : channels_) {
-      const transport::UdpChannelStats& c = ch->stats();
-      total_.sent += c.sent;
-      total_.received += c.received;
-      total_.truncated += c.truncated;
-      total_.send_eagain += c.send_eagain;
-      total_.send_dropped += c.send_dropped;
-      total_.errors_ignored += c.errors_ignored;
-      total_.send_syscalls += c.send_syscalls;
-      total_.recv_syscalls += c.recv_syscalls;
-      total_.gso_messages += c.gso_messages;
-      total_.gso_fallbacks += c.gso_fallbacks;
-      total_.gro_messages += c.gro_messages;
-    }
+    for (const UdpChannel* ch : channels_) total_ += ch->stats();
   }
   // Summed over the I/O threads' channels; valid after Stop().
   const transport::UdpChannelStats& channel_stats() const override { return total_; }
@@ -396,20 +383,7 @@ class ForwarderDut final : public DeviceUnderTest {
     }
     stopped_ = true;
     total_ = {};
-    for (const auto& t : threads_) {
-      const transport::UdpChannelStats& c = t->channel->stats();
-      total_.sent += c.sent;
-      total_.received += c.received;
-      total_.truncated += c.truncated;
-      total_.send_eagain += c.send_eagain;
-      total_.send_dropped += c.send_dropped;
-      total_.errors_ignored += c.errors_ignored;
-      total_.send_syscalls += c.send_syscalls;
-      total_.recv_syscalls += c.recv_syscalls;
-      total_.gso_messages += c.gso_messages;
-      total_.gso_fallbacks += c.gso_fallbacks;
-      total_.gro_messages += c.gro_messages;
-    }
+    for (const auto& t : threads_) total_ += t->channel->stats();
   }
   // Summed over the threads; valid after Stop().
   const transport::UdpChannelStats& channel_stats() const override { return total_; }

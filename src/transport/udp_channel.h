@@ -103,6 +103,22 @@ struct UdpChannelStats {
   uint64_t gso_messages = 0;    // messages sent carrying more than one datagram
   uint64_t gso_fallbacks = 0;   // GSO messages the kernel refused, resent datagram by datagram
   uint64_t gro_messages = 0;    // messages received carrying more than one datagram
+
+  // Adds every counter of `o` (totals over several channels, e.g. a switch's I/O threads).
+  UdpChannelStats& operator+=(const UdpChannelStats& o) {
+    sent += o.sent;
+    received += o.received;
+    truncated += o.truncated;
+    send_eagain += o.send_eagain;
+    send_dropped += o.send_dropped;
+    errors_ignored += o.errors_ignored;
+    send_syscalls += o.send_syscalls;
+    recv_syscalls += o.recv_syscalls;
+    gso_messages += o.gso_messages;
+    gso_fallbacks += o.gso_fallbacks;
+    gro_messages += o.gro_messages;
+    return *this;
+  }
 };
 
 class UdpChannel final : public Channel {
