@@ -77,10 +77,7 @@ class AgreedParamsTest : public ::testing::Test {
     auto server = StartLocalSwitchForTests(64);
     ASSERT_TRUE(server.ok()) << server.status();
     switch_ = std::move(*server);
-    ServerOptions so;
-    so.listen_address = "127.0.0.1:0";
-    so.operator_token = kOperatorToken;
-    auto ctl = ControllerServer::Start(so, switch_.get());
+    auto ctl = StartLocalControllerForTests(switch_.get(), kOperatorToken);
     ASSERT_TRUE(ctl.ok()) << ctl.status();
     controller_ = std::move(*ctl);
     switch_address_ = "127.0.0.1:" + std::to_string(controller_->port());
@@ -98,10 +95,7 @@ class AgreedParamsTest : public ::testing::Test {
     auto remote = RemoteSwitches::Connect({switch_address_}, 3s, kOperatorToken);
     ASSERT_TRUE(remote.ok()) << remote.status();
     remote_ = std::move(*remote);
-    ServerOptions so;
-    so.listen_address = "127.0.0.1:0";
-    so.operator_token = kOperatorToken;
-    auto ctl = ControllerServer::Start(so, remote_.get());
+    auto ctl = StartLocalControllerForTests(remote_.get(), kOperatorToken);
     ASSERT_TRUE(ctl.ok()) << ctl.status();
     standalone_ = std::move(*ctl);
     address_ = "127.0.0.1:" + std::to_string(standalone_->port());

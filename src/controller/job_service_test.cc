@@ -38,10 +38,7 @@ class JobServiceTest : public ::testing::Test {
     auto server = StartLocalSwitchForTests(kPoolSlots);
     ASSERT_TRUE(server.ok()) << server.status();
     switch_ = std::move(*server);
-    ServerOptions so;
-    so.listen_address = "127.0.0.1:0";
-    so.operator_token = kOperatorToken;
-    auto ctl = ControllerServer::Start(so, switch_.get());
+    auto ctl = StartLocalControllerForTests(switch_.get(), kOperatorToken);
     ASSERT_TRUE(ctl.ok()) << ctl.status();
     controller_ = std::move(*ctl);
     address_ = "127.0.0.1:" + std::to_string(controller_->port());
@@ -407,10 +404,7 @@ void StartEmbeddedSwitches(size_t count, uint32_t num_slots, std::vector<Embedde
     auto sw = StartLocalSwitchForTests(num_slots, 8, dataplane::SwitchConfig{}.max_elements_per_packet);
     ASSERT_TRUE(sw.ok()) << sw.status();
     e.sw = std::move(*sw);
-    ServerOptions so;
-    so.listen_address = "127.0.0.1:0";
-    so.operator_token = kOperatorToken;
-    auto ctl = ControllerServer::Start(so, e.sw.get());
+    auto ctl = StartLocalControllerForTests(e.sw.get(), kOperatorToken);
     ASSERT_TRUE(ctl.ok()) << ctl.status();
     e.ctl = std::move(*ctl);
     e.address = "127.0.0.1:" + std::to_string(e.ctl->port());
@@ -426,10 +420,7 @@ TEST(StandaloneControllerTest, DrivesTwoSwitchesOverGrpc) {
   auto remote =
       RemoteSwitches::Connect({switches[0].address, switches[1].address}, 3s, kOperatorToken);
   ASSERT_TRUE(remote.ok()) << remote.status();
-  ServerOptions so;
-  so.listen_address = "127.0.0.1:0";
-  so.operator_token = kOperatorToken;
-  auto standalone = ControllerServer::Start(so, remote->get());
+  auto standalone = StartLocalControllerForTests(remote->get(), kOperatorToken);
   ASSERT_TRUE(standalone.ok());
   const std::string address = "127.0.0.1:" + std::to_string((*standalone)->port());
   auto client = JobClient::Connect(address, 3s);
@@ -529,10 +520,7 @@ TEST(StandaloneControllerTest, ASwitchThatIsDownFailsFastAndStallsNothingElse) {
   auto remote =
       RemoteSwitches::Connect({switches[0].address, switches[1].address}, 3s, kOperatorToken);
   ASSERT_TRUE(remote.ok()) << remote.status();
-  ServerOptions so;
-  so.listen_address = "127.0.0.1:0";
-  so.operator_token = kOperatorToken;
-  auto standalone = ControllerServer::Start(so, remote->get());
+  auto standalone = StartLocalControllerForTests(remote->get(), kOperatorToken);
   ASSERT_TRUE(standalone.ok());
   auto client = JobClient::Connect("127.0.0.1:" + std::to_string((*standalone)->port()), 3s);
   ASSERT_TRUE(client.ok());

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 
+#include "controller/session_service.h"
 #include "dataplane/switch_server.h"
 #include "transport/udp_channel.h"
 
@@ -29,6 +31,17 @@ inline StatusOr<std::unique_ptr<dataplane::SwitchServer>> StartLocalSwitchForTes
   if (!server.ok()) return server.status();
   if (Status s = (*server)->Start(); !s.ok()) return s;
   return std::move(*server);
+}
+
+// A started controller (reference services + JobService) on 127.0.0.1 (kernel-chosen port) in
+// front of `control` (a switch, or RemoteSwitches for a standalone controller), accepting
+// `operator_token` for job administration.
+inline StatusOr<std::unique_ptr<ControllerServer>> StartLocalControllerForTests(
+    SwitchControl* control, const std::string& operator_token) {
+  ServerOptions so;
+  so.listen_address = "127.0.0.1:0";
+  so.operator_token = operator_token;
+  return ControllerServer::Start(so, control);
 }
 
 }  // namespace switchml::controller
