@@ -26,7 +26,12 @@ void Worker::Enqueue(SliceTask task) {
 }
 
 void Worker::Stop() {
-  stop_.store(true, std::memory_order_release);
+  {
+    // Under mu_: a thread between checking the predicate in Run() and blocking on cv_ would
+    // otherwise miss this notification and wait forever (the context's destructor with it).
+    std::lock_guard lock(mu_);
+    stop_.store(true, std::memory_order_release);
+  }
   cv_.notify_all();
   if (channel_) channel_->Wake();
   if (thread_.joinable()) thread_.join();
