@@ -1,0 +1,509 @@
+#include "transport/raw_channel.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+namespace switchml::transport {
+namespace {
+
+constexpr uint32_t kBlockBytes = 1u << 20;
+constexpr uint32_t kMaxBurstLimit = 1024;
+// Learned MACs kept before the tables are cleared (a bound against spoofed sources).
+constexpr size_t kMaxLearned = 1u << 16;
+constexpr auto kArpReadInterval = std::chrono::milliseconds(100);
+
+std::string ErrnoText(int err) {
+  const char* text = strerrordesc_np(err);
+  return text != nullptr ? std::string(text) : "errno " + std::to_string(err);
+}
+
+Status ErrnoError(const std::string& what, int err) {
+  return UnavailableError(what + ": " + ErrnoText(err));
+}
+
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() {
+    if (fd_ >= 0) close(fd_);
+  }
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+uint32_t AlignUp(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
+
+uint64_t EndpointKey(Endpoint e) { return uint64_t{e.ipv4} << 16 | e.port; }
+
+// Classic BPF for a SOCK_RAW packet socket (offsets from the Ethernet header): accept IPv4 UDP
+// to ip:port that is not a non-first fragment (those carry no UDP header and stay with the
+// kernel); everything else is left to the kernel alone.
+std::vector<sock_filter> UdpToFilter(Endpoint local) {
+  return {
+      BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 12),                 // 0: EtherType
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IP, 0, 10),   // 1: -> 12 drop
+      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 23),                 // 2: IPv4 protocol
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPPROTO_UDP, 0, 8), // 3
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 30),                 // 4: destination IP
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, local.ipv4, 0, 6),  // 5
+      BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 20),                 // 6: flags + fragment offset
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x1FFF, 4, 0),     // 7: offset != 0 -> drop
+      BPF_STMT(BPF_LDX | BPF_B | BPF_MSH, 14),                // 8: X = IHL * 4
+      BPF_STMT(BPF_LD | BPF_H | BPF_IND, 16),                 // 9: UDP destination port
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, local.port, 0, 1),  // 10
+      BPF_STMT(BPF_RET | BPF_K, 0x40000),                     // 11: accept (whole frame)
+      BPF_STMT(BPF_RET | BPF_K, 0),                           // 12: not ours
+  };
+}
+
+Status AttachFilter(int fd, std::vector<sock_filter> program, const std::string& where) {
+  sock_fprog prog{};
+  prog.len = static_cast<unsigned short>(program.size());
+  prog.filter = program.data();
+  if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) != 0) {
+    return ErrnoError("setsockopt SO_ATTACH_FILTER on " + where, errno);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<RawChannel>> RawChannel::Create(const RawChannelOptions& options) {
+  if (options.interface.empty() || options.interface.size() >= IFNAMSIZ) {
+    return InvalidArgumentError("raw channel: interface name '" + options.interface +
+                                "' must have 1.." + std::to_string(IFNAMSIZ - 1) + " characters");
+  }
+  if (options.local.ipv4 == 0 || options.local.port == 0) {
+    return InvalidArgumentError("raw channel on " + options.interface + ": local endpoint " +
+                                options.local.ToString() + " needs an address and a port");
+  }
+  if (options.max_burst < 1 || options.max_burst > kMaxBurstLimit) {
+    return InvalidArgumentError("max_burst must be in [1, " + std::to_string(kMaxBurstLimit) +
+                                "], got " + std::to_string(options.max_burst));
+  }
+  if (options.max_payload < 1 || options.max_payload > kMaxUdpFramePayload) {
+    return InvalidArgumentError("max_payload must be in [1, " +
+                                std::to_string(kMaxUdpFramePayload) + "], got " +
+                                std::to_string(options.max_payload));
+  }
+  if (options.block_timeout_ms < 1 || options.block_timeout_ms > 1000) {
+    return InvalidArgumentError("block_timeout_ms must be in [1, 1000], got " +
+                                std::to_string(options.block_timeout_ms));
+  }
+  const std::string where = "raw " + options.interface + " " + options.local.ToString();
+
+  std::unique_ptr<RawChannel> ch(new RawChannel());
+  ch->interface_ = options.interface;
+  ch->local_ = options.local;
+  ch->accept_bad_checksums_ = options.accept_bad_checksums;
+  ch->ring_kind_ = options.ring;
+  ch->max_payload_ = options.max_payload;
+  ch->max_burst_ = options.max_burst;
+
+  // Protocol 0: the socket receives nothing until bound below, after filter and ring are set.
+  ch->fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (ch->fd_ < 0) {
+    const int err = errno;
+    if (err == EPERM || err == EACCES) {
+      return PermissionDeniedError("socket(AF_PACKET) for " + where +
+                                   " needs CAP_NET_RAW (run as root or grant the capability): " +
+                                   ErrnoText(err));
+    }
+    return ErrnoError("socket(AF_PACKET) for " + where, err);
+  }
+  ch->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (ch->wake_fd_ < 0) return ErrnoError("eventfd for " + where, errno);
+
+  ifreq ifr{};
+  memcpy(ifr.ifr_name, options.interface.data(), options.interface.size());
+  if (ioctl(ch->fd_, SIOCGIFINDEX, &ifr) != 0) {
+    if (errno == ENODEV) return NotFoundError("raw channel: no interface '" + options.interface + "'");
+    return ErrnoError("SIOCGIFINDEX " + options.interface, errno);
+  }
+  ch->ifindex_ = ifr.ifr_ifindex;
+  if (ioctl(ch->fd_, SIOCGIFHWADDR, &ifr) != 0) return ErrnoError("SIOCGIFHWADDR " + options.interface, errno);
+  if (ifr.ifr_hwaddr.sa_family != 1 /* ARPHRD_ETHER */) {
+    return InvalidArgumentError("raw channel: interface '" + options.interface +
+                                "' is not Ethernet (hardware type " +
+                                std::to_string(ifr.ifr_hwaddr.sa_family) + ")");
+  }
+  memcpy(ch->local_mac_.data(), ifr.ifr_hwaddr.sa_data, 6);
+  if (ioctl(ch->fd_, SIOCGIFMTU, &ifr) != 0) return ErrnoError("SIOCGIFMTU " + options.interface, errno);
+  ch->mtu_ = static_cast<uint32_t>(ifr.ifr_mtu);
+
+  SWITCHML_RETURN_IF_ERROR(AttachFilter(ch->fd_, UdpToFilter(options.local), where));
+
+  // Receive ring.
+  const int version = options.ring == RawRing::kTpacketV2 ? TPACKET_V2 : TPACKET_V3;
+  if (setsockopt(ch->fd_, SOL_PACKET, PACKET_VERSION, &version, sizeof(version)) != 0) {
+    return ErrnoError("setsockopt PACKET_VERSION on " + where, errno);
+  }
+  const uint32_t header = options.ring == RawRing::kTpacketV2
+                              ? TPACKET_ALIGN(sizeof(tpacket2_hdr)) + sizeof(sockaddr_ll)
+                              : TPACKET_ALIGN(sizeof(tpacket3_hdr)) + sizeof(sockaddr_ll);
+  // Header, room for the MAC header at 16-byte alignment, then the IPv4/UDP datagram.
+  ch->frame_bytes_ = AlignUp(TPACKET_ALIGN(header + 16) + 20 + 8 + options.max_payload + 60,
+                             TPACKET_ALIGNMENT);
+  ch->block_bytes_ = std::max(kBlockBytes, AlignUp(ch->frame_bytes_, 4096));
+  ch->ring_blocks_ = std::max(1u, options.ring_bytes / ch->block_bytes_);
+  ch->frames_per_block_ = ch->block_bytes_ / ch->frame_bytes_;
+  if (options.ring == RawRing::kTpacketV2) {
+    tpacket_req req{};
+    req.tp_block_size = ch->block_bytes_;
+    req.tp_block_nr = ch->ring_blocks_;
+    req.tp_frame_size = ch->frame_bytes_;
+    req.tp_frame_nr = ch->frames_per_block_ * ch->ring_blocks_;
+    if (setsockopt(ch->fd_, SOL_PACKET, PACKET_RX_RING, &req, sizeof(req)) != 0) {
+      return ErrnoError("setsockopt PACKET_RX_RING (TPACKET_V2, " +
+                            std::to_string(req.tp_frame_nr) + " frames of " +
+                            std::to_string(req.tp_frame_size) + " bytes) on " + where, errno);
+    }
+  } else {
+    tpacket_req3 req{};
+    req.tp_block_size = ch->block_bytes_;
+    req.tp_block_nr = ch->ring_blocks_;
+    req.tp_frame_size = ch->frame_bytes_;
+    req.tp_frame_nr = ch->frames_per_block_ * ch->ring_blocks_;
+    req.tp_retire_blk_tov = options.block_timeout_ms;
+    if (setsockopt(ch->fd_, SOL_PACKET, PACKET_RX_RING, &req, sizeof(req)) != 0) {
+      return ErrnoError("setsockopt PACKET_RX_RING (TPACKET_V3, " +
+                            std::to_string(req.tp_block_nr) + " blocks of " +
+                            std::to_string(req.tp_block_size) + " bytes) on " + where, errno);
+    }
+  }
+  ch->ring_size_ = size_t{ch->block_bytes_} * ch->ring_blocks_;
+  void* ring = mmap(nullptr, ch->ring_size_, PROT_READ | PROT_WRITE, MAP_SHARED, ch->fd_, 0);
+  if (ring == MAP_FAILED) return ErrnoError("mmap of the receive ring on " + where, errno);
+  ch->ring_ = static_cast<uint8_t*>(ring);
+
+  // The kernel's UDP socket that swallows these datagrams (no ICMP port unreachable). Its filter
+  // is set before bind, so not one datagram is ever queued on it.
+  if (options.block_kernel_udp) {
+    ch->block_fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (ch->block_fd_ < 0) return ErrnoError("socket(AF_INET) for " + where, errno);
+    SWITCHML_RETURN_IF_ERROR(
+        AttachFilter(ch->block_fd_, {BPF_STMT(BPF_RET | BPF_K, 0)}, "udp " + options.local.ToString()));
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(options.local.port);
+    sa.sin_addr.s_addr = htonl(options.local.ipv4);
+    if (bind(ch->block_fd_, reinterpret_cast<const sockaddr*>(&sa), sizeof(sa)) != 0) {
+      return ErrnoError("bind " + options.local.ToString() +
+                            " (the kernel UDP socket that keeps the kernel off these datagrams)",
+                        errno);
+    }
+  }
+
+  sockaddr_ll ll{};
+  ll.sll_family = AF_PACKET;
+  ll.sll_protocol = htons(ETH_P_IP);
+  ll.sll_ifindex = ch->ifindex_;
+  if (bind(ch->fd_, reinterpret_cast<const sockaddr*>(&ll), sizeof(ll)) != 0) {
+    return ErrnoError("bind AF_PACKET socket to " + options.interface, errno);
+  }
+
+  // Send scratch.
+  ch->tx_frame_capacity_ = AlignUp(kUdpFrameOverhead + options.max_payload, 64);
+  ch->tx_frames_ = std::make_unique_for_overwrite<uint8_t[]>(ch->tx_frame_capacity_ * ch->max_burst_);
+  ch->tx_msgs_.reset(new mmsghdr[ch->max_burst_]());
+  ch->tx_iov_.reset(new iovec[ch->max_burst_]());
+  ch->tx_index_.reset(new size_t[ch->max_burst_]());
+  for (uint32_t i = 0; i < ch->max_burst_; ++i) {
+    ch->tx_msgs_[i].msg_hdr.msg_iov = &ch->tx_iov_[i];
+    ch->tx_msgs_[i].msg_hdr.msg_iovlen = 1;
+    ch->tx_iov_[i].iov_base = ch->tx_frames_.get() + i * ch->tx_frame_capacity_;
+  }
+  return ch;
+}
+
+RawChannel::~RawChannel() {
+  if (ring_ != nullptr) munmap(ring_, ring_size_);
+  if (fd_ >= 0) close(fd_);
+  if (block_fd_ >= 0) close(block_fd_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+std::string RawChannel::Describe() const { return "raw " + interface_ + " " + local_.ToString(); }
+
+void RawChannel::Wake() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t ignored = write(wake_fd_, &one, sizeof(one));
+}
+
+void RawChannel::SetNeighbour(uint32_t ipv4, const MacAddress& mac) { static_mac_[ipv4] = mac; }
+
+const RawChannelStats& RawChannel::stats() {
+  tpacket_stats_v3 st{};  // the V2 layout is its prefix
+  socklen_t len = sizeof(st);
+  if (getsockopt(fd_, SOL_PACKET, PACKET_STATISTICS, &st, &len) == 0) stats_.ring_drops += st.tp_drops;
+  return stats_;
+}
+
+bool RawChannel::NextFrame(RingFrame* out) {
+  if (ring_kind_ == RawRing::kTpacketV2) {
+    const uint32_t block = slot_ / frames_per_block_;
+    const uint32_t index = slot_ % frames_per_block_;
+    uint8_t* base = ring_ + size_t{block} * block_bytes_ + size_t{index} * frame_bytes_;
+    auto* h = reinterpret_cast<tpacket2_hdr*>(base);
+    if ((__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER) == 0) return false;
+    const auto* sll = reinterpret_cast<const sockaddr_ll*>(base + TPACKET_ALIGN(sizeof(tpacket2_hdr)));
+    *out = {base + h->tp_mac, h->tp_snaplen, sll->sll_pkttype,
+            (h->tp_status & TP_STATUS_CSUMNOTREADY) != 0};
+    return true;
+  }
+  for (;;) {
+    auto* bd = reinterpret_cast<tpacket_block_desc*>(ring_ + size_t{block_} * block_bytes_);
+    if (!in_block_) {
+      if ((__atomic_load_n(&bd->hdr.bh1.block_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER) == 0) {
+        return false;
+      }
+      in_block_ = true;
+      block_left_ = bd->hdr.bh1.num_pkts;
+      block_offset_ = bd->hdr.bh1.offset_to_first_pkt;
+    }
+    if (block_left_ == 0) {  // an empty block (retired by the timer) or one fully read
+      __atomic_store_n(&bd->hdr.bh1.block_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+      in_block_ = false;
+      block_ = (block_ + 1) % ring_blocks_;
+      continue;
+    }
+    uint8_t* base = reinterpret_cast<uint8_t*>(bd) + block_offset_;
+    auto* h = reinterpret_cast<tpacket3_hdr*>(base);
+    const auto* sll = reinterpret_cast<const sockaddr_ll*>(base + TPACKET_ALIGN(sizeof(tpacket3_hdr)));
+    *out = {base + h->tp_mac, h->tp_snaplen, sll->sll_pkttype,
+            (h->tp_status & TP_STATUS_CSUMNOTREADY) != 0};
+    return true;
+  }
+}
+
+void RawChannel::ReleaseFrame() {
+  if (ring_kind_ == RawRing::kTpacketV2) {
+    const uint32_t block = slot_ / frames_per_block_;
+    const uint32_t index = slot_ % frames_per_block_;
+    auto* h = reinterpret_cast<tpacket2_hdr*>(ring_ + size_t{block} * block_bytes_ +
+                                              size_t{index} * frame_bytes_);
+    __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+    slot_ = (slot_ + 1) % (frames_per_block_ * ring_blocks_);
+    return;
+  }
+  auto* bd = reinterpret_cast<tpacket_block_desc*>(ring_ + size_t{block_} * block_bytes_);
+  auto* h = reinterpret_cast<tpacket3_hdr*>(reinterpret_cast<uint8_t*>(bd) + block_offset_);
+  block_offset_ += h->tp_next_offset;
+  if (--block_left_ == 0) {
+    __atomic_store_n(&bd->hdr.bh1.block_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+    in_block_ = false;
+    block_ = (block_ + 1) % ring_blocks_;
+  }
+}
+
+size_t RawChannel::Drain(std::span<RxDatagram> batch) {
+  size_t n = 0;
+  RingFrame f;
+  while (n < batch.size() && NextFrame(&f)) {
+    ++stats_.frames;
+    ParsedUdpFrame p = ParseUdpFrame({f.data, f.len});
+    if (f.csum_not_ready && p.udp_checksum == FrameVerdict::kUdpChecksumPartial) {
+      // A sender on this host (over veth) whose UDP checksum the kernel left to offload: the
+      // kernel vouches for the data (TP_STATUS_CSUMNOTREADY), so it counts as correct.
+      ++stats_.udp_checksum_offloaded;
+      p.udp_checksum = FrameVerdict::kOk;
+      if (p.verdict == FrameVerdict::kUdpChecksumPartial) p.verdict = FrameVerdict::kOk;
+    }
+    bool take = false;
+    if (IsStructuralError(p.verdict)) {
+      ++stats_.verdicts[static_cast<int>(p.verdict)];
+    } else if (f.pkttype == PACKET_OTHERHOST || f.pkttype == PACKET_OUTGOING ||
+               !(p.dst == local_)) {
+      ++stats_.not_for_us;
+    } else {
+      if (p.verdict == FrameVerdict::kOk) ++stats_.verdicts[0];
+      if (p.ipv4_checksum != FrameVerdict::kOk) ++stats_.verdicts[static_cast<int>(p.ipv4_checksum)];
+      if (p.udp_checksum != FrameVerdict::kOk) ++stats_.verdicts[static_cast<int>(p.udp_checksum)];
+      const bool bad = p.ipv4_checksum != FrameVerdict::kOk ||
+                       (p.udp_checksum != FrameVerdict::kOk &&
+                        p.udp_checksum != FrameVerdict::kUdpChecksumZero);
+      if (bad && !accept_bad_checksums_) {
+        ++stats_.refused_checksum;
+      } else {
+        take = true;
+      }
+    }
+    if (take) {
+      RxDatagram& d = batch[n++];
+      const uint32_t size = static_cast<uint32_t>(p.payload.size());
+      d.size = std::min(size, d.capacity);
+      d.truncated = size > d.capacity;
+      if (d.size > 0) memcpy(d.data, p.payload.data(), d.size);
+      d.from = p.src;
+      stats_.truncated += d.truncated ? 1 : 0;
+      ++stats_.received;
+      // Learn where this endpoint's frames come from (the last hop's MAC).
+      if (mac_by_endpoint_.size() >= kMaxLearned) mac_by_endpoint_.clear();
+      if (mac_by_ip_.size() >= kMaxLearned) mac_by_ip_.clear();
+      mac_by_endpoint_[EndpointKey(p.src)] = p.src_mac;
+      mac_by_ip_[p.src.ipv4] = p.src_mac;
+    }
+    ReleaseFrame();
+  }
+  return n;
+}
+
+StatusOr<size_t> RawChannel::RecvBurst(std::span<RxDatagram> batch,
+                                       std::chrono::microseconds timeout) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].data == nullptr && batch[i].capacity > 0) {
+      return InvalidArgumentError("RecvBurst on " + Describe() + ": buffer " + std::to_string(i) +
+                                  " has null data and capacity " +
+                                  std::to_string(batch[i].capacity));
+    }
+  }
+  if (batch.empty()) return size_t{0};
+  size_t got = Drain(batch);
+  if (got > 0 || timeout.count() <= 0) return got;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto remaining = deadline - std::chrono::steady_clock::now();
+    if (remaining <= std::chrono::steady_clock::duration::zero()) return size_t{0};
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(remaining).count();
+    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    const int r = ppoll(fds, 2, &ts, nullptr);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("ppoll on " + Describe(), errno);
+    }
+    if (fds[1].revents != 0) {
+      uint64_t count;
+      [[maybe_unused]] ssize_t ignored = read(wake_fd_, &count, sizeof(count));
+      return Drain(batch);
+    }
+    if (fds[0].revents & POLLNVAL) return InternalError("ppoll on " + Describe() + ": socket is not open");
+    if (fds[0].revents & POLLERR) {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);  // clears it (e.g. ENETDOWN)
+    }
+    got = Drain(batch);
+    if (got > 0) return got;
+  }
+}
+
+void RawChannel::ReadNeighbourTable() {
+  ++stats_.neighbour_reads;
+  last_arp_read_ = std::chrono::steady_clock::now();
+  std::ifstream in("/proc/net/arp");
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string ip, hw_type, flags, mac, mask, device;
+    if (!(fields >> ip >> hw_type >> flags >> mac >> mask >> device)) continue;
+    if (device != interface_ || (std::strtoul(flags.c_str(), nullptr, 16) & 0x2) == 0) continue;
+    in_addr addr{};
+    MacAddress m{};
+    unsigned b[6];
+    if (inet_pton(AF_INET, ip.c_str(), &addr) != 1 ||
+        std::sscanf(mac.c_str(), "%x:%x:%x:%x:%x:%x", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]) != 6) {
+      continue;
+    }
+    for (int i = 0; i < 6; ++i) m[i] = static_cast<uint8_t>(b[i]);
+    arp_mac_[ntohl(addr.s_addr)] = m;
+  }
+}
+
+const MacAddress* RawChannel::LookupMac(Endpoint to) {
+  if (auto it = mac_by_endpoint_.find(EndpointKey(to)); it != mac_by_endpoint_.end()) return &it->second;
+  if (auto it = static_mac_.find(to.ipv4); it != static_mac_.end()) return &it->second;
+  if (auto it = mac_by_ip_.find(to.ipv4); it != mac_by_ip_.end()) return &it->second;
+  auto it = arp_mac_.find(to.ipv4);
+  if (it == arp_mac_.end() && std::chrono::steady_clock::now() - last_arp_read_ >= kArpReadInterval) {
+    ReadNeighbourTable();
+    it = arp_mac_.find(to.ipv4);
+  }
+  return it != arp_mac_.end() ? &it->second : nullptr;
+}
+
+StatusOr<size_t> RawChannel::SendBurst(std::span<const TxDatagram> batch) {
+  const uint32_t limit = std::min(max_payload_, mtu_ > 28 ? mtu_ - 28 : 0);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const TxDatagram& d = batch[i];
+    if (d.size > limit || (d.data == nullptr && d.size > 0) || d.to.port == 0 || d.to.ipv4 == 0) {
+      return InvalidArgumentError(
+          "SendBurst on " + Describe() + ": datagram " + std::to_string(i) + " to " +
+          d.to.ToString() +
+          (d.to.port == 0 || d.to.ipv4 == 0 ? " has no address or port"
+           : d.data == nullptr ? " has null data"
+                               : " has size " + std::to_string(d.size) + " > " +
+                                     std::to_string(limit) + " (max_payload, MTU " +
+                                     std::to_string(mtu_) + " - 28)"));
+    }
+  }
+  size_t done = 0;
+  while (done < batch.size()) {
+    // Build up to max_burst_ frames; a datagram without a MAC is dropped (and counts as accepted).
+    uint32_t m = 0;
+    size_t next = done;
+    while (next < batch.size() && m < max_burst_) {
+      const TxDatagram& d = batch[next++];
+      const MacAddress* mac = LookupMac(d.to);
+      if (mac == nullptr) {
+        ++stats_.send_no_mac;
+        continue;
+      }
+      UdpFrameHeader h{.dst_mac = *mac, .src_mac = local_mac_, .src = local_, .dst = d.to};
+      uint8_t* frame = static_cast<uint8_t*>(tx_iov_[m].iov_base);
+      StatusOr<size_t> len = BuildUdpFrame(h, {d.data, d.size}, {frame, tx_frame_capacity_});
+      if (!len.ok()) return len.status();  // cannot happen: sizes checked above
+      tx_iov_[m].iov_len = *len;
+      tx_index_[m] = next - 1;
+      ++m;
+    }
+    uint32_t sent_msgs = 0;
+    while (sent_msgs < m) {
+      const int r = sendmmsg(fd_, tx_msgs_.get() + sent_msgs, m - sent_msgs, 0);
+      ++stats_.send_syscalls;
+      if (r > 0) {
+        sent_msgs += static_cast<uint32_t>(r);
+        stats_.sent += static_cast<uint64_t>(r);
+        continue;
+      }
+      const int err = r == 0 ? EAGAIN : errno;
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS) {
+        ++stats_.send_eagain;
+        // Accepted: everything before the first unsent frame (dropped no-MAC ones included).
+        return tx_index_[sent_msgs];
+      }
+      return ErrnoError("sendmmsg on " + Describe() + " (" + std::to_string(m - sent_msgs) +
+                            " frames)", err);
+    }
+    done = next;
+  }
+  return done;
+}
+
+}  // namespace switchml::transport
