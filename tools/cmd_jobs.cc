@@ -1,7 +1,8 @@
 // `switchml jobs ...`: drive a controller's switchml.v1.JobService (several jobs per switch).
 //
 //   switchml jobs create --controller H:P --workers 4 --slots 256 [--idle-timeout-s 60 |
-//                        --no-idle-timeout]
+//                        --no-idle-timeout] [--switches K]   (K > 1: a standalone controller
+//                        places the job on K switches, each serving a share of its threads)
 //       prints SWITCHML_JOB_ID=<id> and SWITCHML_JOB_TOKEN=<token> (shell syntax, so a launch
 //       script can `eval "$(switchml jobs create ...)"`), or JSON with --json
 //   switchml jobs list   --controller H:P [--json]      jobs, free slots, switch drop counters
@@ -34,6 +35,7 @@ struct JobsArgs {
   uint32_t workers = 0;
   uint32_t slots = 0;
   uint32_t elements_per_packet = 256;
+  uint32_t switches = 1;
   std::string type = "unspecified";
   double idle_timeout_s = 0;
   bool no_idle_timeout = false;
@@ -64,6 +66,7 @@ nlohmann::json ToJson(const controller::JobInfo& j) {
           {"num_workers", j.spec.num_workers},
           {"num_registered", j.num_registered},
           {"num_slots", j.spec.num_slots},
+          {"switches", j.spec.switches},
           {"slot_base", j.slot_base},
           {"elements_per_packet", j.spec.elements_per_packet},
           {"data_type", controller::JobDataTypeName(j.spec.data_type)},
@@ -87,12 +90,12 @@ nlohmann::json ToJson(const controller::JobInfo& j) {
 }
 
 void PrintJobLine(const controller::JobInfo& j) {
+  std::string what = j.state == controller::JobState::kEnded ? j.end_reason : j.spec.name;
+  if (j.spec.switches > 1) what += " [on " + std::to_string(j.spec.switches) + " switches]";
   std::printf("%6u  %-20s %4u/%-4u %6u  [%u, %u)  %5u  %10llu  %s\n", j.job_id,
               controller::JobStateName(j.state), j.num_registered, j.spec.num_workers,
               j.spec.num_slots, j.slot_base, j.slot_base + j.spec.num_slots,
-              j.spec.elements_per_packet, (unsigned long long)j.counters.received,
-              j.state == controller::JobState::kEnded ? j.end_reason.c_str()
-                                                       : j.spec.name.c_str());
+              j.spec.elements_per_packet, (unsigned long long)j.counters.received, what.c_str());
 }
 
 int Fail(const std::string& what, const Status& s) {
@@ -114,6 +117,7 @@ int Run(const std::string& cmd, const JobsArgs& a) {
     spec.num_workers = a.workers;
     spec.num_slots = a.slots;
     spec.elements_per_packet = a.elements_per_packet;
+    spec.switches = a.switches;
     if (a.type == "int32") {
       spec.data_type = controller::JobDataType::kInt32;
     } else if (a.type == "float32") {
@@ -257,6 +261,11 @@ Runner AddJobsCommand(CLI::App& app) {
                      "Largest packet of the job, in elements (64, 256, 512, 1024)")
       ->capture_default_str();
   create->add_option("--type", a->type, "int32 or float32 (informative)")->capture_default_str();
+  create->add_option("--switches", a->switches,
+                     "Serve the job with K switches (a standalone controller driving >= K), "
+                     "each a shard serving a contiguous share of every worker's threads; "
+                     "workers need --threads >= K to use them all")
+      ->capture_default_str();
   create->add_option("--idle-timeout-s", a->idle_timeout_s,
                      "Tear the job down after this long without datagrams (0 = the switch's or "
                      "controller's default, 600 s unless it was started with another)")

@@ -131,7 +131,8 @@ std::unique_ptr<Context> ContextImpl::CreateWithChannels(
 
 std::unique_ptr<Context> ContextImpl::CreateWithChannels(
     const Options& options, std::vector<std::unique_ptr<transport::Channel>> channels,
-    std::vector<transport::Endpoint> switch_endpoints, FailureExplainer explain_failure) {
+    std::vector<transport::Endpoint> switch_endpoints, FailureExplainer explain_failure,
+    std::vector<std::string> switch_names) {
   auto impl = std::unique_ptr<ContextImpl>(new ContextImpl(options, switch_endpoints.at(0)));
   impl->explain_failure_ = std::move(explain_failure);
   const uint32_t threads = options.num_worker_threads;
@@ -142,7 +143,9 @@ std::unique_ptr<Context> ContextImpl::CreateWithChannels(
     c.window = window;
     c.elements_per_packet = options.elements_per_packet;
     c.num_workers = options.num_workers;
-    c.switch_endpoint = switch_endpoints.size() > t ? switch_endpoints[t] : switch_endpoints[0];
+    const size_t e = switch_endpoints.size() > t ? t : 0;
+    c.switch_endpoint = switch_endpoints[e];
+    if (switch_names.size() > e) c.switch_name = switch_names[e];
     c.initial_rto = options.initial_rto;
     c.min_rto = options.min_rto;
     c.max_rto = options.max_rto;
@@ -281,9 +284,14 @@ Status ContextImpl::WaitForInflightRoom() {
 
 void ContextImpl::OnSliceDone(const std::shared_ptr<JobState>& job, const Status& slice_status) {
   Status s = slice_status;
-  if (!s.ok() && s.code() != StatusCode::kAborted && explain_failure_ &&
-      !explained_.exchange(true, std::memory_order_acq_rel)) {
-    s = explain_failure_(s);
+  if (!s.ok() && s.code() != StatusCode::kAborted && explain_failure_) {
+    std::call_once(explain_once_, [&] {
+      explained_code_ = s.code();
+      explanation_ = explain_failure_(s);
+    });
+    if (s.code() == explained_code_ && !explanation_.empty()) {
+      s = Status(s.code(), s.message() + explanation_);
+    }
   }
   if (!s.ok() && s.code() != StatusCode::kAborted) {
     std::lock_guard lock(broken_mu_);

@@ -47,21 +47,20 @@ client::ContextImpl::FailureExplainer JobFailureExplainer(const Options& options
   if (options.job_id == 0) return {};
   return [address = options.controller_address, job_id = options.job_id, token = options.job_token,
           deadline = std::min<std::chrono::milliseconds>(options.rpc_timeout, std::chrono::seconds(2))](
-             const Status& s) -> Status {
-    if (s.code() != StatusCode::kDeadlineExceeded) return s;
+             const Status& s) -> std::string {
+    if (s.code() != StatusCode::kDeadlineExceeded) return "";
     auto client = controller::JobClient::Connect(address, deadline);
-    if (!client.ok()) return s;
+    if (!client.ok()) return "";
     auto info = (*client)->GetJob(job_id, token);
     if (!info.ok()) {
       // NOT_FOUND (the switch restarted or forgot it) and FAILED_PRECONDITION ("job J has
       // ended: <reason>") both explain the timeout; anything else says nothing about it.
       const StatusCode c = info.status().code();
-      if (c != StatusCode::kNotFound && c != StatusCode::kFailedPrecondition) return s;
-      return Status(s.code(), s.message() + "; the controller says: " + info.status().message());
+      if (c != StatusCode::kNotFound && c != StatusCode::kFailedPrecondition) return "";
+      return "; the controller says: " + info.status().message();
     }
-    if (info->state != controller::JobState::kEnded) return s;
-    return Status(s.code(), s.message() + "; job " + std::to_string(job_id) +
-                                " has ended: " + info->end_reason);
+    if (info->state != controller::JobState::kEnded) return "";
+    return "; job " + std::to_string(job_id) + " has ended: " + info->end_reason;
   };
 }
 
@@ -141,18 +140,37 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options) {
   const uint32_t switch_ip = info.ipv4 != 0 ? info.ipv4 : controller.ipv4;
   // A switch with several I/O threads says which port serves each worker thread; otherwise
   // (one I/O thread, an older or a reference switch) every thread sends to udp_port.
+  // A job on several switches (shards) also gives each thread's switch address and shard.
   std::vector<transport::Endpoint> sw{{switch_ip, info.udp_port}};
+  std::vector<std::string> names;
   if (!info.thread_udp_ports.empty()) {
-    if (info.thread_udp_ports.size() != options.num_worker_threads) {
-      return InternalError("the switch gave " + std::to_string(info.thread_udp_ports.size()) +
-                           " per-thread UDP ports for num_worker_threads=" +
+    const size_t n = info.thread_udp_ports.size();
+    if (n != options.num_worker_threads ||
+        (!info.thread_ipv4s.empty() && info.thread_ipv4s.size() != n) ||
+        (!info.thread_shards.empty() && info.thread_shards.size() != n)) {
+      return InternalError("the switch gave " + std::to_string(n) + " per-thread UDP ports (" +
+                           std::to_string(info.thread_ipv4s.size()) + " addresses, " +
+                           std::to_string(info.thread_shards.size()) +
+                           " shards) for num_worker_threads=" +
                            std::to_string(options.num_worker_threads) + "; expected one per thread");
     }
     sw.clear();
-    for (uint16_t p : info.thread_udp_ports) sw.push_back({switch_ip, p});
+    for (size_t t = 0; t < n; ++t) {
+      const uint16_t port = info.thread_udp_ports[t];
+      const uint32_t ip = info.thread_ipv4s.empty() || info.thread_ipv4s[t] == 0 ? switch_ip
+                                                                                 : info.thread_ipv4s[t];
+      if (port == 0) {
+        return InternalError("the switch gave no UDP port for worker thread " + std::to_string(t));
+      }
+      sw.push_back({ip, port});
+      if (info.num_shards > 1 && !info.thread_shards.empty()) {
+        names.push_back("switch shard " + std::to_string(info.thread_shards[t]) + " of " +
+                        std::to_string(info.num_shards) + " (" + sw.back().ToString() + ")");
+      }
+    }
   }
   return client::ContextImpl::CreateWithChannels(options, std::move(channels), std::move(sw),
-                                                 JobFailureExplainer(options));
+                                                 JobFailureExplainer(options), std::move(names));
 }
 
 }  // namespace switchml

@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -36,10 +37,12 @@ namespace switchml::client {
 
 class ContextImpl {
  public:
-  // Adds what the control plane knows to a job's first error, e.g. that the switch tore the
-  // job down ("...; job 3 has ended: torn down by the switch: ..."). Called once per context,
-  // on a worker thread, when the first slice fails; may block for a short RPC.
-  using FailureExplainer = std::function<Status(const Status&)>;
+  // What the control plane knows about a context's first error, e.g. that the switch tore
+  // the job down ("; job 3 has ended: torn down by the switch: ..."), or "" for nothing.
+  // Called once per context, on a worker thread, when the first slice fails; may block for a
+  // short RPC. Every failing slice with the same status code (the other worker threads that
+  // timed out at the same time) waits for it and gets the text appended.
+  using FailureExplainer = std::function<std::string(const Status&)>;
 
   // Builds a context over already-open channels (one per worker thread) talking to a switch
   // at `switch_endpoint`: used by Context::Create after session setup, and by tests with the
@@ -49,10 +52,13 @@ class ContextImpl {
       transport::Endpoint switch_endpoint, FailureExplainer explain_failure = {});
   // The same with one switch endpoint per worker thread (a switch with several I/O threads
   // serves each worker thread at its own port); switch_endpoints.size() must be
-  // num_worker_threads, or 1 (every thread sends there).
+  // num_worker_threads, or 1 (every thread sends there). `switch_names`, when not empty, has
+  // one entry per endpoint naming it in errors (e.g. "switch shard 1 of 2 (10.0.0.2:48864)";
+  // default "switch <endpoint>").
   static std::unique_ptr<Context> CreateWithChannels(
       const Options& options, std::vector<std::unique_ptr<transport::Channel>> channels,
-      std::vector<transport::Endpoint> switch_endpoints, FailureExplainer explain_failure = {});
+      std::vector<transport::Endpoint> switch_endpoints, FailureExplainer explain_failure = {},
+      std::vector<std::string> switch_names = {});
 
   ~ContextImpl();
   AllReduceHandle Submit(const void* in, void* out, size_t n, DataType type, ReduceOp op);
@@ -88,7 +94,9 @@ class ContextImpl {
   mutable std::mutex broken_mu_;
   Status broken_status_;
   FailureExplainer explain_failure_;  // may be empty
-  std::atomic<bool> explained_{false};
+  std::once_flag explain_once_;
+  StatusCode explained_code_ = StatusCode::kOk;  // written once, under explain_once_
+  std::string explanation_;                      // likewise
   std::atomic<uint64_t> jobs_submitted_{0}, jobs_completed_{0}, jobs_failed_{0};
 };
 

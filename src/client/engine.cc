@@ -287,7 +287,10 @@ void SliceEngine::OnTick(TimePoint now) {
   if (!active_) return;
   if (now - last_progress_ >= config_.job_timeout) {
     Finish(DeadlineExceededError(
-        "no result from switch " + config_.switch_endpoint.ToString() + " for " +
+        "no result from " +
+        (config_.switch_name.empty() ? "switch " + config_.switch_endpoint.ToString()
+                                     : config_.switch_name) +
+        " for " +
         Ms(config_.job_timeout) + " (all-reduce #" + std::to_string(slice_.job_id) +
         " of this context, slots " +
         std::to_string(config_.slot_base) + ".." + std::to_string(config_.slot_base + batch_ - 1) +

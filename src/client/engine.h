@@ -46,6 +46,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/clock.h"
@@ -61,6 +62,7 @@ struct EngineConfig {
   uint32_t elements_per_packet = 256;
   uint32_t num_workers = 1;
   transport::Endpoint switch_endpoint;
+  std::string switch_name;  // in errors; empty = "switch <switch_endpoint>"
   Duration initial_rto = std::chrono::milliseconds(20);
   Duration min_rto = std::chrono::milliseconds(5);
   Duration max_rto = std::chrono::seconds(1);

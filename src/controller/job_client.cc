@@ -35,6 +35,9 @@ JobInfo FromProto(const v1::JobInfo& p) {
   j.spec.data_type = static_cast<JobDataType>(p.spec().data_type());
   j.spec.idle_timeout = std::chrono::milliseconds(p.spec().idle_timeout_ms());
   j.spec.name = p.spec().name();
+  j.spec.switches = std::max<uint32_t>(1, p.spec().switches());
+  j.spec.shard = p.spec().shard();
+  j.spec.num_shards = std::max<uint32_t>(1, p.spec().num_shards());
   j.state = FromProto(p.state());
   j.slot_base = p.slot_base();
   j.num_registered = p.num_registered();
@@ -129,6 +132,9 @@ StatusOr<JobInfo> JobClient::CreateJob(const JobSpec& spec) {
   }
   p->set_token(spec.token);
   p->set_name(spec.name);
+  p->set_switches(spec.switches);
+  p->set_shard(spec.shard);
+  p->set_num_shards(spec.num_shards);
   v1::CreateJobResponse response;
   grpc::ClientContext context;
   impl_->Prepare(&context);
@@ -211,14 +217,33 @@ StatusOr<JobWorkerGrant> JobClient::RegisterWorker(const JobRegistration& reg) {
   grant.switch_info.udp_port = static_cast<uint16_t>(response.switch_udp_port());
   grant.switch_info.mac = response.switch_mac();
   grant.switch_info.num_slots = response.num_slots();
+  // Port 0 only from a shard (a thread another shard serves); the standalone controller
+  // merges the shards' answers (remote_switches.cc) and checks every port.
   for (int i = 0; i < response.switch_udp_ports_size(); ++i) {
     const uint32_t p = response.switch_udp_ports(i);
-    if (p == 0 || p > std::numeric_limits<uint16_t>::max()) {
+    if (p > std::numeric_limits<uint16_t>::max()) {
       return InternalError("controller " + impl_->address +
                            " (RegisterWorker): reply has switch_udp_ports[" + Str(uint32_t(i)) +
-                           "] " + Str(p) + ", not in [1, 65535]");
+                           "] " + Str(p) + ", not in [0, 65535]");
     }
     grant.switch_info.thread_udp_ports.push_back(static_cast<uint16_t>(p));
+  }
+  const int threads = response.switch_udp_ports_size();
+  if ((response.switch_thread_ipv4s_size() != 0 && response.switch_thread_ipv4s_size() != threads) ||
+      (response.switch_thread_shards_size() != 0 && response.switch_thread_shards_size() != threads)) {
+    return InternalError("controller " + impl_->address + " (RegisterWorker): reply has " +
+                         Str(uint32_t(response.switch_thread_ipv4s_size())) + " thread addresses and " +
+                         Str(uint32_t(response.switch_thread_shards_size())) + " thread shards for " +
+                         Str(uint32_t(threads)) + " thread ports");
+  }
+  grant.switch_info.num_shards = std::max<uint32_t>(1, response.switch_shards());
+  for (uint32_t ip : response.switch_thread_ipv4s()) grant.switch_info.thread_ipv4s.push_back(ip);
+  for (uint32_t shard : response.switch_thread_shards()) {
+    if (shard >= grant.switch_info.num_shards) {
+      return InternalError("controller " + impl_->address + " (RegisterWorker): reply names shard " +
+                           Str(shard) + " of " + Str(grant.switch_info.num_shards));
+    }
+    grant.switch_info.thread_shards.push_back(static_cast<uint16_t>(shard));
   }
   grant.job_id = reg.job_id;
   grant.num_workers = response.num_workers();

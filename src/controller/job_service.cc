@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <limits>
 #include <map>
@@ -54,6 +55,9 @@ void ToProto(const JobInfo& j, v1::JobInfo* out) {
   spec->set_idle_timeout_ms(static_cast<uint32_t>(j.spec.idle_timeout.count()));
   spec->set_no_idle_timeout(j.spec.idle_timeout.count() == 0);
   spec->set_name(j.spec.name);
+  spec->set_switches(j.spec.switches);
+  spec->set_shard(j.spec.shard);
+  spec->set_num_shards(j.spec.num_shards);
   out->set_state(ToProto(j.state));
   out->set_slot_base(j.slot_base);
   out->set_num_registered(j.num_registered);
@@ -131,6 +135,9 @@ class JobService::Impl final : public v1::JobService::Service {
                                                    : std::chrono::milliseconds(p.idle_timeout_ms());
     spec.token = p.token();
     spec.name = p.name();
+    spec.switches = std::max<uint32_t>(1, p.switches());
+    spec.shard = p.shard();
+    spec.num_shards = std::max<uint32_t>(1, p.num_shards());
     StatusOr<JobInfo> job = sink_->CreateJob(spec);
     if (!job.ok()) return ToGrpcStatus(job.status());
     ToProto(*job, response->mutable_job());
@@ -219,6 +226,9 @@ class JobService::Impl final : public v1::JobService::Service {
     response->set_elements_per_packet(grant->elements_per_packet);
     response->set_state(ToProto(grant->state));
     for (uint16_t p : grant->switch_info.thread_udp_ports) response->add_switch_udp_ports(p);
+    for (uint32_t ip : grant->switch_info.thread_ipv4s) response->add_switch_thread_ipv4s(ip);
+    for (uint16_t s : grant->switch_info.thread_shards) response->add_switch_thread_shards(s);
+    response->set_switch_shards(grant->switch_info.num_shards);
     return grpc::Status::OK;
   }
 

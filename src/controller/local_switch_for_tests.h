@@ -1,5 +1,5 @@
 // controller/local_switch_for_tests.h — test-only: a started software switch on a UDP socket at
-// 127.0.0.1 (kernel-chosen port), for the controller's service tests.
+// 127.0.0.1 (kernel-chosen ports, one per I/O thread), for the controller's service tests.
 //
 //   auto sw = StartLocalSwitchForTests(/*num_slots=*/256);
 //   ASSERT_TRUE(sw.ok()) << sw.status();
@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "controller/session_service.h"
 #include "dataplane/switch_server.h"
@@ -18,16 +19,22 @@
 namespace switchml::controller {
 
 inline StatusOr<std::unique_ptr<dataplane::SwitchServer>> StartLocalSwitchForTests(
-    uint32_t num_slots, uint32_t max_workers = 8, uint32_t max_elements_per_packet = 256) {
+    uint32_t num_slots, uint32_t max_workers = 8, uint32_t max_elements_per_packet = 256,
+    uint32_t io_threads = 1) {
   dataplane::SwitchConfig sc;
   sc.num_slots = num_slots;
   sc.max_elements_per_packet = max_elements_per_packet;
   sc.max_workers = max_workers;
-  transport::UdpChannelOptions uo;
-  uo.local = transport::Endpoint{0x7F000001, 0};
-  auto channel = transport::UdpChannel::Create(uo);
-  if (!channel.ok()) return channel.status();
-  auto server = dataplane::SwitchServer::Create(sc, std::move(*channel));
+  sc.io_threads = io_threads;
+  std::vector<std::unique_ptr<transport::Channel>> channels;
+  for (uint32_t i = 0; i < io_threads; ++i) {
+    transport::UdpChannelOptions uo;
+    uo.local = transport::Endpoint{0x7F000001, 0};
+    auto channel = transport::UdpChannel::Create(uo);
+    if (!channel.ok()) return channel.status();
+    channels.push_back(std::move(*channel));
+  }
+  auto server = dataplane::SwitchServer::Create(sc, std::move(channels));
   if (!server.ok()) return server.status();
   if (Status s = (*server)->Start(); !s.ok()) return s;
   return std::move(*server);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "controller/operator_auth.h"
+#include "dataplane/job_table.h"
 
 namespace switchml::controller {
 namespace {
@@ -97,6 +98,12 @@ StatusOr<JobWorkerGrant> RemoteSwitches::RegisterInReferenceSession(
 }
 
 StatusOr<JobInfo> RemoteSwitches::CreateJob(const JobSpec& spec) {
+  if (spec.shard != 0 || spec.num_shards != 1) {
+    return InvalidArgumentError("shard " + Str(spec.shard) + " of num_shards " +
+                                Str(spec.num_shards) + ": the controller sets those for each "
+                                "switch of a job; ask for switches = K instead");
+  }
+  if (spec.switches != 1) return CreateShardedJob(spec);
   // Place the job where the largest free range is (ties: the first switch); an unreachable
   // switch gets no new jobs.
   size_t best = switches_.size();
@@ -132,6 +139,11 @@ StatusOr<JobInfo> RemoteSwitches::CreateJob(const JobSpec& spec) {
 }
 
 Status RemoteSwitches::DeleteJob(uint32_t job_id, const std::string& token) {
+  if (std::shared_ptr<ShardedJob> job = FindSharded(job_id)) {
+    SWITCHML_RETURN_IF_ERROR(CheckShardedAccess(*job, token));
+    EndSharded(*job, "deleted through the controller");
+    return OkStatus();
+  }
   SWITCHML_ASSIGN_OR_RETURN(auto route, Route(job_id));
   const Status s = route.first->jobs->DeleteJob(route.second, token);
   return s.ok() ? s : SwitchError(*route.first, s);
@@ -139,6 +151,10 @@ Status RemoteSwitches::DeleteJob(uint32_t job_id, const std::string& token) {
 
 StatusOr<JobWorkerGrant> RemoteSwitches::RegisterJobWorker(const JobRegistration& reg) {
   if (reg.job_id == dataplane::kReferenceJobId) return RegisterInReferenceSession(reg);
+  if (std::shared_ptr<ShardedJob> job = FindSharded(reg.job_id)) {
+    SWITCHML_RETURN_IF_ERROR(CheckShardedAccess(*job, reg.token));
+    return RegisterSharded(*job, reg);
+  }
   SWITCHML_ASSIGN_OR_RETURN(auto route, Route(reg.job_id));
   JobRegistration local = reg;
   local.job_id = route.second;
@@ -153,6 +169,7 @@ StatusOr<JobWorkerGrant> RemoteSwitches::RegisterJobWorker(const JobRegistration
 }
 
 StatusOr<JobInfo> RemoteSwitches::GetJob(uint32_t job_id) const {
+  if (std::shared_ptr<ShardedJob> job = FindSharded(job_id)) return GetSharded(*job);
   SWITCHML_ASSIGN_OR_RETURN(auto route, Route(job_id));
   StatusOr<JobInfo> job = route.first->jobs->GetJob(route.second);
   if (!job.ok()) return SwitchError(*route.first, job.status());
@@ -162,12 +179,30 @@ StatusOr<JobInfo> RemoteSwitches::GetJob(uint32_t job_id) const {
 
 JobList RemoteSwitches::ListJobs() const {
   JobList all;
+  // A sharded job is listed once, merged (GetSharded), in place of its shard 0.
+  std::map<uint32_t, std::shared_ptr<ShardedJob>> sharded;
+  std::map<std::pair<size_t, uint32_t>, uint32_t> shard_of;  // (switch, local id) -> job id
+  {
+    std::lock_guard<std::mutex> lock(sharded_mu_);
+    sharded = sharded_;
+  }
+  for (const auto& [id, job] : sharded) {
+    for (const auto& shard : job->shards) shard_of[shard] = id;
+  }
   for (size_t i = 0; i < switches_.size(); ++i) {
     auto list = switches_[i].jobs->ListJobs();
     if (!list.ok()) continue;
     for (JobInfo& j : list->jobs) {
-      j.job_id = GlobalId(i, j.job_id);
-      all.jobs.push_back(std::move(j));
+      const auto it = shard_of.find({i, j.job_id});
+      if (it == shard_of.end()) {
+        j.job_id = GlobalId(i, j.job_id);
+        all.jobs.push_back(std::move(j));
+        continue;
+      }
+      const ShardedJob& job = *sharded.at(it->second);
+      if (job.shards[0] != std::make_pair(i, j.job_id)) continue;
+      StatusOr<JobInfo> merged = GetSharded(*sharded.at(it->second));
+      if (merged.ok()) all.jobs.push_back(std::move(*merged));
     }
     all.pool_slots += list->pool_slots;
     all.free_slots += list->free_slots;
@@ -179,6 +214,30 @@ JobList RemoteSwitches::ListJobs() const {
 StatusOr<std::vector<SlotInfo>> RemoteSwitches::InspectSlots(uint32_t job_id,
                                                              uint32_t first_slot,
                                                              uint32_t count) const {
+  if (std::shared_ptr<ShardedJob> job = FindSharded(job_id)) {
+    // Each slot is aggregated by the one shard that serves its worker thread; the others
+    // never touch it (its state there stays zero): take the shard where it is not idle.
+    std::vector<SlotInfo> merged;
+    for (size_t shard = 0; shard < job->shards.size(); ++shard) {
+      const auto& [index, local_id] = job->shards[shard];
+      auto slots = switches_[index].jobs->InspectSlots(local_id, first_slot, count);
+      if (!slots.ok()) {
+        return SwitchError(switches_[index], slots.status()).WithContext(ShardName(*job, shard));
+      }
+      if (shard == 0) {
+        merged = std::move(*slots);
+        continue;
+      }
+      for (size_t k = 0; k < merged.size() && k < slots->size(); ++k) {
+        const SlotInfo& s = (*slots)[k];
+        const bool busy = s.sets[0].counter != 0 || s.sets[1].counter != 0 ||
+                          s.sets[0].num_elements != 0 || s.sets[1].num_elements != 0 ||
+                          s.sets[0].bitmap[0] != 0 || s.sets[1].bitmap[0] != 0;
+        if (busy) merged[k] = s;
+      }
+    }
+    return merged;
+  }
   Switch* sw = &const_cast<Switch&>(switches_[0]);
   uint32_t local_id = 0;
   if (job_id != 0) {
@@ -203,6 +262,7 @@ std::vector<std::pair<std::string, uint64_t>> RemoteSwitches::CounterValues() co
 }
 
 Status RemoteSwitches::CheckJobAccess(uint32_t job_id, const std::string& token) const {
+  if (std::shared_ptr<ShardedJob> job = FindSharded(job_id)) return CheckShardedAccess(*job, token);
   const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
@@ -221,6 +281,223 @@ Status RemoteSwitches::CheckJobAccess(uint32_t job_id, const std::string& token)
     access_cache_.push_back({job_id, token, now + std::chrono::milliseconds(200)});
   }
   return OkStatus();
+}
+
+// ---- Jobs on several switches (shards) ----
+
+std::shared_ptr<RemoteSwitches::ShardedJob> RemoteSwitches::FindSharded(uint32_t job_id) const {
+  std::lock_guard<std::mutex> lock(sharded_mu_);
+  const auto it = sharded_.find(job_id);
+  return it == sharded_.end() ? nullptr : it->second;
+}
+
+std::string RemoteSwitches::ShardName(const ShardedJob& job, size_t shard) const {
+  const size_t index = job.shards[shard].first;
+  return "shard " + Str(shard) + " of " + Str(job.shards.size()) + " (switch " + Str(index) +
+         " at " + switches_[index].address + ")";
+}
+
+Status RemoteSwitches::CheckShardedAccess(const ShardedJob& job, const std::string& token) const {
+  if (!ConstantTimeEquals(token, job.token)) {
+    return PermissionDeniedError("wrong token for job " + Str(job.job_id));
+  }
+  std::lock_guard<std::mutex> lock(sharded_mu_);
+  if (!job.end_reason.empty()) {
+    return FailedPreconditionError("job " + Str(job.job_id) + " has ended: " + job.end_reason);
+  }
+  return OkStatus();
+}
+
+StatusOr<JobInfo> RemoteSwitches::CreateShardedJob(const JobSpec& spec) {
+  const uint32_t k = spec.switches;
+  if (k == 0 || k > dataplane::JobTable::kMaxShards) {
+    return InvalidArgumentError("switches must be in [1, " + Str(dataplane::JobTable::kMaxShards) +
+                                "], got " + Str(k));
+  }
+  if (k > switches_.size()) {
+    return InvalidArgumentError("switches=" + Str(k) + " but this controller drives " +
+                                Str(switches_.size()) + " switch(es) (--switch)");
+  }
+  // The K reachable switches with the largest free ranges (ties: the first), each of which
+  // must hold the whole job: every shard keeps the job's full slot range (its workers use the
+  // same job-relative slots everywhere).
+  std::vector<std::pair<uint32_t, size_t>> candidates;  // (largest free range, switch)
+  Status first_error;
+  for (size_t i = 0; i < switches_.size(); ++i) {
+    auto list = switches_[i].jobs->ListJobs();
+    if (!list.ok()) {
+      if (first_error.ok()) first_error = SwitchError(switches_[i], list.status());
+      continue;
+    }
+    if (list->largest_free_range >= spec.num_slots) candidates.push_back({list->largest_free_range, i});
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (candidates.size() < k) {
+    const std::string msg = "switches=" + Str(k) + ": only " + Str(candidates.size()) + " of the " +
+                            Str(switches_.size()) + " switches are reachable with " +
+                            Str(spec.num_slots) + " free slots in one range";
+    if (!first_error.ok()) return first_error.WithContext(msg);
+    return ResourceExhaustedError(msg + "; delete a job or ask for fewer slots or switches");
+  }
+  auto job = std::make_shared<ShardedJob>();
+  job->token = spec.token.empty() ? dataplane::RandomToken() : spec.token;
+  JobSpec remote = spec;
+  remote.switches = 1;
+  remote.num_shards = k;
+  remote.token = job->token;
+  if (remote.idle_timeout.count() == 0) remote.idle_timeout = JobClient::kNoIdleTimeout;
+  JobInfo first;
+  for (uint32_t shard = 0; shard < k; ++shard) {
+    const size_t index = candidates[shard].second;
+    remote.shard = shard;
+    StatusOr<JobInfo> created = switches_[index].jobs->CreateJob(remote);
+    Status error = created.ok() ? OkStatus() : SwitchError(switches_[index], created.status());
+    if (error.ok() && created->job_id >> kLocalIdBits) {
+      error = InternalError("switch " + Str(index) + " returned job id " + Str(created->job_id) +
+                            " >= 2^24, which this controller cannot route");
+    }
+    if (!error.ok()) {
+      for (const auto& [i, local] : job->shards) (void)switches_[i].jobs->DeleteJob(local, job->token);
+      return error.WithContext("creating shard " + Str(shard) + " of " + Str(k));
+    }
+    job->shards.push_back({index, created->job_id});
+    if (shard == 0) first = std::move(*created);
+  }
+  job->job_id = GlobalId(job->shards[0].first, job->shards[0].second);
+  {
+    std::lock_guard<std::mutex> lock(sharded_mu_);
+    sharded_[job->job_id] = job;
+  }
+  first.job_id = job->job_id;
+  first.spec.switches = k;
+  first.spec.shard = 0;
+  first.token = job->token;
+  return first;
+}
+
+StatusOr<JobWorkerGrant> RemoteSwitches::RegisterSharded(ShardedJob& job,
+                                                         const JobRegistration& reg) {
+  const size_t k = job.shards.size();
+  if (reg.worker.udp_ports.empty()) {
+    return InvalidArgumentError("job " + Str(job.job_id) + " is served by " + Str(k) +
+                                " switches: its workers must register a UDP port per worker "
+                                "thread (reference-mode workers cannot join it)");
+  }
+  std::lock_guard<std::mutex> lock(job.register_mu);
+  std::vector<JobWorkerGrant> grants;
+  for (size_t shard = 0; shard < k; ++shard) {
+    const auto& [index, local_id] = job.shards[shard];
+    JobRegistration local = reg;
+    local.job_id = local_id;
+    local.token = job.token;
+    StatusOr<JobWorkerGrant> reply = switches_[index].jobs->RegisterWorker(local);
+    if (!reply.ok()) {
+      return SwitchError(switches_[index], reply.status()).WithContext(ShardName(job, shard));
+    }
+    if (reply->switch_info.ipv4 == 0) reply->switch_info.ipv4 = HostIpv4(switches_[index].address);
+    grants.push_back(std::move(*reply));
+  }
+  JobWorkerGrant grant = grants[0];
+  grant.job_id = reg.job_id;
+  for (const JobWorkerGrant& g : grants) {
+    if (g.state != JobState::kRunning) grant.state = g.state;
+  }
+  // Thread t is served by shard t * K / n (JobTable::ShardThreads), at the port that shard
+  // gave for it. No ports: the job's window is too small to split (fewer slots than worker
+  // threads), and every thread sends to shard 0, which then serves them all.
+  SwitchInfo& info = grant.switch_info;
+  const size_t n = info.thread_udp_ports.size();
+  if (n == 0) return grant;
+  info.thread_ipv4s.assign(n, 0);
+  info.thread_shards.assign(n, 0);
+  info.num_shards = uint32_t(k);
+  for (size_t t = 0; t < n; ++t) {
+    const size_t shard = t * k / n;
+    const SwitchInfo& from = grants[shard].switch_info;
+    if (from.thread_udp_ports.size() != n || from.thread_udp_ports[t] == 0) {
+      return InternalError(ShardName(job, shard) + " gives no port for worker thread " + Str(t) +
+                           " of " + Str(n) + " (it lists " + Str(from.thread_udp_ports.size()) +
+                           " ports)");
+    }
+    info.thread_udp_ports[t] = from.thread_udp_ports[t];
+    info.thread_ipv4s[t] = from.ipv4;
+    info.thread_shards[t] = uint16_t(shard);
+  }
+  return grant;
+}
+
+void RemoteSwitches::EndSharded(ShardedJob& job, const std::string& reason) const {
+  {
+    std::lock_guard<std::mutex> lock(sharded_mu_);
+    if (!job.end_reason.empty()) return;
+    job.end_reason = reason;
+    job.ended_seq = ++ended_seq_;
+    // Keep the newest kMaxEndedShardedJobs ended jobs.
+    std::vector<std::pair<uint64_t, uint32_t>> ended;
+    for (const auto& [id, j] : sharded_) {
+      if (!j->end_reason.empty()) ended.push_back({j->ended_seq, id});
+    }
+    std::sort(ended.begin(), ended.end());
+    for (size_t i = 0; i + kMaxEndedShardedJobs < ended.size(); ++i) {
+      sharded_.erase(ended[i].second);
+    }
+  }
+  for (const auto& [index, local_id] : job.shards) {
+    (void)switches_[index].jobs->DeleteJob(local_id, job.token);
+  }
+}
+
+StatusOr<JobInfo> RemoteSwitches::GetSharded(ShardedJob& job) const {
+  const size_t k = job.shards.size();
+  std::vector<JobInfo> infos;
+  std::string lost;
+  {
+    std::lock_guard<std::mutex> lock(sharded_mu_);
+    lost = job.end_reason;
+  }
+  for (size_t shard = 0; shard < k && lost.empty(); ++shard) {
+    const auto& [index, local_id] = job.shards[shard];
+    StatusOr<JobInfo> info = switches_[index].jobs->GetJob(local_id);
+    if (!info.ok()) {
+      lost = ShardName(job, shard) + (info.status().code() == StatusCode::kNotFound
+                                          ? " no longer knows the job (restarted?): "
+                                          : " is unreachable: ") +
+             info.status().message();
+    } else if (info->state == JobState::kEnded) {
+      lost = ShardName(job, shard) + " ended: " + info->end_reason;
+    } else {
+      infos.push_back(std::move(*info));
+    }
+  }
+  JobInfo merged;
+  if (!lost.empty()) {
+    EndSharded(job, lost);
+    merged.job_id = job.job_id;
+    merged.state = JobState::kEnded;
+    std::lock_guard<std::mutex> lock(sharded_mu_);
+    merged.end_reason = job.end_reason;
+    merged.spec.switches = uint32_t(k);
+    merged.spec.num_shards = uint32_t(k);
+    return merged;
+  }
+  merged = infos[0];
+  merged.job_id = job.job_id;
+  merged.spec.switches = uint32_t(k);
+  merged.spec.shard = 0;
+  for (size_t shard = 1; shard < k; ++shard) {
+    const JobInfo& j = infos[shard];
+    if (j.state != JobState::kRunning) merged.state = j.state;
+    merged.num_registered = std::min(merged.num_registered, j.num_registered);
+    merged.counters += j.counters;
+    merged.idle_for = std::min(merged.idle_for, j.idle_for);
+    for (JobWorkerInfo& w : merged.workers) {
+      for (const JobWorkerInfo& o : j.workers) {
+        if (o.rank == w.rank) w.received += o.received;
+      }
+    }
+  }
+  return merged;
 }
 
 }  // namespace switchml::controller

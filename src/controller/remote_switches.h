@@ -13,6 +13,21 @@
 // later call (RegisterWorker, GetJob, DeleteJob, InspectSlots) is routed to that switch
 // without state here, and RegisterWorker's answer carries that switch's data address. Tokens
 // are checked by the switch. Job-scoped Barrier/Broadcast are served by this controller.
+// Jobs on several switches (JobSpec::switches = K > 1; docs/design.md "Shards on several
+// switches"): CreateJob creates the job on the K reachable switches with the largest free
+// ranges, switch i of them as shard i of K with one token (the operator's, or one generated
+// here), and keeps the shard list here; the job's id is its shard 0's. RegisterWorker
+// registers the worker on every shard in shard order (one registration at a time per job, so
+// every shard sees the same order and the same first registration) and answers with each
+// worker thread's shard, address and port (thread t goes to shard t * K / threads). GetJob and
+// ListJobs merge the shards (counters summed; running when every shard is). A shard that is
+// unreachable or whose job ended ends the job: the first GetJob (or ListJobs, or the job
+// service's periodic sweep) that sees it deletes the job on the other shards and reports it
+// ended with a reason naming the shard; workers meanwhile fail by their job timeout with an
+// error naming the shard. Sharded jobs live in this controller's memory: a restarted
+// controller does not know them (their shards end by their idle timeout). A registration that
+// fails on shard i > 0 stays on shards < i (the rank cannot register again; the job is lost).
+//
 // Job 0 (the reference single-job session: UdpSession) is the first switch's job 0: its
 // registrations are forwarded to that switch's Session service. Registrations are
 // forwarded with every field, so the switch checks that the workers agree (num_workers and the
@@ -37,6 +52,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -86,12 +102,35 @@ class RemoteSwitches final : public SwitchControl {
 
   size_t num_switches() const { return switches_.size(); }
 
+  // Ended sharded jobs kept so that GetJob can say why (oldest forgotten first).
+  static constexpr size_t kMaxEndedShardedJobs = 32;
+
  private:
   struct Switch {
     std::string address;
     std::unique_ptr<JobClient> jobs;
     std::unique_ptr<SessionClient> session;
   };
+  struct ShardedJob {
+    uint32_t job_id = 0;
+    std::vector<std::pair<size_t, uint32_t>> shards;  // (switch index, its job id), by shard
+    std::string token;
+    std::mutex register_mu;  // one registration at a time, on every shard in order
+    // Guarded by sharded_mu_: set once the job ended (deleted, or a shard lost).
+    std::string end_reason;
+    uint64_t ended_seq = 0;
+  };
+  std::shared_ptr<ShardedJob> FindSharded(uint32_t job_id) const;
+  // PermissionDenied (token differs), FailedPrecondition (ended, saying why).
+  Status CheckShardedAccess(const ShardedJob& job, const std::string& token) const;
+  StatusOr<JobInfo> CreateShardedJob(const JobSpec& spec);
+  StatusOr<JobWorkerGrant> RegisterSharded(ShardedJob& job, const JobRegistration& reg);
+  StatusOr<JobInfo> GetSharded(ShardedJob& job) const;
+  // Marks the job ended with `reason` (unless it already is) and deletes it on every shard
+  // (errors ignored: a shard that is down or already ended it has nothing to free).
+  void EndSharded(ShardedJob& job, const std::string& reason) const;
+  // "shard i of K (switch j at ADDRESS)".
+  std::string ShardName(const ShardedJob& job, size_t shard) const;
   RemoteSwitches() = default;
   // The switch and its local id for a controller job id; NotFound if it names no switch.
   StatusOr<std::pair<Switch*, uint32_t>> Route(uint32_t job_id) const;
@@ -111,6 +150,9 @@ class RemoteSwitches final : public SwitchControl {
     std::chrono::steady_clock::time_point until;
   };
   mutable std::vector<AccessCache> access_cache_;  // guarded by cache_mu_
+  mutable std::mutex sharded_mu_;
+  mutable std::map<uint32_t, std::shared_ptr<ShardedJob>> sharded_;  // guarded by sharded_mu_
+  mutable uint64_t ended_seq_ = 0;                           // guarded by sharded_mu_
 };
 
 }  // namespace switchml::controller

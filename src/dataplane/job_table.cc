@@ -75,19 +75,7 @@ JobCounters AtomicJobCounters::Snapshot() const {
 JobCounters JobRuntime::Counters() const {
   JobCounters sum;
   for (uint32_t i = 0; i < io_threads; ++i) {
-    const JobCounters c = shares_[i].counters.Snapshot();
-    sum.received += c.received;
-    sum.consumed += c.consumed;
-    sum.multicast_rounds += c.multicast_rounds;
-    sum.unicast_replies += c.unicast_replies;
-    sum.duplicates_dropped += c.duplicates_dropped;
-    sum.late_duplicates_dropped += c.late_duplicates_dropped;
-    sum.size_mismatch += c.size_mismatch;
-    sum.slot_out_of_range += c.slot_out_of_range;
-    sum.too_large += c.too_large;
-    sum.not_running += c.not_running;
-    sum.datagrams_sent += c.datagrams_sent;
-    sum.wrong_io_thread += c.wrong_io_thread;
+    sum += shares_[i].counters.Snapshot();
   }
   return sum;
 }
@@ -314,6 +302,17 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
   if (uint8_t(spec.data_type) > uint8_t(JobDataType::kFloat32)) {
     return InvalidArgumentError("data_type must be unspecified, int32 or float32, got " +
                                 Str(uint8_t(spec.data_type)));
+  }
+  if (spec.switches != 1) {
+    return InvalidArgumentError(
+        "switches=" + Str(spec.switches) + ": a switch serves a job alone (switches = 1); a job "
+        "on several switches is created through a standalone controller that drives at least "
+        "that many (switchml controller --switch HOST:PORT --switch ...)");
+  }
+  if (spec.num_shards < 1 || spec.num_shards > kMaxShards || spec.shard >= spec.num_shards) {
+    return InvalidArgumentError("shard " + Str(spec.shard) + " of num_shards " +
+                                Str(spec.num_shards) + ": need num_shards in [1, " +
+                                Str(kMaxShards) + "] and shard < num_shards");
   }
   if (spec.name.size() > kMaxNameLength) {
     return InvalidArgumentError("name must have at most " + Str(kMaxNameLength) +
@@ -608,21 +607,33 @@ void JobTable::Rebuild() {
 }
 
 void JobTable::SplitSlots(Job& job) const {
-  // Worker thread t uses slots [t * W, (t + 1) * W) (the client's layout) and is served by I/O
-  // thread io(t) = t * T / n, which never decreases with t: I/O thread i owns the worker
-  // threads t >= ceil(i * n / T) below the next thread's first, a contiguous slot range. The
-  // last worker thread's I/O thread also owns every slot above the window.
+  // Worker thread t uses slots [t * W, (t + 1) * W) (the client's layout). A shard serves the
+  // threads [b, e) with t * K / n == shard (all of them when K = 1), m = e - b of them, and
+  // its I/O thread io(t) = (t - b) * T / m, which never decreases with t: I/O thread i owns the
+  // worker threads t >= b + ceil(i * m / T) below the next thread's first, a contiguous slot
+  // range. The I/O thread of the job's last worker thread also owns every slot above the
+  // window; slots of threads another shard serves belong to no I/O thread here.
   const AgreedParams& a = job.agreed;
   const uint32_t n = a.num_worker_threads;
-  const bool split = io_threads_ > 1 && job.num_registered > 0 && n >= 1 &&
+  const uint32_t shards = std::max<uint32_t>(1, job.spec.num_shards);
+  const bool split = (io_threads_ > 1 || shards > 1) && job.num_registered > 0 && n >= 1 &&
                      a.window_packets >= n;
   job.io_split_threads = split ? n : 0;
   job.io_slot_begin = Job::AllAtIoThread0();
+  job.shard_thread_begin = 0;
+  job.shard_thread_end = UINT32_MAX;
   if (!split) return;
   const uint32_t w = a.window_packets / n;
-  for (uint32_t i = 1; i < io_threads_; ++i) {
-    const uint64_t first_thread = (uint64_t{i} * n + io_threads_ - 1) / io_threads_;
-    job.io_slot_begin[i] = first_thread < n ? uint32_t(first_thread * w) : UINT32_MAX;
+  uint32_t b = 0, e = 0;
+  ShardThreads(n, job.spec.shard, shards, &b, &e);
+  job.shard_thread_begin = b;
+  job.shard_thread_end = e;
+  const uint32_t m = e - b;
+  const uint32_t end_slot = e < n ? e * w : UINT32_MAX;
+  job.io_slot_begin[0] = b * w;
+  for (uint32_t i = 1; i <= io_threads_; ++i) {
+    const uint64_t first_thread = b + (uint64_t{i} * m + io_threads_ - 1) / io_threads_;
+    job.io_slot_begin[i] = first_thread < e ? uint32_t(first_thread * w) : end_slot;
   }
 }
 

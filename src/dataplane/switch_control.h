@@ -76,8 +76,15 @@ struct SwitchInfo {
   // In a registration's answer, our extension: where each worker thread of the registering
   // worker sends its data, thread t to (ipv4, thread_udp_ports[t]) (a switch with several I/O
   // threads, docs/design.md "Several I/O threads"). Empty = everything to udp_port (one I/O
-  // thread, a reference-mode worker, or an older switch).
+  // thread, a reference-mode worker, or an older switch). A port of 0: this switch does not
+  // serve that thread (it is one shard of a job served by several switches).
   std::vector<uint16_t> thread_udp_ports;
+  // A job on several switches (shards, docs/design.md "Shards on several switches"), from a
+  // standalone controller: thread t sends to (thread_ipv4s[t], thread_udp_ports[t]), served by
+  // shard thread_shards[t] of num_shards. Empty = every thread at ipv4, one shard.
+  std::vector<uint32_t> thread_ipv4s;
+  std::vector<uint16_t> thread_shards;
+  uint32_t num_shards = 1;
 };
 
 enum class JobDataType : uint8_t { kUnspecified = 0, kInt32 = 1, kFloat32 = 2 };
@@ -118,6 +125,16 @@ struct JobSpec {
   // digits). Otherwise 8..128 printable ASCII characters.
   std::string token;
   std::string name;  // informative, <= 64 characters
+  // Placement (a standalone controller, controller/remote_switches.h): serve the job with this
+  // many switches, each a shard owning a contiguous share of the job's worker threads. A
+  // switch accepts only 1 (it is one switch).
+  uint32_t switches = 1;
+  // Set by the controller on each switch of a job with switches > 1: this switch is shard
+  // `shard` of `num_shards` and serves worker thread t (of the job's num_worker_threads n)
+  // iff t * num_shards / n == shard (JobTable::ShardThreads). Its slots of other threads are
+  // served by no I/O thread here (their packets count as wrong_io_thread).
+  uint32_t shard = 0;
+  uint32_t num_shards = 1;
 };
 
 struct JobCounters {
@@ -132,7 +149,24 @@ struct JobCounters {
   uint64_t too_large = 0;           // more elements than the job's elements_per_packet
   uint64_t not_running = 0;         // arrived before every rank had registered
   uint64_t datagrams_sent = 0;
-  uint64_t wrong_io_thread = 0;     // reached a switch I/O thread that does not own its slot
+  uint64_t wrong_io_thread = 0;     // reached a switch I/O thread (or shard) that does not
+                                    // own its slot
+  // Field by field: totals over I/O threads or over the shards of a job.
+  JobCounters& operator+=(const JobCounters& o) {
+    received += o.received;
+    consumed += o.consumed;
+    multicast_rounds += o.multicast_rounds;
+    unicast_replies += o.unicast_replies;
+    duplicates_dropped += o.duplicates_dropped;
+    late_duplicates_dropped += o.late_duplicates_dropped;
+    size_mismatch += o.size_mismatch;
+    slot_out_of_range += o.slot_out_of_range;
+    too_large += o.too_large;
+    not_running += o.not_running;
+    datagrams_sent += o.datagrams_sent;
+    wrong_io_thread += o.wrong_io_thread;
+    return *this;
+  }
 };
 
 struct JobWorkerInfo {

@@ -274,15 +274,16 @@ StatusOr<JobWorkerGrant> SwitchServer::RegisterJobWorker(
     std::lock_guard<std::mutex> lock(table_mu_);
     SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<const JobTable> next,
                               JobTable::Register(*latest_jobs_, reg, &grant, Clock::now()));
-    if (io_.size() > 1) {
-      // Where each of the worker's threads sends: the port of the I/O thread that owns its
-      // slots (none when the job is not split: everything goes to I/O thread 0's port).
-      const JobTable::Job* job =
-          reg.job_id == JobTable::kReferenceJobId ? &next->reference() : next->FindJob(reg.job_id);
-      if (job != nullptr && job->io_split_threads > 0 && !reg.worker.udp_ports.empty()) {
-        for (uint32_t t = 0; t < job->io_split_threads; ++t) {
-          thread_ports.push_back(io_[next->IoThreadOf(*job, t)]->local_endpoint.port);
-        }
+    // Where each of the worker's threads sends: the port of the I/O thread that owns its
+    // slots, 0 for the threads another shard serves (none when the job is not split:
+    // everything goes to I/O thread 0's port).
+    const JobTable::Job* job =
+        reg.job_id == JobTable::kReferenceJobId ? &next->reference() : next->FindJob(reg.job_id);
+    if (job != nullptr && job->io_split_threads > 0 && !reg.worker.udp_ports.empty()) {
+      for (uint32_t t = 0; t < job->io_split_threads; ++t) {
+        thread_ports.push_back(JobTable::ServesThread(*job, t)
+                                   ? io_[next->IoThreadOf(*job, t)]->local_endpoint.port
+                                   : uint16_t{0});
       }
     }
     PublishJobs(std::move(next));

@@ -1,0 +1,373 @@
+// A job on several switches (shards, docs/design.md "Shards on several switches"): the slot
+// ownership of a shard (pure JobTable), then end to end through a standalone controller
+// (RemoteSwitches) in front of real SwitchServers on 127.0.0.1 with different I/O thread
+// counts: every worker thread reaches the shard that serves it and results are exact; the
+// merged job view; a shard that dies fails every worker's call naming that shard, ends the job
+// on the other shard, and leaves another job alone; the errors of bad placements.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "controller/job_client.h"
+#include "controller/local_switch_for_tests.h"
+#include "controller/remote_switches.h"
+#include "controller/session_service.h"
+#include "dataplane/job_table.h"
+#include "dataplane/switch_server.h"
+#include "switchml/context.h"
+#include "testing/exact_inputs.h"
+
+namespace switchml::controller {
+namespace {
+
+using dataplane::JobTable;
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+constexpr char kOperatorToken[] = "operator-token-for-tests-0123";
+constexpr uint32_t kThreads = 5;  // worker threads: shard 0 of 2 serves 0..2, shard 1 serves 3, 4
+constexpr uint32_t kWindow = 40;  // 8 slots per worker thread
+constexpr uint32_t kPool = 96;    // slots per switch: two jobs of kWindow fit
+
+// Shard s of K serves exactly the threads t with t * K / n == s; inside a shard its I/O
+// threads split those threads as a whole switch would, and no I/O thread owns the others'
+// slots.
+TEST(ShardSlotsTest, EachShardOwnsItsThreadsSlotsAndNoOthers) {
+  for (uint32_t n : {1u, 2u, 3u, 5u, 8u, 13u}) {
+    for (uint32_t k : {1u, 2u, 3u, 4u}) {
+      for (uint32_t io_threads : {1u, 2u, 3u}) {
+        const uint32_t w = 4;
+        std::vector<int> owner_count(n * w, 0);
+        for (uint32_t shard = 0; shard < k; ++shard) {
+          auto t0 = std::make_shared<const JobTable>(/*pool_slots=*/256, /*max_workers=*/4,
+                                                     /*max_elements=*/64,
+                                                     dataplane::AggregatorOptions{}, io_threads);
+          dataplane::JobSpec spec;
+          spec.num_workers = 1;
+          spec.num_slots = n * w;
+          spec.elements_per_packet = 64;
+          spec.shard = shard;
+          spec.num_shards = k;
+          uint32_t id = 0;
+          auto t1 = JobTable::Create(*t0, spec, "token-0123456789", TimePoint{}, &id);
+          ASSERT_TRUE(t1.ok()) << t1.status();
+          dataplane::JobRegistration reg;
+          reg.job_id = id;
+          reg.token = "token-0123456789";
+          reg.worker.ipv4 = 0x0A000001;
+          for (uint32_t t = 0; t < n; ++t) reg.worker.udp_ports.push_back(uint16_t(5000 + t));
+          reg.worker.protocol_version = dataplane::kClientProtocolVersion;
+          reg.worker.num_worker_threads = n;
+          reg.worker.window_packets = n * w;
+          reg.worker.elements_per_packet = 64;
+          dataplane::JobWorkerGrant grant;
+          auto t2 = JobTable::Register(**t1, reg, &grant, TimePoint{});
+          ASSERT_TRUE(t2.ok()) << t2.status();
+          const JobTable::Job& job = *(*t2)->FindJob(id);
+          const bool split = k > 1 || io_threads > 1;
+          for (uint32_t t = 0; t < n; ++t) {
+            const bool mine = !split || t * k / n == shard;
+            EXPECT_EQ(JobTable::ServesThread(job, t), mine)
+                << "n=" << n << " K=" << k << " shard " << shard << " thread " << t;
+            for (uint32_t slot = t * w; slot < (t + 1) * w; ++slot) {
+              int owners = 0;
+              for (uint32_t io = 0; io < io_threads; ++io) owners += job.OwnsSlot(io, slot);
+              EXPECT_EQ(owners, mine ? 1 : 0)
+                  << "n=" << n << " K=" << k << " T=" << io_threads << " shard " << shard
+                  << " slot " << slot;
+              if (mine) {
+                EXPECT_TRUE(job.OwnsSlot((*t2)->IoThreadOf(job, t), slot)) << "slot " << slot;
+              }
+              owner_count[slot] += owners;
+            }
+          }
+        }
+        for (uint32_t slot = 0; slot < n * w; ++slot) {
+          EXPECT_EQ(owner_count[slot], 1) << "n=" << n << " K=" << k << " T=" << io_threads
+                                          << ": slot " << slot << " has owners on every shard";
+        }
+      }
+    }
+  }
+}
+
+TEST(ShardSlotsTest, ASwitchRefusesToPlaceAJobOnSeveralSwitchesItself) {
+  auto t0 = std::make_shared<const JobTable>(64, 4, 64);
+  dataplane::JobSpec spec;
+  spec.num_workers = 2;
+  spec.num_slots = 8;
+  spec.elements_per_packet = 64;
+  spec.switches = 2;
+  uint32_t id = 0;
+  auto t1 = JobTable::Create(*t0, spec, "token-0123456789", TimePoint{}, &id);
+  ASSERT_FALSE(t1.ok());
+  EXPECT_EQ(t1.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(t1.status().message(), HasSubstr("standalone controller"));
+  spec.switches = 1;
+  spec.shard = 2;
+  spec.num_shards = 2;
+  t1 = JobTable::Create(*t0, spec, "token-0123456789", TimePoint{}, &id);
+  ASSERT_FALSE(t1.ok());
+  EXPECT_THAT(t1.status().message(), HasSubstr("shard 2 of num_shards 2"));
+}
+
+// Switches with their embedded controllers, and a standalone controller driving them all.
+class ShardsTest : public ::testing::Test {
+ protected:
+  void StartSwitches(std::vector<uint32_t> io_threads) {
+    std::vector<std::string> addresses;
+    for (uint32_t t : io_threads) {
+      auto sw = StartLocalSwitchForTests(kPool, /*max_workers=*/8, 256, t);
+      ASSERT_TRUE(sw.ok()) << sw.status();
+      auto ctl = StartLocalControllerForTests(sw->get(), kOperatorToken);
+      ASSERT_TRUE(ctl.ok()) << ctl.status();
+      addresses.push_back("127.0.0.1:" + std::to_string((*ctl)->port()));
+      switches_.push_back(std::move(*sw));
+      controllers_.push_back(std::move(*ctl));
+    }
+    auto remote = RemoteSwitches::Connect(addresses, 3s, kOperatorToken);
+    ASSERT_TRUE(remote.ok()) << remote.status();
+    remote_ = std::move(*remote);
+    auto ctl = StartLocalControllerForTests(remote_.get(), kOperatorToken);
+    ASSERT_TRUE(ctl.ok()) << ctl.status();
+    standalone_ = std::move(*ctl);
+    address_ = "127.0.0.1:" + std::to_string(standalone_->port());
+  }
+  void TearDown() override {
+    contexts_.clear();
+    if (standalone_) standalone_->Shutdown();
+    for (auto& c : controllers_) {
+      if (c) c->Shutdown();
+    }
+    for (auto& s : switches_) {
+      if (s) s->Stop();
+    }
+  }
+  // Stops switch i and its controller, as if its host died.
+  void Kill(size_t i) {
+    controllers_[i]->Shutdown();
+    controllers_[i].reset();
+    switches_[i]->Stop();
+  }
+
+  std::unique_ptr<JobClient> Jobs() {
+    auto c = JobClient::Connect(address_, 3s);
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (!c.ok()) return nullptr;
+    (*c)->set_operator_token(kOperatorToken);
+    return std::move(*c);
+  }
+  StatusOr<JobInfo> CreateJob(uint32_t workers, uint32_t switches) {
+    JobSpec spec;
+    spec.num_workers = workers;
+    spec.num_slots = kWindow;
+    spec.elements_per_packet = 64;
+    spec.switches = switches;
+    return Jobs()->CreateJob(spec);
+  }
+  // Every rank of `job` joins (concurrently) with kThreads worker threads.
+  std::vector<Context*> Join(const JobInfo& job, uint32_t workers) {
+    std::vector<std::future<StatusOr<std::unique_ptr<Context>>>> f;
+    for (uint32_t r = 0; r < workers; ++r) {
+      Options o;
+      o.rank = r;
+      o.num_workers = workers;
+      o.controller_address = address_;
+      o.bind_ip = "127.0.0.1";
+      o.job_id = job.job_id;
+      o.job_token = job.token;
+      o.num_worker_threads = kThreads;
+      o.window_packets = kWindow;
+      o.elements_per_packet = 64;
+      o.initial_rto = 5ms;
+      o.min_rto = 2ms;
+      o.max_rto = 100ms;
+      o.job_timeout = 2s;
+      o.rpc_timeout = 5s;
+      f.push_back(std::async(std::launch::async, [o] { return Context::Create(o); }));
+    }
+    std::vector<Context*> out;
+    for (auto& x : f) {
+      auto ctx = x.get();
+      EXPECT_TRUE(ctx.ok()) << ctx.status();
+      if (!ctx.ok()) return {};
+      out.push_back(ctx->get());
+      contexts_.push_back(std::move(*ctx));
+    }
+    return out;
+  }
+  // Every rank all-reduces int32 and float32 tensors of `n` elements at once; returns each
+  // rank's first error, and checks the results when all succeeded.
+  std::vector<Status> AllReduce(const std::vector<Context*>& ctx, size_t n, uint64_t offset) {
+    const uint32_t workers = uint32_t(ctx.size());
+    std::vector<std::vector<int32_t>> in(workers, std::vector<int32_t>(n)), out = in;
+    std::vector<std::vector<float>> fin(workers, std::vector<float>(n)), fout = fin;
+    std::vector<Status> st(workers);
+    std::vector<std::thread> threads;
+    for (uint32_t r = 0; r < workers; ++r) {
+      testing::FillInt32(r, offset, in[r].data(), n);
+      testing::FillFloat32(r, offset, fin[r].data(), n);
+      threads.emplace_back([&, r] {
+        st[r] = ctx[r]->AllReduce(in[r].data(), out[r].data(), n, DataType::kInt32);
+        if (st[r].ok()) {
+          st[r] = ctx[r]->AllReduce(fin[r].data(), fout[r].data(), n, DataType::kFloat32);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (uint32_t r = 0; r < workers; ++r) {
+      if (!st[r].ok()) continue;
+      EXPECT_EQ(testing::VerifyInt32(out[r].data(), n, workers, offset).wrong, 0u)
+          << "rank " << r << ", " << n << " elements";
+      EXPECT_EQ(testing::VerifyFloat32(fout[r].data(), n, workers, offset,
+                                       testing::BlockLayout{64, kThreads})
+                    .wrong,
+                0u)
+          << "rank " << r << ", " << n << " elements";
+    }
+    return st;
+  }
+
+  std::vector<std::unique_ptr<dataplane::SwitchServer>> switches_;
+  std::vector<std::unique_ptr<ControllerServer>> controllers_;
+  std::unique_ptr<RemoteSwitches> remote_;
+  std::unique_ptr<ControllerServer> standalone_;
+  std::string address_;
+  std::vector<std::unique_ptr<Context>> contexts_;
+};
+
+TEST_F(ShardsTest, AJobOnTwoSwitchesIsExactAndEveryThreadReachesItsShard) {
+  // Switch 0 with one I/O thread, switch 1 with two, switch 2 unused by the job.
+  StartSwitches({1, 2, 1});
+  auto job = CreateJob(3, 2);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec.switches, 2u);
+  auto ctx = Join(*job, 3);
+  ASSERT_EQ(ctx.size(), 3u);
+  // Sizes that give some threads empty slices, partial blocks, and several windows.
+  uint64_t offset = 1;
+  for (size_t n : {1, 4, 5, 63, 64 * 5 + 1, 64 * 40 * 3 + 17}) {
+    for (const Status& s : AllReduce(ctx, n, offset++)) ASSERT_TRUE(s.ok()) << s;
+  }
+  // Both shards aggregated (each serves its threads: nothing at the wrong switch or I/O
+  // thread); switch 1's second I/O thread served worker thread 4; switch 2 saw nothing.
+  EXPECT_GT(switches_[0]->counters().core.consumed, 0u);
+  EXPECT_GT(switches_[1]->io_thread_counters(0).core.consumed, 0u);
+  EXPECT_GT(switches_[1]->io_thread_counters(1).core.consumed, 0u);
+  EXPECT_EQ(switches_[2]->counters().core.datagrams_received, 0u);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(switches_[i]->counters().core.wrong_io_thread, 0u);
+  // One merged job: running, two switches, counters summed over the shards.
+  auto info = Jobs()->GetJob(job->job_id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state, JobState::kRunning);
+  EXPECT_EQ(info->spec.switches, 2u);
+  EXPECT_EQ(info->num_registered, 3u);
+  EXPECT_EQ(info->counters.received, switches_[0]->counters().core.datagrams_received +
+                                         switches_[1]->counters().core.datagrams_received);
+  auto list = Jobs()->ListJobs();
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->jobs.size(), 1u);  // listed once, not once per shard
+  EXPECT_EQ(list->jobs[0].job_id, job->job_id);
+  EXPECT_EQ(list->jobs[0].spec.switches, 2u);
+  // Slot inspection merges the shards: slots of every thread come back.
+  auto slots = Jobs()->InspectSlots(job->job_id, 0, kWindow);
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  EXPECT_EQ(slots->size(), size_t{kWindow});
+  // Delete ends it on both switches.
+  ASSERT_TRUE(Jobs()->DeleteJob(job->job_id, job->token).ok());
+  auto ended = Jobs()->GetJob(job->job_id);
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->state, JobState::kEnded);
+  EXPECT_THAT(ended->end_reason, HasSubstr("deleted"));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(switches_[i]->ListJobs().free_slots, kPool) << "switch " << i;
+  }
+}
+
+TEST_F(ShardsTest, ADeadShardFailsEveryWorkerNamingItAndSparesOtherJobs) {
+  StartSwitches({1, 1});
+  auto job = CreateJob(2, 2);
+  ASSERT_TRUE(job.ok()) << job.status();
+  // Another job, on one switch: placed on switch 0 (as much free room as switch 1; first).
+  auto other = CreateJob(2, 1);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->job_id >> RemoteSwitches::kLocalIdBits, 0u);
+  auto ctx = Join(*job, 2);
+  auto other_ctx = Join(*other, 2);
+  ASSERT_EQ(ctx.size(), 2u);
+  ASSERT_EQ(other_ctx.size(), 2u);
+  for (const Status& s : AllReduce(ctx, 1000, 1)) ASSERT_TRUE(s.ok()) << s;
+
+  Kill(1);
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<Status> failed = AllReduce(ctx, 1000, 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  for (size_t r = 0; r < failed.size(); ++r) {
+    EXPECT_EQ(failed[r].code(), StatusCode::kDeadlineExceeded) << "rank " << r << ": " << failed[r];
+    EXPECT_THAT(failed[r].message(), HasSubstr("switch shard 1 of 2")) << "rank " << r;
+    // The controller, asked why, has ended the job naming the shard.
+    EXPECT_THAT(failed[r].message(), HasSubstr("has ended: shard 1 of 2 (switch 1 at"))
+        << "rank " << r;
+  }
+  auto info = Jobs()->GetJob(job->job_id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state, JobState::kEnded);
+  EXPECT_THAT(info->end_reason, HasSubstr("shard 1 of 2"));
+  // Its shard on switch 0 is gone too (its slots are free for other jobs)...
+  const dataplane::JobList on0 = switches_[0]->ListJobs();
+  EXPECT_EQ(on0.free_slots, kPool - kWindow);  // only `other` holds slots
+  // ... and the other job on switch 0 is unharmed.
+  for (const Status& s : AllReduce(other_ctx, 3000, 3)) EXPECT_TRUE(s.ok()) << s;
+  // Later calls of the broken contexts fail at once.
+  int32_t x = 1, y = 0;
+  EXPECT_EQ(ctx[0]->AllReduce(&x, &y, 1, DataType::kInt32).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ShardsTest, BadPlacementsAreRefusedWithTheReason) {
+  StartSwitches({1, 1});
+  auto three = CreateJob(2, 3);
+  ASSERT_FALSE(three.ok());
+  EXPECT_EQ(three.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(three.status().message(), HasSubstr("switches=3 but this controller drives 2"));
+  // The controller sets the shard fields, not the operator.
+  JobSpec spec;
+  spec.num_workers = 2;
+  spec.num_slots = 8;
+  spec.elements_per_packet = 64;
+  spec.num_shards = 2;
+  auto forged = Jobs()->CreateJob(spec);
+  ASSERT_FALSE(forged.ok());
+  EXPECT_THAT(forged.status().message(), HasSubstr("ask for switches"));
+  // A switch's own (embedded) controller refuses switches > 1.
+  auto direct = JobClient::Connect("127.0.0.1:" + std::to_string(controllers_[0]->port()), 3s);
+  ASSERT_TRUE(direct.ok());
+  (*direct)->set_operator_token(kOperatorToken);
+  spec.num_shards = 1;
+  spec.switches = 2;
+  auto embedded = (*direct)->CreateJob(spec);
+  ASSERT_FALSE(embedded.ok());
+  EXPECT_THAT(embedded.status().message(), HasSubstr("standalone controller"));
+  // Not enough room on one of them: the message says how many switches qualify.
+  spec.switches = 1;
+  spec.num_slots = kPool - 6;
+  auto big = Jobs()->CreateJob(spec);
+  ASSERT_TRUE(big.ok()) << big.status();
+  spec.switches = 2;
+  spec.num_slots = 10;
+  auto no_room = Jobs()->CreateJob(spec);
+  ASSERT_FALSE(no_room.ok());
+  EXPECT_EQ(no_room.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(no_room.status().message(), HasSubstr("only 1 of the 2 switches"));
+  // A wrong token is refused by the controller for a sharded job too.
+  spec.num_slots = 4;
+  auto job = Jobs()->CreateJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(Jobs()->DeleteJob(job->job_id, "wrong-token-123").code(), StatusCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace switchml::controller

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# A job on two switches (shards) through a standalone controller, with the real binaries:
+# `switchml jobs create --switches 2` places it on both (one of them with two I/O threads);
+# three workers with four threads each get exact int32 and verified float32 results, and both
+# switches aggregate a share (nothing misrouted). Then one switch is SIGKILLed: every worker's
+# all-reduce fails naming that shard, the controller reports the job ended for that reason, and
+# the surviving switch has ended it too (its slots are free).
+source "$(dirname "$0")/lib.sh"
+start_switch_on 0 0 switch0.log --io-threads 2
+SW0_PID=$SW_PID SW0_CTL=127.0.0.1:$CTL_PORT
+start_switch_on 0 0 switch1.log
+SW1_PID=$SW_PID SW1_CTL=127.0.0.1:$CTL_PORT
+sml_start_controller --deadline 10 -- --switch "$SW0_CTL" --switch "$SW1_CTL" --rpc-timeout-ms 3000 ||
+    fail "standalone controller did not start"
+CTL=127.0.0.1:$C_PORT
+jobs() { "$SWITCHML" jobs "$@"; }
+
+# A rank registers once per job: every run below gets a job of its own.
+new_job() {  # name
+  local out
+  out=$(jobs create --controller "$CTL" --workers 3 --slots 256 --switches 2 --name "$1") ||
+      fail "jobs create --switches 2 failed: $out"
+  eval "$out"
+}
+new_job int32
+jobs list --controller "$CTL" > "$WORK/list.log"
+grep -q "int32 \[on 2 switches\]" "$WORK/list.log" || { cat "$WORK/list.log"; fail "jobs list does not show the job on 2 switches"; }
+[ "$(grep -c '^ *[0-9]' "$WORK/list.log")" = 1 ] || { cat "$WORK/list.log"; fail "the sharded job is not listed exactly once"; }
+pass "job $SWITCHML_JOB_ID created on 2 switches, listed once"
+
+run_ranks() {  # tag type counts [extra flags]: 3 ranks in the background; pids in PIDS
+  local tag=$1 type=$2 counts=$3 r
+  shift 3
+  PIDS=()
+  for r in 0 1 2; do
+    "$SWITCHML" allreduce --controller "$CTL" --job-id "$SWITCHML_JOB_ID" --job-token "$SWITCHML_JOB_TOKEN" \
+        --rank $r --workers 3 --threads 4 --type "$type" --counts "$counts" --json "$WORK/$tag$r.json" "$@" \
+        > "$WORK/$tag$r.log" 2>&1 &
+    PIDS+=($!)
+    sml_track $!
+  done
+}
+for type in int32 float32; do
+  [ "$type" = int32 ] || new_job "$type"
+  run_ranks "$type-" "$type" 1,5,1000,300001
+  for p in "${PIDS[@]}"; do wait "$p" || { tail -n 5 "$WORK/$type"-*.log; fail "a $type worker failed"; }; done
+  for r in 0 1 2; do [ "$(json_get "$WORK/$type-$r.json" "j['ok']")" = True ] || fail "$type rank $r: not ok"; done
+done
+pass "3 workers x 4 threads over 2 shards: int32 exact, float32 within bound, sizes 1..300001"
+
+for i in 0 1; do
+  ctl_var=SW${i}_CTL
+  jobs list --controller "${!ctl_var}" --json > "$WORK/sw$i.json"
+  read -r rx wrong < <(json_get "$WORK/sw$i.json" \
+      "'%d %d' % (sum(x['counters']['consumed'] for x in j['jobs']), sum(x['counters']['wrong_io_thread'] for x in j['jobs']))")
+  ((rx > 0)) || fail "switch $i aggregated nothing of the sharded job"
+  ((wrong == 0)) || fail "switch $i: $wrong datagrams of the job reached the wrong I/O thread or shard"
+  eval "rx$i=$rx"
+done
+pass "both shards aggregated ($rx0 and $rx1 datagrams consumed), none misrouted"
+
+# Workers that registered and stream; then switch 1's host dies.
+new_job doomed
+run_ranks dead- int32 100000 --iters 100000 --job-timeout-ms 2000
+running() { jobs show "$SWITCHML_JOB_ID" --controller "$CTL" 2>/dev/null |
+              python3 -c 'import json,sys; j=json.load(sys.stdin); sys.exit(0 if j["counters"]["consumed"] > 0 else 1)'; }
+sml_wait_for 20 "the job to stream" running || fail "the workers never started streaming"
+{ kill -9 "$SW1_PID"; wait "$SW1_PID"; } 2>/dev/null || true
+for p in "${PIDS[@]}"; do if wait "$p"; then fail "a worker succeeded with shard 1 dead"; fi; done
+for r in 0 1 2; do
+  grep -q "no result from switch shard 1 of 2" "$WORK/dead-$r.log" ||
+      { cat "$WORK/dead-$r.log"; fail "rank $r's error does not name shard 1"; }
+done
+pass "shard 1 killed: every worker fails naming it: $(grep -m1 -o 'no result from switch shard 1 of 2[^,]*' "$WORK/dead-0.log")"
+jobs show "$SWITCHML_JOB_ID" --controller "$CTL" > "$WORK/show.json" || fail "jobs show failed"
+[ "$(json_get "$WORK/show.json" "j['state']")" = ended ] || { cat "$WORK/show.json"; fail "the job is not ended"; }
+json_get "$WORK/show.json" "j['end_reason']" | grep -q "shard 1 of 2 (switch 1 at $SW1_CTL)" ||
+    { cat "$WORK/show.json"; fail "the end reason does not name shard 1"; }
+jobs list --controller "$SW0_CTL" --json > "$WORK/sw0-after.json"
+[ "$(json_get "$WORK/sw0-after.json" "[x['state'] for x in j['jobs'] if x['name'] == 'doomed']")" = "['ended']" ] ||
+    { cat "$WORK/sw0-after.json"; fail "the surviving shard did not end the job"; }
+pass "the controller ended the job: $(json_get "$WORK/show.json" "j['end_reason']" | cut -c1-100); so did switch 0"
+sml_stop "$C_PID" 10 controller || true
