@@ -56,6 +56,10 @@ struct BackendConfig {
   std::string controller = "127.0.0.1:50099";
   std::string bind_ip, advertise_ip;
   uint32_t threads = 1, window = 256, elements_per_packet = 256;
+  // The JobService job to join (`switchml jobs create` prints both); 0 and "" = the reference
+  // session. CreateSwitchMLBackend rejects one without the other.
+  uint32_t job_id = 0;
+  std::string job_token;
   // gloo: rendezvous through files in a directory all ranks see; TCP bound to host or iface.
   std::string rendezvous_dir, rendezvous_prefix = "allreduce_perf";
   std::string host, iface;

@@ -18,7 +18,9 @@
 
 namespace switchml::bench {
 
-// The SwitchML data-path flags and the Gloo rendezvous directory.
+// The SwitchML data-path flags, the job to join (--job-id/--job-token, defaults from the
+// environment variables SWITCHML_JOB_ID/SWITCHML_JOB_TOKEN that `switchml jobs create` prints)
+// and the Gloo rendezvous directory.
 inline void AddBackendFlags(CLI::App& app, BackendConfig& c) {
   app.add_option("-t,--threads", c.threads, "switchml: worker threads per rank")->capture_default_str();
   app.add_option("--window", c.window, "switchml: packets in flight per rank")->capture_default_str();
@@ -27,13 +29,23 @@ inline void AddBackendFlags(CLI::App& app, BackendConfig& c) {
   app.add_option("--controller", c.controller, "switchml: controller address host:port")->capture_default_str();
   app.add_option("--bind-ip", c.bind_ip, "switchml: local IPv4 for the data sockets");
   app.add_option("--advertise-ip", c.advertise_ip, "switchml: IPv4 registered with the switch");
+  app.add_option("--job-id", c.job_id,
+                 "switchml: id of the job to join (`switchml jobs create`); 0 = the reference session")
+      ->envname("SWITCHML_JOB_ID")
+      ->capture_default_str();
+  app.add_option("--job-token", c.job_token, "switchml: the job's token (needed with --job-id)")
+      ->envname("SWITCHML_JOB_TOKEN");
   app.add_option("--rendezvous-dir", c.rendezvous_dir, "gloo: directory for the FileStore rendezvous (fresh per job)");
 }
 
-// Adds "switchml": {threads, window, elements_per_packet} to a run's JSON when it ran SwitchML.
+// Adds "switchml": {threads, window, elements_per_packet, job_id} to a run's JSON when it ran
+// SwitchML (job_id 0: the reference session; the token is never written).
 inline void AddBackendJson(const BackendConfig& c, nlohmann::json& j) {
   if (c.backend == "switchml")
-    j["switchml"] = {{"threads", c.threads}, {"window", c.window}, {"elements_per_packet", c.elements_per_packet}};
+    j["switchml"] = {{"threads", c.threads},
+                     {"window", c.window},
+                     {"elements_per_packet", c.elements_per_packet},
+                     {"job_id", c.job_id}};
 }
 
 // INVALID_ARGUMENT "FLAG must be A, B or C, got 'VALUE'" unless `value` is one of `choices`.
@@ -59,8 +71,9 @@ inline int ReportBackendError(const std::string& tool, const BackendConfig& c, c
 // The header line "# switchml: ..." with the data-path settings, for SwitchML runs only.
 inline void PrintSwitchmlHeader(const BackendConfig& c) {
   if (c.backend == "switchml")
-    std::printf("# switchml: %u thread(s)/worker, window %u packets, %u elements/packet, controller %s\n", c.threads,
-                c.window, c.elements_per_packet, c.controller.c_str());
+    std::printf("# switchml: %u thread(s)/worker, window %u packets, %u elements/packet, controller %s, %s\n",
+                c.threads, c.window, c.elements_per_packet, c.controller.c_str(),
+                c.job_id == 0 ? "reference session" : ("job " + std::to_string(c.job_id)).c_str());
 }
 
 // Writes `j` (indented by 2, then a newline) to `path`; UNAVAILABLE "cannot write FLAG PATH"

@@ -39,6 +39,13 @@ class SwitchMLBackend final : public Backend {
 }  // namespace
 
 StatusOr<std::unique_ptr<Backend>> CreateSwitchMLBackend(const BackendConfig& c) {
+  // In the flags' words (Context::Create would name the Options fields).
+  if (c.job_id != 0 && c.job_token.empty())
+    return InvalidArgumentError("--job-id " + std::to_string(c.job_id) +
+                                " needs the job's token: --job-token or SWITCHML_JOB_TOKEN");
+  if (c.job_id == 0 && !c.job_token.empty())
+    return InvalidArgumentError("--job-token (or SWITCHML_JOB_TOKEN) is set but --job-id (or SWITCHML_JOB_ID) "
+                                "is not; give the job's id too");
   Options opt;
   opt.rank = c.rank;
   opt.num_workers = c.num_workers;
@@ -49,6 +56,8 @@ StatusOr<std::unique_ptr<Backend>> CreateSwitchMLBackend(const BackendConfig& c)
   opt.window_packets = c.window;
   opt.elements_per_packet = c.elements_per_packet;
   opt.job_timeout = c.timeout;
+  opt.job_id = c.job_id;
+  opt.job_token = c.job_token;
   SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<Context> ctx, Context::Create(opt));
   return std::unique_ptr<Backend>(new SwitchMLBackend(std::move(ctx)));
 }
