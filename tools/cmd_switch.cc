@@ -3,6 +3,12 @@
 // (several jobs, each with its own slots, workers and token; `switchml jobs ...` drives it).
 // Runs until SIGINT/SIGTERM, then prints its counters.
 //
+// Data plane input (--io): kernel UDP sockets (default; the switch installs neighbour entries
+// for workers that register their MAC, since reference clients never answer ARP), or raw frames
+// read off --iface (transport/raw_channel.h), accepted whatever their IPv4/UDP checksums, for
+// reference DPDK clients that leave them to NIC offload. Either way registrations advertise the
+// interface's real MAC (docs/operations.md, "Serving reference clients").
+//
 // Job administration needs the operator credential (controller/operator_auth.h): from
 // --operator-token-file FILE (wins) or SWITCHML_OPERATOR_TOKEN; with neither the switch
 // generates one, writes it to a new private file (/tmp/switchml-switch.XXXXXX/operator-token,
@@ -23,6 +29,8 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "job_flags.h"
+#include "transport/netif.h"
+#include "transport/raw_channel.h"
 #include "transport/udp_channel.h"
 
 namespace switchml::tools {
@@ -46,9 +54,27 @@ struct SwitchArgs {
   bool late_duplicate_guard = false;
   bool no_udp_offload = false;
   uint32_t busy_poll_us = 0;
+  std::string io = "udp";
+  std::string iface;
+  bool refuse_bad_checksums = false;
+  bool no_neighbours = false;
   OperatorTokenFlag operator_token;
   double job_idle_timeout_s = 600;
 };
+
+// A raw channel's counters by name, checksum verdicts as "frames_<verdict>".
+std::vector<std::pair<std::string, uint64_t>> RawCounters(const transport::RawChannelStats& st) {
+  std::vector<std::pair<std::string, uint64_t>> out = {
+      {"frames", st.frames}, {"received", st.received}, {"truncated", st.truncated},
+      {"udp_checksum_offloaded", st.udp_checksum_offloaded}, {"refused_checksum", st.refused_checksum},
+      {"not_for_us", st.not_for_us}, {"ring_drops", st.ring_drops}, {"sent", st.sent},
+      {"send_no_mac", st.send_no_mac}};
+  for (int v = 0; v < transport::kNumFrameVerdicts; ++v) {
+    out.emplace_back(std::string("frames_") + transport::FrameVerdictName(transport::FrameVerdict(v)),
+                     st.verdicts[v]);
+  }
+  return out;
+}
 
 // Removes a generated token file and its private directory at exit.
 struct TokenFileCleanup {
@@ -114,18 +140,55 @@ int Run(const SwitchArgs& a) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-  transport::UdpChannelOptions uo;
-  uo.local = *bind;
-  uo.gso = uo.gro = !a.no_udp_offload;
+  // The interface the data plane uses: --iface, else the one holding --bind, else (0.0.0.0)
+  // the first one up with an IPv4 address. Its MAC is what registrations advertise
+  // (reference clients address their frames to it).
+  const bool raw = a.io == "raw";
+  if (!raw && a.io != "udp") return fail("--io must be udp or raw, got '" + a.io + "'");
+  if (raw && bind->ipv4 == 0) return fail("--io raw needs --bind IP, an address of the interface it reads");
+  if (raw && a.port == 0) return fail("--io raw needs a fixed --port (it filters frames by port)");
+  std::string iface = a.iface;
+  if (iface.empty()) {
+    auto found = bind->ipv4 != 0 ? transport::InterfaceOfIpv4(bind->ipv4) : transport::FirstDataInterface();
+    if (found.ok()) {
+      iface = *found;
+    } else if (bind->ipv4 != 0 || raw) {
+      return fail("--bind: " + found.status().message());
+    } else {
+      std::printf("switchml switch: advertising MAC %s: %s\n",
+                  transport::MacToString(transport::MacFromUint64(cfg.mac)).c_str(),
+                  found.status().message().c_str());
+    }
+  }
+  if (!iface.empty()) {
+    auto mac = transport::InterfaceMac(iface);
+    if (!mac.ok()) return fail("--iface: " + mac.status().message());
+    cfg.mac = transport::MacToUint64(*mac);
+  }
   if (a.busy_poll_us > 1000000) return fail("--busy-poll-us must be in [0, 1000000], got " + std::to_string(a.busy_poll_us));
-  uo.busy_poll = std::chrono::microseconds(a.busy_poll_us);
-  // I/O thread i binds --port + i (each a free port with --port 0).
+  // I/O thread i takes --port + i (each a free port with --port 0, kernel UDP only).
   std::vector<std::unique_ptr<transport::Channel>> channels;
   std::vector<uint16_t> udp_ports;
   for (uint32_t i = 0; i < cfg.io_threads; ++i) {
-    transport::UdpChannelOptions ui = uo;
-    if (a.port != 0) ui.local.port = uint16_t(a.port + i);
-    auto channel = transport::UdpChannel::Create(ui);
+    StatusOr<std::unique_ptr<transport::Channel>> channel = InternalError("no channel");
+    if (raw) {
+      transport::RawChannelOptions ro;
+      ro.interface = iface;
+      ro.local = transport::Endpoint{bind->ipv4, uint16_t(a.port + i)};
+      ro.accept_bad_checksums = !a.refuse_bad_checksums;
+      auto ch = transport::RawChannel::Create(ro);
+      if (ch.ok()) channel = std::unique_ptr<transport::Channel>(std::move(*ch));
+      else channel = ch.status();
+    } else {
+      transport::UdpChannelOptions uo;
+      uo.local = *bind;
+      if (a.port != 0) uo.local.port = uint16_t(a.port + i);
+      uo.gso = uo.gro = !a.no_udp_offload;
+      uo.busy_poll = std::chrono::microseconds(a.busy_poll_us);
+      auto ch = transport::UdpChannel::Create(uo);
+      if (ch.ok()) channel = std::unique_ptr<transport::Channel>(std::move(*ch));
+      else channel = ch.status();
+    }
     if (!channel.ok()) {
       return fail("I/O thread " + std::to_string(i) + ": " + channel.status().ToString());
     }
@@ -135,6 +198,26 @@ int Run(const SwitchArgs& a) {
   const uint16_t udp_port = udp_ports[0];
   auto server = dataplane::SwitchServer::Create(cfg, std::move(channels));
   if (!server.ok()) return fail(server.status().ToString());
+  // Kernel UDP: the kernel must resolve every worker's MAC to send its results, and reference
+  // clients never answer ARP: install a neighbour entry for every worker that registered its MAC
+  // (removed when it is forgotten, and at exit). A raw channel learns MACs from the frames.
+  std::unique_ptr<transport::NeighbourEntries> neighbours;
+  if (!raw && !a.no_neighbours && !iface.empty()) {
+    auto n = transport::NeighbourEntries::Open(iface);
+    if (!n.ok()) return fail("neighbour entries on " + iface + ": " + n.status().message());
+    neighbours = std::move(*n);
+    (*server)->SetWorkersListener([n = neighbours.get(), warned = false](
+                                      const dataplane::SwitchServer::WorkerAddresses& workers) mutable {
+      std::vector<std::pair<uint32_t, transport::MacAddress>> wanted;
+      for (const auto& [ip, mac] : workers) wanted.emplace_back(ip, transport::MacFromUint64(mac));
+      const Status s = n->Sync(wanted);
+      if (!s.ok() && !warned) {
+        warned = true;  // once: a switch without CAP_NET_ADMIN would say it on every registration
+        std::fprintf(stderr, "switchml switch: warning: %s; workers that do not answer ARP (reference "
+                     "clients) get no results from this switch\n", s.message().c_str());
+      }
+    });
+  }
   if (Status s = (*server)->Start(); !s.ok()) return fail(s.ToString());
 
   controller::ServerOptions so;
@@ -145,10 +228,17 @@ int Run(const SwitchArgs& a) {
   auto ctl = controller::ControllerServer::Start(so, server->get());
   if (!ctl.ok()) return fail("session service: " + ctl.status().ToString());
 
-  std::printf("switchml switch: data plane on udp %s:%u, session service on %s:%d, %u slots, "
+  std::printf("switchml switch: data plane on %s %s:%u, session service on %s:%d, %u slots, "
               "up to %u elements/packet, up to %u workers\n",
-              a.bind.c_str(), udp_port, a.bind.c_str(), (*ctl)->port(), cfg.num_slots, cfg.max_elements_per_packet,
-              cfg.max_workers);
+              raw ? ("raw frames of " + iface).c_str() : "udp", a.bind.c_str(), udp_port, a.bind.c_str(),
+              (*ctl)->port(), cfg.num_slots, cfg.max_elements_per_packet, cfg.max_workers);
+  if (!iface.empty()) {
+    std::printf("switchml switch: advertising MAC %s (%s)%s\n",
+                transport::MacToString(transport::MacFromUint64(cfg.mac)).c_str(), iface.c_str(),
+                raw ? (a.refuse_bad_checksums ? "; frames with unfinished or wrong checksums are refused"
+                                              : "; frames are accepted whatever their checksums (counted by reason)")
+                    : (neighbours ? "; neighbour entries for workers that register their MAC" : ""));
+  }
   if (cfg.io_threads > 1) {
     std::string ports;
     for (uint16_t p : udp_ports) ports += (ports.empty() ? "" : ", ") + std::to_string(p);
@@ -203,6 +293,22 @@ int Run(const SwitchArgs& a) {
   std::printf("switchml switch: counters after %.1f s:\n%s", 
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
               counters.FormatTable().c_str());
+  // Raw frames: what the channels saw, summed over the I/O threads ("raw_" + name).
+  std::vector<std::pair<std::string, uint64_t>> raw_counters;
+  if (raw) {
+    for (uint32_t i = 0; i < cfg.io_threads; ++i) {
+      auto* ch = dynamic_cast<transport::RawChannel*>(&(*server)->channel(i));
+      if (ch == nullptr) continue;
+      size_t k = 0;
+      for (const auto& [name, value] : RawCounters(ch->stats())) {
+        if (raw_counters.size() <= k) raw_counters.emplace_back("raw_" + name, 0);
+        raw_counters[k++].second += value;
+      }
+    }
+    for (const auto& [name, value] : raw_counters) {
+      if (value != 0) std::printf("  %-36s %llu\n", name.c_str(), (unsigned long long)value);
+    }
+  }
   if (cfg.io_threads > 1) {
     for (uint32_t i = 0; i < cfg.io_threads; ++i) {
       const auto c = (*server)->io_thread_counters(i);
@@ -216,6 +322,7 @@ int Run(const SwitchArgs& a) {
   if (!a.counters_json.empty()) {
     nlohmann::json j;
     for (auto& [name, value] : counters.Named()) j[name] = value;
+    for (auto& [name, value] : raw_counters) j[name] = value;
     if (cfg.io_threads > 1) {  // the sums above, and each I/O thread's own
       nlohmann::json per = nlohmann::json::array();
       for (uint32_t i = 0; i < cfg.io_threads; ++i) {
@@ -268,6 +375,21 @@ Runner AddSwitchCommand(CLI::App& app) {
   app.add_option("--counters-json", a->counters_json, "Write the final counters as JSON to FILE at exit");
   app.add_flag("--late-duplicate-guard", a->late_duplicate_guard,
                "Drop late duplicates reordered behind a worker's next packet (not in the reference)");
+  app.add_option("--io", a->io,
+                 "Data plane input: udp (kernel UDP sockets) or raw (frames read off --iface with "
+                 "an AF_PACKET ring, accepted whatever their IPv4/UDP checksums: what reference "
+                 "DPDK clients send; needs --bind IP, a fixed --port and CAP_NET_RAW)")
+      ->capture_default_str();
+  app.add_option("--iface", a->iface,
+                 "Interface of the data plane: its MAC is advertised to workers, raw mode reads "
+                 "it, neighbour entries go on it (default: the one holding --bind; with 0.0.0.0 "
+                 "the first one up with an IPv4 address)");
+  app.add_flag("--refuse-bad-checksums", a->refuse_bad_checksums,
+               "--io raw: drop frames whose IPv4 or UDP checksum is zero, partial or wrong "
+               "(counted) instead of accepting them");
+  app.add_flag("--no-neighbour-entries", a->no_neighbours,
+               "--io udp: do not install neighbour entries for workers that register a MAC "
+               "(reference clients never answer ARP; installing needs CAP_NET_ADMIN)");
   app.add_flag("--no-udp-offload", a->no_udp_offload,
                "Send and receive one datagram per message (no UDP GSO/GRO), for comparison");
   a->operator_token.Register(app, "to authenticate job administration (`switchml jobs`); "

@@ -210,8 +210,10 @@ void SwitchCore::Aggregate(const transport::RxDatagram& d, const wire::PacketVie
   wire::Int32ToBE(r.sums, r.num_elements, resp + wire::kPrefixBytes);
   const uint32_t size = uint32_t(wire::PacketBytes(r.num_elements));
 
+  // Workers in reference mode (registered without ports: reference clients) get one datagram
+  // per frame: they may read frames themselves (DPDK af_packet) and never see a GSO run split.
   if (r.outcome == Outcome::kUnicast) {
-    out.Push(resp, size, d.from);
+    out.Push(resp, size, d.from, thread == kNoThread);
     ++c.datagrams_sent;
     Bump(jc.datagrams_sent);
     return;
@@ -221,7 +223,7 @@ void SwitchCore::Aggregate(const transport::RxDatagram& d, const wire::PacketVie
     // Every rank contributed to a completed round, so all are registered; guard anyway.
     if (!w.registered) continue;
     const uint16_t port = thread < w.udp_ports.size() ? w.udp_ports[thread] : d.from.port;
-    out.Push(resp, size, transport::Endpoint{w.ipv4, port});
+    out.Push(resp, size, transport::Endpoint{w.ipv4, port}, w.udp_ports.empty());
     ++sent;
   }
   c.datagrams_sent += sent;

@@ -81,8 +81,8 @@ class Outbox {
   // Room for `responses` encoded responses of up to `stride` bytes and `datagrams` entries.
   void Reserve(size_t responses, size_t stride, size_t datagrams);
   uint8_t* NextResponse() { return bytes_.get() + stride_ * num_responses_++; }
-  void Push(const uint8_t* data, uint32_t size, transport::Endpoint to) {
-    tx_[num_tx_++] = transport::TxDatagram{data, size, to};
+  void Push(const uint8_t* data, uint32_t size, transport::Endpoint to, bool single_frame) {
+    tx_[num_tx_++] = transport::TxDatagram{data, size, to, single_frame};
   }
 
   std::unique_ptr<uint8_t[]> bytes_;

@@ -28,6 +28,7 @@ struct Sent {
   std::vector<uint8_t> bytes;
   Endpoint to;
   const uint8_t* data;  // where the datagram pointed (to check sharing)
+  bool single_frame = false;
 };
 
 WorkerRegistration Reg(uint32_t rank, uint32_t num_workers, uint32_t ipv4,
@@ -64,7 +65,8 @@ class CoreHarness {
     core_.ProcessBurst(rx, out_);
     std::vector<Sent> sent;
     for (const auto& tx : out_.datagrams()) {
-      sent.push_back(Sent{std::vector<uint8_t>(tx.data, tx.data + tx.size), tx.to, tx.data});
+      sent.push_back(Sent{std::vector<uint8_t>(tx.data, tx.data + tx.size), tx.to, tx.data,
+                          tx.single_frame});
     }
     return sent;
   }
@@ -287,6 +289,12 @@ TEST(SwitchCoreTest, ReferenceModeRepliesToTheTriggeringSourcePort) {
   EXPECT_EQ(sent[1].to, (Endpoint{kIpB, 4003}));
   EXPECT_EQ(sent[0].bytes, ExpectedResponse(ra, Sum({ra.values, rb.values}), 0, 0));
   EXPECT_EQ(sent[0].bytes.size(), wire::PacketBytes(256));
+  // Reference clients may read frames themselves: never coalesced into GSO messages.
+  EXPECT_TRUE(sent[0].single_frame && sent[1].single_frame);
+  // A retransmission after completion: the unicast answer too.
+  auto again = h.One(rb, {kIpB, 4003});
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_TRUE(again[0].single_frame);
 }
 
 TEST(SwitchCoreTest, ThreeWorkerRoundsInOneBurstAcrossSlots) {
@@ -312,6 +320,7 @@ TEST(SwitchCoreTest, ThreeWorkerRoundsInOneBurstAcrossSlots) {
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(sent[i].to, t0[i]) << i;
     EXPECT_EQ(sent[i].bytes, r0) << i;
+    EXPECT_FALSE(sent[i].single_frame) << i;  // our clients: GSO allowed
     EXPECT_EQ(sent[3 + i].to, t1[i]) << i;
     EXPECT_EQ(sent[3 + i].bytes, r1) << i;
   }

@@ -242,6 +242,19 @@ void SwitchServer::Run(IoThread& io) {
 void SwitchServer::PublishJobs(std::shared_ptr<const JobTable> jobs) {
   latest_jobs_ = std::move(jobs);
   table_generation_.fetch_add(1, std::memory_order_release);
+  if (!workers_listener_) return;
+  WorkerAddresses workers;
+  auto add = [&](const JobTable::Job& job) {
+    if (job.state == JobState::kEnded) return;
+    for (const WorkerEntry& w : job.workers) {
+      if (w.registered && w.mac != 0 && w.ipv4 != 0) workers.emplace_back(w.ipv4, w.mac);
+    }
+  };
+  add(latest_jobs_->reference());
+  for (const JobTable::Job& job : latest_jobs_->jobs()) add(job);
+  std::sort(workers.begin(), workers.end());
+  workers.erase(std::unique(workers.begin(), workers.end()), workers.end());
+  workers_listener_(workers);
 }
 
 StatusOr<JobInfo> SwitchServer::CreateJob(const JobSpec& spec) {

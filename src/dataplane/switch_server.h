@@ -52,6 +52,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -161,6 +162,20 @@ class SwitchServer final : public SwitchControl {
   std::vector<transport::Endpoint> local_endpoints() const;
   // The most recent channel error seen by the I/O thread (OK if none).
   Status last_error() const;
+  // I/O thread `i`'s channel (i < io_threads()), e.g. for its own statistics; only while the
+  // switch is stopped (a Channel is used by one thread at a time).
+  transport::Channel& channel(uint32_t i) const { return *io_[i]->channel; }
+
+  // The registered workers that gave a MAC (reference clients do), of every live job, job 0
+  // included: (ipv4, mac), sorted by address.
+  using WorkerAddresses = std::vector<std::pair<uint32_t, uint64_t>>;
+  // Called with WorkerAddresses every time the job table changes (registration, a new
+  // session, a job ending), under the table lock, on the thread that changed it; set before
+  // Start() and before any registration. `switchml switch` installs the workers' neighbour
+  // entries with it (kernel-UDP mode; reference clients never answer ARP).
+  void SetWorkersListener(std::function<void(const WorkerAddresses&)> listener) {
+    workers_listener_ = std::move(listener);
+  }
 
  private:
   struct InspectRequest;
@@ -202,6 +217,7 @@ class SwitchServer final : public SwitchControl {
 
   // Table publication (writer side).
   mutable std::mutex table_mu_;
+  std::function<void(const WorkerAddresses&)> workers_listener_;  // may be empty
   std::shared_ptr<const JobTable> latest_jobs_;  // guarded by table_mu_
   std::atomic<uint64_t> table_generation_{0};
 

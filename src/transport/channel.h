@@ -46,6 +46,10 @@ struct TxDatagram {
   const uint8_t* data = nullptr;
   uint32_t size = 0;
   Endpoint to;
+  // Send it in a frame of its own: never coalesced with its neighbours into one GSO message
+  // (for peers that read frames themselves, e.g. a reference DPDK client over af_packet, and
+  // would see one oversized frame where the wire would carry several).
+  bool single_frame = false;
 };
 
 struct RxDatagram {

@@ -353,12 +353,12 @@ uint32_t UdpChannel::BuildMessages(std::span<const TxDatagram> rest) {
   while (d < limit) {
     const TxDatagram& first = rest[d];
     uint32_t segs = 1;
-    if (gso_enabled_ && first.size > 0 && first.size <= gso_max_datagram_) {
+    if (gso_enabled_ && !first.single_frame && first.size > 0 && first.size <= gso_max_datagram_) {
       // Extend the run: same destination, same size; a shorter datagram may end it.
       uint32_t bytes = first.size;
       while (d + segs < limit && segs < kMaxGsoSegments) {
         const TxDatagram& next = rest[d + segs];
-        if (!(next.to == first.to) || next.size == 0 || next.size > first.size ||
+        if (!(next.to == first.to) || next.single_frame || next.size == 0 || next.size > first.size ||
             bytes + next.size > kMaxUdpPayload) {
           break;
         }

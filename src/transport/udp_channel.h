@@ -11,7 +11,9 @@
 //    iovec per datagram, no copy, and a UDP_SEGMENT control message with the datagram size. The
 //    kernel walks the stack once for the whole run and splits it into datagrams at the device
 //    (or never, over loopback and veth to a GRO socket). On the wire these are ordinary UDP
-//    datagrams: receivers without GRO, and the reference switch, see no difference.
+//    datagrams: receivers without GRO, and the reference switch, see no difference. A datagram
+//    marked TxDatagram::single_frame is always sent alone (a frame reader on the same host,
+//    e.g. a reference DPDK client over af_packet on veth, would see the unsplit run).
 //  * GRO (UDP_GRO, Linux ≥ 5.0): the receiving socket accepts such runs whole (and the runs GRO
 //    coalesced in the driver); RecvBurst splits them at the segment size given in the UDP_GRO
 //    control message, copying each datagram into the caller's buffer, and RecvBurstNoCopy

@@ -44,12 +44,13 @@ uint8_t Pattern(int tag, uint32_t i, uint32_t j) {
 }
 
 // Sends `count` datagrams of `size` bytes to `to`, retrying the unaccepted rest.
-void SendAll(UdpChannel& ch, Endpoint to, int tag, uint32_t count, uint32_t size) {
+void SendAll(UdpChannel& ch, Endpoint to, int tag, uint32_t count, uint32_t size,
+             bool single_frame = false) {
   std::vector<std::vector<uint8_t>> bufs(count, std::vector<uint8_t>(size));
   std::vector<TxDatagram> tx(count);
   for (uint32_t i = 0; i < count; ++i) {
     for (uint32_t j = 0; j < size; ++j) bufs[i][j] = Pattern(tag, i, j);
-    tx[i] = TxDatagram{bufs[i].data(), size, to};
+    tx[i] = TxDatagram{bufs[i].data(), size, to, single_frame};
   }
   size_t done = 0;
   const auto deadline = std::chrono::steady_clock::now() + 2s;
@@ -649,6 +650,22 @@ TEST(UdpChannelTest, GsoFallsBackWhenTheKernelRefusesASegmentSize) {
   });
   t.join();
   if (skipped) GTEST_SKIP() << "unshare(CLONE_NEWNET) not permitted";
+}
+
+// Datagrams marked single_frame (for reference clients reading frames themselves) are never
+// coalesced into a GSO message, even when they could be; unmarked ones next to them still are.
+TEST(UdpChannelTest, SingleFrameDatagramsAreNeverCoalesced) {
+  auto a = MakeChannel();
+  auto b = MakeChannel();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  if (!a->gso_enabled()) GTEST_SKIP() << "no UDP GSO on this kernel";
+  SendAll(*a, b->local_endpoint(), 7, 8, 1000, /*single_frame=*/true);
+  EXPECT_EQ(a->stats().gso_messages, 0u);
+  ReceiveAndCheck(*b, a->local_endpoint(), 7, 8, 1000, 8);
+  SendAll(*a, b->local_endpoint(), 8, 8, 1000);
+  EXPECT_EQ(a->stats().gso_messages, 1u);
+  ReceiveAndCheck(*b, a->local_endpoint(), 8, 8, 1000, 8);
 }
 
 // ---- SO_REUSEPORT groups and cBPF steering ----
