@@ -68,7 +68,8 @@ std::vector<std::pair<std::string, uint64_t>> RawCounters(const transport::RawCh
       {"frames", st.frames}, {"received", st.received}, {"truncated", st.truncated},
       {"udp_checksum_offloaded", st.udp_checksum_offloaded}, {"refused_checksum", st.refused_checksum},
       {"not_for_us", st.not_for_us}, {"ring_drops", st.ring_drops}, {"sent", st.sent},
-      {"send_no_mac", st.send_no_mac}};
+      {"send_no_mac", st.send_no_mac}, {"gso_frames_split", st.gso_frames_split},
+      {"gso_datagrams", st.gso_datagrams}, {"copied_frames", st.copied_frames}};
   for (int v = 0; v < transport::kNumFrameVerdicts; ++v) {
     out.emplace_back(std::string("frames_") + transport::FrameVerdictName(transport::FrameVerdict(v)),
                      st.verdicts[v]);

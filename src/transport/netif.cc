@@ -15,6 +15,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "transport/posix_util.h"
+
 namespace switchml::transport {
 namespace {
 
@@ -23,12 +25,13 @@ std::string Ip(uint32_t ipv4) {
          std::to_string((ipv4 >> 8) & 255) + "." + std::to_string(ipv4 & 255);
 }
 
+// Unavailable, or PermissionDenied saying which capability is missing.
 Status Errno(const std::string& what, int err) {
-  const std::string text = what + ": " + std::strerror(err);
   if (err == EPERM || err == EACCES) {
-    return PermissionDeniedError(text + " (needs CAP_NET_ADMIN: run the switch as root or grant it)");
+    return PermissionDeniedError(what + ": " + internal::ErrnoText(err) +
+                                 " (needs CAP_NET_ADMIN: run the switch as root or grant it)");
   }
-  return UnavailableError(text);
+  return internal::ErrnoError(what, err);
 }
 
 }  // namespace

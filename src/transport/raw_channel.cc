@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <endian.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,37 +24,40 @@
 #include <sstream>
 #include <utility>
 
+#include "transport/posix_util.h"
+
 namespace switchml::transport {
 namespace {
+
+using internal::ErrnoError;
+using internal::ErrnoText;
+using internal::FdCloser;
 
 constexpr uint32_t kBlockBytes = 1u << 20;
 constexpr uint32_t kMaxBurstLimit = 1024;
 // Learned MACs kept before the tables are cleared (a bound against spoofed sources).
 constexpr size_t kMaxLearned = 1u << 16;
 constexpr auto kArpReadInterval = std::chrono::milliseconds(100);
-
-std::string ErrnoText(int err) {
-  const char* text = strerrordesc_np(err);
-  return text != nullptr ? std::string(text) : "errno " + std::to_string(err);
-}
-
-Status ErrnoError(const std::string& what, int err) {
-  return UnavailableError(what + ": " + ErrnoText(err));
-}
-
-class FdCloser {
- public:
-  explicit FdCloser(int fd) : fd_(fd) {}
-  ~FdCloser() {
-    if (fd_ >= 0) close(fd_);
-  }
-  FdCloser(const FdCloser&) = delete;
-  FdCloser& operator=(const FdCloser&) = delete;
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
+// struct virtio_net_hdr, the header PACKET_VNET_HDR puts before every frame (ring and recv) and
+// expects before every sent one (linux/virtio_net.h, which does not compile as C++: a field is
+// named `class`). Its 16-bit fields are little-endian (virtio 1.0) on every host of ours.
+struct VnetHeader {
+  uint8_t flags;
+  uint8_t gso_type;
+  uint16_t hdr_len;
+  uint16_t gso_size;
+  uint16_t csum_start;
+  uint16_t csum_offset;
 };
+constexpr uint32_t kVnetHdrBytes = sizeof(VnetHeader);
+static_assert(kVnetHdrBytes == 10);
+constexpr uint8_t kVnetFlagNeedsCsum = 1;  // VIRTIO_NET_HDR_F_NEEDS_CSUM: checksum left to offload
+constexpr uint8_t kVnetGsoUdpL4 = 5;       // VIRTIO_NET_HDR_GSO_UDP_L4: UDP GSO super-frame
+constexpr uint8_t kVnetGsoEcn = 0x80;      // VIRTIO_NET_HDR_GSO_ECN (a flag bit of gso_type)
+// TPACKET_V2 copy buffer: a virtio_net_hdr and the longest frame (an IPv4 datagram of 64 KiB).
+constexpr size_t kCopyBufferBytes = kVnetHdrBytes + 14 + 65535;
+// Socket buffer for the frames read whole (TPACKET_V2 only): a few dozen 64 KiB super-frames.
+constexpr int kCopyQueueBytes = 4 << 20;
 
 uint32_t AlignUp(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
 
@@ -157,6 +161,25 @@ StatusOr<std::unique_ptr<RawChannel>> RawChannel::Create(const RawChannelOptions
 
   SWITCHML_RETURN_IF_ERROR(AttachFilter(ch->fd_, UdpToFilter(options.local), where));
 
+  // A virtio_net_hdr before each frame (says which are UDP GSO super-frames); set before the
+  // ring, as the kernel requires.
+  const int one = 1;
+  if (setsockopt(ch->fd_, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof(one)) != 0) {
+    return ErrnoError("setsockopt PACKET_VNET_HDR on " + where, errno);
+  }
+  if (options.ring == RawRing::kTpacketV2) {
+    // A frame longer than a slot is also queued whole on the socket (TP_STATUS_COPY).
+    if (setsockopt(ch->fd_, SOL_PACKET, PACKET_COPY_THRESH, &one, sizeof(one)) != 0) {
+      return ErrnoError("setsockopt PACKET_COPY_THRESH on " + where, errno);
+    }
+    // Above net.core.rmem_max only with CAP_NET_ADMIN; otherwise capped (a hint either way).
+    if (setsockopt(ch->fd_, SOL_SOCKET, SO_RCVBUFFORCE, &kCopyQueueBytes, sizeof(int)) != 0) {
+      setsockopt(ch->fd_, SOL_SOCKET, SO_RCVBUF, &kCopyQueueBytes, sizeof(int));
+    }
+    ch->copy_capacity_ = kCopyBufferBytes;
+    ch->copy_buf_ = std::make_unique_for_overwrite<uint8_t[]>(kCopyBufferBytes);
+  }
+
   // Receive ring.
   const int version = options.ring == RawRing::kTpacketV2 ? TPACKET_V2 : TPACKET_V3;
   if (setsockopt(ch->fd_, SOL_PACKET, PACKET_VERSION, &version, sizeof(version)) != 0) {
@@ -165,8 +188,10 @@ StatusOr<std::unique_ptr<RawChannel>> RawChannel::Create(const RawChannelOptions
   const uint32_t header = options.ring == RawRing::kTpacketV2
                               ? TPACKET_ALIGN(sizeof(tpacket2_hdr)) + sizeof(sockaddr_ll)
                               : TPACKET_ALIGN(sizeof(tpacket3_hdr)) + sizeof(sockaddr_ll);
-  // Header, room for the MAC header at 16-byte alignment, then the IPv4/UDP datagram.
-  ch->frame_bytes_ = AlignUp(TPACKET_ALIGN(header + 16) + 20 + 8 + options.max_payload + 60,
+  // Header, room for the MAC header at 16-byte alignment, the virtio_net_hdr, then the IPv4/UDP
+  // datagram.
+  ch->frame_bytes_ = AlignUp(TPACKET_ALIGN(header + 16) + kVnetHdrBytes + 20 + 8 +
+                                 options.max_payload + 60,
                              TPACKET_ALIGNMENT);
   ch->block_bytes_ = std::max(kBlockBytes, AlignUp(ch->frame_bytes_, 4096));
   ch->ring_blocks_ = std::max(1u, options.ring_bytes / ch->block_bytes_);
@@ -226,9 +251,12 @@ StatusOr<std::unique_ptr<RawChannel>> RawChannel::Create(const RawChannelOptions
     return ErrnoError("bind AF_PACKET socket to " + options.interface, errno);
   }
 
-  // Send scratch.
-  ch->tx_frame_capacity_ = AlignUp(kUdpFrameOverhead + options.max_payload, 64);
+  // Send scratch: each frame behind a zero virtio_net_hdr (no checksum or segmentation offload).
+  ch->tx_frame_capacity_ = AlignUp(kVnetHdrBytes + kUdpFrameOverhead + options.max_payload, 64);
   ch->tx_frames_ = std::make_unique_for_overwrite<uint8_t[]>(ch->tx_frame_capacity_ * ch->max_burst_);
+  for (uint32_t i = 0; i < ch->max_burst_; ++i) {
+    memset(ch->tx_frames_.get() + i * ch->tx_frame_capacity_, 0, kVnetHdrBytes);
+  }
   ch->tx_msgs_.reset(new mmsghdr[ch->max_burst_]());
   ch->tx_iov_.reset(new iovec[ch->max_burst_]());
   ch->tx_index_.reset(new size_t[ch->max_burst_]());
@@ -272,7 +300,7 @@ bool RawChannel::NextFrame(RingFrame* out) {
     if ((__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER) == 0) return false;
     const auto* sll = reinterpret_cast<const sockaddr_ll*>(base + TPACKET_ALIGN(sizeof(tpacket2_hdr)));
     *out = {base + h->tp_mac, h->tp_snaplen, sll->sll_pkttype,
-            (h->tp_status & TP_STATUS_CSUMNOTREADY) != 0};
+            (h->tp_status & TP_STATUS_CSUMNOTREADY) != 0, (h->tp_status & TP_STATUS_COPY) != 0};
     return true;
   }
   for (;;) {
@@ -295,7 +323,7 @@ bool RawChannel::NextFrame(RingFrame* out) {
     auto* h = reinterpret_cast<tpacket3_hdr*>(base);
     const auto* sll = reinterpret_cast<const sockaddr_ll*>(base + TPACKET_ALIGN(sizeof(tpacket3_hdr)));
     *out = {base + h->tp_mac, h->tp_snaplen, sll->sll_pkttype,
-            (h->tp_status & TP_STATUS_CSUMNOTREADY) != 0};
+            (h->tp_status & TP_STATUS_CSUMNOTREADY) != 0, false};
     return true;
   }
 }
@@ -320,54 +348,103 @@ void RawChannel::ReleaseFrame() {
   }
 }
 
+bool RawChannel::TakeFrame(const RingFrame& f) {
+  ++stats_.frames;
+  // The frame and the virtio_net_hdr before it: in the ring, or (TP_STATUS_COPY: too long for
+  // the slot) the next frame on the socket's queue, which the kernel queued in ring order.
+  const uint8_t* frame = f.data;
+  uint32_t len = f.len;
+  const uint8_t* vnet = f.data - kVnetHdrBytes;
+  if (f.copied) {
+    const ssize_t r = recv(fd_, copy_buf_.get(), copy_capacity_, MSG_DONTWAIT);
+    if (r >= static_cast<ssize_t>(kVnetHdrBytes)) {
+      ++stats_.copied_frames;
+      vnet = copy_buf_.get();
+      frame = vnet + kVnetHdrBytes;
+      len = static_cast<uint32_t>(r) - kVnetHdrBytes;
+    }  // else: the cut ring copy, which parses as truncated
+  }
+  VnetHeader vh;
+  memcpy(&vh, vnet, sizeof(vh));
+  const bool gso_udp = (vh.gso_type & ~kVnetGsoEcn) == kVnetGsoUdpL4;
+  const uint32_t gso_size = le16toh(vh.gso_size);
+
+  ParsedUdpFrame p = ParseUdpFrame({frame, len});
+  if ((f.csum_not_ready || (vh.flags & kVnetFlagNeedsCsum) != 0) &&
+      p.udp_checksum == FrameVerdict::kUdpChecksumPartial) {
+    // A sender on this host (over veth) whose UDP checksum the kernel left to offload: the
+    // kernel vouches for the data (TP_STATUS_CSUMNOTREADY, VIRTIO_NET_HDR_F_NEEDS_CSUM), so it
+    // counts as correct.
+    ++stats_.udp_checksum_offloaded;
+    p.udp_checksum = FrameVerdict::kOk;
+    if (p.verdict == FrameVerdict::kUdpChecksumPartial) p.verdict = FrameVerdict::kOk;
+  }
+  if (IsStructuralError(p.verdict)) {
+    ++stats_.verdicts[static_cast<int>(p.verdict)];
+    return false;
+  }
+  if (f.pkttype == PACKET_OTHERHOST || f.pkttype == PACKET_OUTGOING || !(p.dst == local_)) {
+    ++stats_.not_for_us;
+    return false;
+  }
+  if (p.verdict == FrameVerdict::kOk) ++stats_.verdicts[0];
+  if (p.ipv4_checksum != FrameVerdict::kOk) ++stats_.verdicts[static_cast<int>(p.ipv4_checksum)];
+  if (p.udp_checksum != FrameVerdict::kOk) ++stats_.verdicts[static_cast<int>(p.udp_checksum)];
+  const bool bad = p.ipv4_checksum != FrameVerdict::kOk ||
+                   (p.udp_checksum != FrameVerdict::kOk &&
+                    p.udp_checksum != FrameVerdict::kUdpChecksumZero);
+  if (bad && !accept_bad_checksums_) {
+    ++stats_.refused_checksum;
+    return false;
+  }
+  const uint32_t size = static_cast<uint32_t>(p.payload.size());
+  pending_data_ = p.payload.data();
+  pending_bytes_ = size;
+  pending_from_ = p.src;
+  if (gso_udp && gso_size > 0 && size > gso_size) {
+    // A UDP GSO super-frame: the datagrams the device would have cut it into.
+    pending_segment_ = gso_size;
+    pending_count_ = (size + gso_size - 1) / gso_size;
+    ++stats_.gso_frames_split;
+    stats_.gso_datagrams += pending_count_;
+  } else {
+    pending_segment_ = size;
+    pending_count_ = 1;
+  }
+  // Learn where this endpoint's frames come from (the last hop's MAC).
+  if (mac_by_endpoint_.size() >= kMaxLearned) mac_by_endpoint_.clear();
+  if (mac_by_ip_.size() >= kMaxLearned) mac_by_ip_.clear();
+  mac_by_endpoint_[EndpointKey(p.src)] = p.src_mac;
+  mac_by_ip_[p.src.ipv4] = p.src_mac;
+  return true;
+}
+
 size_t RawChannel::Drain(std::span<RxDatagram> batch) {
   size_t n = 0;
-  RingFrame f;
-  while (n < batch.size() && NextFrame(&f)) {
-    ++stats_.frames;
-    ParsedUdpFrame p = ParseUdpFrame({f.data, f.len});
-    if (f.csum_not_ready && p.udp_checksum == FrameVerdict::kUdpChecksumPartial) {
-      // A sender on this host (over veth) whose UDP checksum the kernel left to offload: the
-      // kernel vouches for the data (TP_STATUS_CSUMNOTREADY), so it counts as correct.
-      ++stats_.udp_checksum_offloaded;
-      p.udp_checksum = FrameVerdict::kOk;
-      if (p.verdict == FrameVerdict::kUdpChecksumPartial) p.verdict = FrameVerdict::kOk;
-    }
-    bool take = false;
-    if (IsStructuralError(p.verdict)) {
-      ++stats_.verdicts[static_cast<int>(p.verdict)];
-    } else if (f.pkttype == PACKET_OTHERHOST || f.pkttype == PACKET_OUTGOING ||
-               !(p.dst == local_)) {
-      ++stats_.not_for_us;
-    } else {
-      if (p.verdict == FrameVerdict::kOk) ++stats_.verdicts[0];
-      if (p.ipv4_checksum != FrameVerdict::kOk) ++stats_.verdicts[static_cast<int>(p.ipv4_checksum)];
-      if (p.udp_checksum != FrameVerdict::kOk) ++stats_.verdicts[static_cast<int>(p.udp_checksum)];
-      const bool bad = p.ipv4_checksum != FrameVerdict::kOk ||
-                       (p.udp_checksum != FrameVerdict::kOk &&
-                        p.udp_checksum != FrameVerdict::kUdpChecksumZero);
-      if (bad && !accept_bad_checksums_) {
-        ++stats_.refused_checksum;
-      } else {
-        take = true;
+  while (n < batch.size()) {
+    if (pending_count_ == 0) {  // nothing left of the last frame: take the next one
+      RingFrame f;
+      if (!NextFrame(&f)) break;
+      if (!TakeFrame(f)) {
+        ReleaseFrame();
+        continue;
       }
     }
-    if (take) {
+    // Hand out the taken frame's datagrams (one, or a super-frame's segments) while room lasts;
+    // the ring frame is released once the last one is out.
+    for (; pending_count_ > 0 && n < batch.size(); --pending_count_) {
+      const uint32_t size = std::min(pending_segment_, pending_bytes_);
       RxDatagram& d = batch[n++];
-      const uint32_t size = static_cast<uint32_t>(p.payload.size());
       d.size = std::min(size, d.capacity);
       d.truncated = size > d.capacity;
-      if (d.size > 0) memcpy(d.data, p.payload.data(), d.size);
-      d.from = p.src;
+      if (d.size > 0) memcpy(d.data, pending_data_, d.size);
+      d.from = pending_from_;
       stats_.truncated += d.truncated ? 1 : 0;
       ++stats_.received;
-      // Learn where this endpoint's frames come from (the last hop's MAC).
-      if (mac_by_endpoint_.size() >= kMaxLearned) mac_by_endpoint_.clear();
-      if (mac_by_ip_.size() >= kMaxLearned) mac_by_ip_.clear();
-      mac_by_endpoint_[EndpointKey(p.src)] = p.src_mac;
-      mac_by_ip_[p.src.ipv4] = p.src_mac;
+      pending_data_ += size;
+      pending_bytes_ -= size;
     }
-    ReleaseFrame();
+    if (pending_count_ == 0) ReleaseFrame();
   }
   return n;
 }
@@ -475,10 +552,12 @@ StatusOr<size_t> RawChannel::SendBurst(std::span<const TxDatagram> batch) {
         continue;
       }
       UdpFrameHeader h{.dst_mac = *mac, .src_mac = local_mac_, .src = local_, .dst = d.to};
-      uint8_t* frame = static_cast<uint8_t*>(tx_iov_[m].iov_base);
-      StatusOr<size_t> len = BuildUdpFrame(h, {d.data, d.size}, {frame, tx_frame_capacity_});
+      // The frame goes after the slot's zero virtio_net_hdr.
+      uint8_t* frame = static_cast<uint8_t*>(tx_iov_[m].iov_base) + kVnetHdrBytes;
+      StatusOr<size_t> len =
+          BuildUdpFrame(h, {d.data, d.size}, {frame, tx_frame_capacity_ - kVnetHdrBytes});
       if (!len.ok()) return len.status();  // cannot happen: sizes checked above
-      tx_iov_[m].iov_len = *len;
+      tx_iov_[m].iov_len = kVnetHdrBytes + *len;
       tx_index_[m] = next - 1;
       ++m;
     }

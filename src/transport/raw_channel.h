@@ -27,20 +27,33 @@
 // "Raw-frame input" in docs/design.md. Datagrams are copied out of the ring into the caller's
 // buffers; RecvBurst fills `from` with the source IP and port.
 //
-// Send: one datagram per frame, IPv4 (DF, TTL 64) and UDP checksums computed in software, in
-// one sendmmsg(2) per burst on the packet socket (through the interface's qdisc, so tc shaping
-// applies). The destination MAC is the one the destination endpoint's last frame came from
-// (learned on receive, per source IP and port; failing that, per source IP); for a destination
-// never heard from, the kernel's neighbour table (/proc/net/arp, read at most every 100 ms and
-// only for such misses) or an entry set with SetNeighbour. A datagram whose MAC is unknown is
-// dropped and counted (send_no_mac): like a lost packet, it counts as accepted.
+// UDP GSO super-frames: a sender on this host (over veth or a bridge) that sends with UDP GSO
+// (UdpChannel does by default) hands the interface one frame holding k datagrams, which no wire
+// segmented. The socket asks for a virtio_net_hdr before each frame (PACKET_VNET_HDR); a frame
+// whose header says UDP GSO (VIRTIO_NET_HDR_GSO_UDP_L4) with segment size G is handed out as
+// ceil(payload/G) datagrams of G bytes (the last one shorter), all from the frame's source:
+// what the wire would have carried. A RecvBurst stops at the batch's end and the next one goes on
+// with the rest of the super-frame (it stays in the ring until then). With TPACKET_V2 a slot
+// holds a frame of max_payload; a longer one (a super-frame, usually) is read whole from the
+// socket's own queue (PACKET_COPY_THRESH), one recv(2) per such frame, into a 64 KiB buffer
+// allocated at Create. Counted: gso_frames_split, gso_datagrams.
+//
+// Send: one datagram per frame (behind a zero virtio_net_hdr: no offload asked for), IPv4 (DF,
+// TTL 64) and UDP checksums computed in software, in one sendmmsg(2) per burst on the packet
+// socket (through the interface's qdisc, so tc shaping applies). The destination MAC is the one
+// the destination endpoint's last frame came from (learned on receive, per source IP and port;
+// failing that, per source IP); for a destination never heard from, the kernel's neighbour
+// table (/proc/net/arp, read at most every 100 ms and only for such misses) or an entry set
+// with SetNeighbour. A datagram whose MAC is unknown is dropped and counted (send_no_mac): like
+// a lost packet, it counts as accepted.
 //
 // Errors: Create needs CAP_NET_RAW (PermissionDenied naming the capability otherwise); the
 // interface must exist (NotFound) and be Ethernet-like; the local address must be one the
 // kernel can bind (Unavailable "bind 10.0.0.1:48864: Cannot assign requested address").
 //
 // Threading: as for every Channel, one thread at a time; Wake() from any thread. No allocation
-// per packet except the first time a source endpoint is seen (the MAC table).
+// per packet except the first time a source endpoint is seen (the MAC table); super-frames are
+// split in place (ring or the preallocated copy buffer).
 #pragma once
 
 #include <chrono>
@@ -69,8 +82,11 @@ struct RawChannelOptions {
   // (counted in refused_checksum). A UDP checksum of 0 ("none") is legal and always accepted.
   bool accept_bad_checksums = true;
   RawRing ring = RawRing::kTpacketV2;
-  // Largest UDP payload to receive whole; longer datagrams arrive truncated (counted as
-  // `truncated` verdicts). Also the largest payload SendBurst accepts (besides the MTU).
+  // Largest UDP payload that fits a TPACKET_V2 ring slot; a longer frame (a UDP GSO
+  // super-frame, or a datagram above max_payload) is read whole from the socket's queue instead
+  // (one recv(2) each; should the socket buffer be full, it arrives cut short and is dropped as
+  // a `truncated` verdict). TPACKET_V3 blocks hold any frame. Also the largest payload SendBurst
+  // accepts (besides the MTU).
   uint32_t max_payload = 9000;
   // Receive ring size in bytes (rounded to whole blocks of 1 MiB, at least 1).
   uint32_t ring_bytes = 8 << 20;
@@ -97,6 +113,12 @@ struct RawChannelStats {
   // leaves to offload, flagged so by the kernel (TP_STATUS_CSUMNOTREADY): counted here and as kOk.
   uint64_t udp_checksum_offloaded = 0;
   uint64_t refused_checksum = 0;  // dropped because accept_bad_checksums is off
+  // UDP GSO super-frames (virtio_net_hdr gso_type UDP_L4, from a sender on this host) split at
+  // their segment size, and the datagrams they yielded (included in `received`). A super-frame
+  // counts once in `frames`, `verdicts` and `udp_checksum_offloaded`.
+  uint64_t gso_frames_split = 0;
+  uint64_t gso_datagrams = 0;
+  uint64_t copied_frames = 0;     // TPACKET_V2: frames too long for a slot, read with recv(2)
   uint64_t not_for_us = 0;        // dropped: another host's frame (promiscuous), wrong IP/port
   uint64_t ring_drops = 0;        // frames the kernel dropped because the ring was full
   uint64_t sent = 0;              // datagrams handed to the kernel
@@ -149,9 +171,13 @@ class RawChannel final : public Channel {
     uint32_t len;
     uint8_t pkttype;
     bool csum_not_ready;  // TP_STATUS_CSUMNOTREADY: the kernel left the checksum to offload
+    bool copied;          // TP_STATUS_COPY: cut to the slot; the whole frame is on the queue
   };
   bool NextFrame(RingFrame* out);
   void ReleaseFrame();
+  // Parses the ring frame `f` (after its virtio_net_hdr), counts it and, if it is taken, sets
+  // the pending datagrams (pending_*). Returns false if the frame yields nothing.
+  bool TakeFrame(const RingFrame& f);
   // One pass over the ring into batch; returns datagrams stored.
   size_t Drain(std::span<RxDatagram> batch);
   const MacAddress* LookupMac(Endpoint to);
@@ -185,6 +211,16 @@ class RawChannel final : public Channel {
   uint32_t block_left_ = 0;
   uint32_t block_offset_ = 0;
   bool in_block_ = false;
+  // The taken frame being handed out (its ring frame is released when none is left): the next
+  // datagram's bytes, the bytes left, the segment size and the number of datagrams left.
+  const uint8_t* pending_data_ = nullptr;
+  uint32_t pending_bytes_ = 0;
+  uint32_t pending_segment_ = 0;
+  uint32_t pending_count_ = 0;
+  Endpoint pending_from_;
+  // TPACKET_V2: a frame too long for its slot is read here (virtio_net_hdr + whole frame).
+  std::unique_ptr<uint8_t[]> copy_buf_;
+  size_t copy_capacity_ = 0;
 
   // Send scratch: max_burst_ frames of frame capacity each, messages and iovecs.
   std::unique_ptr<uint8_t[]> tx_frames_;

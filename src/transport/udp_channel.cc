@@ -17,8 +17,14 @@
 #include <climits>
 #include <utility>
 
+#include "transport/posix_util.h"
+
 namespace switchml::transport {
 namespace {
+
+using internal::ErrnoError;
+using internal::ErrnoText;
+using internal::FdCloser;
 
 // Largest UDP payload over IPv4: 65535 − 20 (IP header) − 8 (UDP header).
 constexpr uint32_t kMaxUdpPayload = 65507;
@@ -33,15 +39,6 @@ constexpr uint32_t kGroBufferBytes = 65536;
 // space; pages are touched only when a message lands in them).
 constexpr uint32_t kMaxGroSlots = 32;
 
-std::string ErrnoText(int err) {
-  const char* text = strerrordesc_np(err);
-  return text != nullptr ? std::string(text) : "errno " + std::to_string(err);
-}
-
-Status ErrnoError(const std::string& what, int err) {
-  return UnavailableError(what + ": " + ErrnoText(err));
-}
-
 sockaddr_in ToSockaddr(Endpoint ep) {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
@@ -53,21 +50,6 @@ sockaddr_in ToSockaddr(Endpoint ep) {
 Endpoint FromSockaddr(const sockaddr_in& sa) {
   return Endpoint{ntohl(sa.sin_addr.s_addr), ntohs(sa.sin_port)};
 }
-
-// Closes a descriptor on scope exit unless released.
-class FdCloser {
- public:
-  explicit FdCloser(int fd) : fd_(fd) {}
-  ~FdCloser() {
-    if (fd_ >= 0) close(fd_);
-  }
-  FdCloser(const FdCloser&) = delete;
-  FdCloser& operator=(const FdCloser&) = delete;
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 // Sets a socket buffer size, first with the *FORCE variant (root: ignores net.core.*mem_max),
 // then, if that is not permitted, with the capped one.

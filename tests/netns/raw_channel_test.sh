@@ -15,7 +15,15 @@
 #    TPACKET_V3 ring;
 #  - the kernel in A sends no ICMP port unreachable for port 48864 (none on the wire; Udp NoPorts
 #    and Icmp OutDestUnreachs grow by the control's 1 only) while it does for a datagram to port 48865 (the capture's positive control), and
-#    still answers ping (ICMP stays with the kernel).
+#    still answers ping (ICMP stays with the kernel);
+#  - UDP GSO from B's kernel (`raw_rate udp-send`: transport::UdpChannel, bursts of K datagrams to
+#    A, the last one shorter): each burst reaches A's ring as one super-frame, which the channel
+#    splits into exactly the K datagrams, echoed in order with the same sizes and bytes (checked
+#    by the sender), counted (gso_frames_split = bursts, gso_datagrams = received = bursts * K,
+#    frames = bursts), also when the echo server's RecvBurst batch is smaller than K; a
+#    super-frame that fits a TPACKET_V2 slot, one that does not (read whole with recv:
+#    copied_frames), the TPACKET_V3 ring; and with --no-gso the same datagrams one frame each
+#    (nothing split).
 # Skips (exit 77) without root or network namespaces.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
@@ -215,3 +223,69 @@ expect_counter accept-v3 "['udp_checksum_offloaded']" 1
 ip netns exec "$B" "$PYTHON" "$NETTOOL" ping "$NET.1" --count 2 --timeout 2 >/dev/null ||
   fail "A does not answer ping"
 pass "the kernel still answers ping"
+
+# UDP GSO super-frames from B's kernel. run_gso_case NAME BURSTS K SIZE LAST ECHO_BATCH
+# [echo flags...] [-- udp-send flags...]
+run_gso_case() {
+  local name=$1 bursts=$2 k=$3 size=$4 last=$5 batch=$6
+  shift 6
+  local echo_flags=() send_flags=()
+  while [[ $# -gt 0 && $1 != -- ]]; do echo_flags+=("$1"); shift; done
+  [[ $# -gt 0 ]] && shift
+  send_flags=("$@")
+  ip netns exec "$A" "$RAW_RATE" echo --if "$VA" --local "$NET.1:48864" --burst "$batch" \
+    --count $((bursts * k)) --timeout 20 ${echo_flags[@]+"${echo_flags[@]}"} \
+    >"$WORK/echo-$name.json" 2>"$WORK/echo-$name.err" &
+  local pid=$!
+  sml_track "$pid"
+  sml_wait_for 10 "the echo server (ready)" grep -qs ready "$WORK/echo-$name.err" ||
+    fail "$name: echo server did not start: $(cat "$WORK/echo-$name.err")"
+  ip netns exec "$B" "$RAW_RATE" udp-send --local "$NET.2:41010" --to "$NET.1:48864" \
+    --bursts "$bursts" --burst "$k" --size "$size" --last-size "$last" --timeout 15 \
+    ${send_flags[@]+"${send_flags[@]}"} >"$WORK/send-$name.json" 2>"$WORK/send-$name.err" ||
+    fail "$name: udp-send: $(cat "$WORK/send-$name.json" "$WORK/send-$name.err")"
+  wait "$pid" || fail "$name: echo server exited with $?: $(cat "$WORK/echo-$name.err" "$WORK/echo-$name.json")"
+  sml_untrack "$pid"
+  [[ $(json_get "$WORK/send-$name.json" "j['echoes_ok']") == $((bursts * k)) ]] ||
+    fail "$name: $(cat "$WORK/send-$name.json")"
+  expect_counter "$name" "['received']" $((bursts * k))
+  expect_counter "$name" "['truncated']" 0
+  expect_counter "$name" "['verdicts']['truncated']" 0
+  expect_counter "$name" "['verdicts']['udp_checksum_partial']" 0
+}
+
+# GSO on: the sender's kernel sent each burst as one message (else this tests nothing).
+gso_case() {  # NAME BURSTS K COPIED: the counters of a GSO run
+  [[ $(json_get "$WORK/send-$1.json" "j['gso_messages']") == "$2" ]] ||
+    fail "$1: the sender did not use GSO: $(cat "$WORK/send-$1.json")"
+  expect_counter "$1" "['frames']" "$2"
+  expect_counter "$1" "['gso_frames_split']" "$2"
+  expect_counter "$1" "['gso_datagrams']" $(($2 * $3))
+  expect_counter "$1" "['udp_checksum_offloaded']" "$2"
+  expect_counter "$1" "['copied_frames']" "$4"
+}
+
+# 4 x 1000 + 300 bytes: fits a TPACKET_V2 slot; the echo server takes 3 per RecvBurst. Refusing
+# bad checksums: a super-frame's partial UDP checksum is flagged (left to offload), not bad.
+run_gso_case gso-v2 5 4 1000 300 3 --refuse-bad-checksums
+gso_case gso-v2 5 4 0
+expect_counter gso-v2 "['refused_checksum']" 0
+pass "gso-v2: 5 super-frames of 4 datagrams (last 300 bytes) split, echoed in order"
+# 15 x 1000 + 500 bytes: longer than a TPACKET_V2 slot (max_payload 9000), read whole from the
+# socket's queue.
+run_gso_case gso-v2-copy 5 16 1000 500 5
+gso_case gso-v2-copy 5 16 5
+pass "gso-v2-copy: 5 super-frames of 16 datagrams (15.5 KB, longer than a ring slot) split"
+run_gso_case gso-v3 5 16 1000 500 5 --ring v3
+gso_case gso-v3 5 16 0
+pass "gso-v3: the same with the TPACKET_V3 ring"
+# GSO off: the same datagrams, one frame each, nothing split.
+run_gso_case no-gso 5 16 1000 500 5 -- --no-gso
+[[ $(json_get "$WORK/send-no-gso.json" "j['gso_messages']") == 0 ]] ||
+  fail "no-gso: the sender used GSO: $(cat "$WORK/send-no-gso.json")"
+expect_counter no-gso "['frames']" 80
+expect_counter no-gso "['gso_frames_split']" 0
+expect_counter no-gso "['gso_datagrams']" 0
+expect_counter no-gso "['copied_frames']" 0
+expect_counter no-gso "['udp_checksum_offloaded']" 80
+pass "no-gso: 80 datagrams, one frame each, none split"

@@ -1,0 +1,41 @@
+// transport/posix_util.h — internal to the transport module: errno text, errno as a Status,
+// and a descriptor closed on scope exit (used by the kernel-socket channels and netif.cc).
+#pragma once
+
+#include <string.h>
+#include <unistd.h>
+
+#include <string>
+#include <utility>
+
+#include "switchml/status.h"
+
+namespace switchml::transport::internal {
+
+// "Connection refused" for ECONNREFUSED; "errno N" for an unknown value.
+inline std::string ErrnoText(int err) {
+  const char* text = strerrordesc_np(err);
+  return text != nullptr ? std::string(text) : "errno " + std::to_string(err);
+}
+
+// Unavailable: "<what>: <errno text>".
+inline Status ErrnoError(const std::string& what, int err) {
+  return UnavailableError(what + ": " + ErrnoText(err));
+}
+
+// Closes a descriptor on scope exit unless released.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() {
+    if (fd_ >= 0) close(fd_);
+  }
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+}  // namespace switchml::transport::internal
