@@ -17,6 +17,8 @@ PKGS=(
   # Training example data (FashionMNIST IDX files) and the benchmark plot.
   dataset-fashion-mnist python3-matplotlib
   clang libclang-rt-14-dev
+  # AF_XDP measurement tool bench/xdp_rate (optional in the build): libbpf, libxdp.
+  libbpf-dev libxdp-dev
 )
 missing=()
 for p in "${PKGS[@]}"; do
