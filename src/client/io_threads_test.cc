@@ -186,7 +186,10 @@ std::vector<Context*> Ptrs(const std::vector<std::unique_ptr<Context>>& v) {
 TEST(IoThreadsServiceJobTest, ExactAndCountedPerJob) {
   for (uint32_t worker_threads : {1u, 3u}) {
     Switch s = StartSwitch(2);
-    dataplane::JobSpec spec{.num_workers = 3, .num_slots = 64, .elements_per_packet = 64};
+    dataplane::JobSpec spec;
+    spec.num_workers = 3;
+    spec.num_slots = 64;
+    spec.elements_per_packet = 64;
     auto job = s.server->CreateJob(spec);
     ASSERT_TRUE(job.ok()) << job.status();
     auto ctx = Join(*s.server, *s.fabric, 3, FastOptions(worker_threads), job->job_id,
