@@ -18,7 +18,9 @@
 // element inside its interval, every element written by an all-reduce bit-identical on all
 // ranks, and the Stats counters must agree.
 //
-// Default run: a fixed seed and 700 programs, about 20 s on 2 cores (120 in sanitizer builds).
+// Default run: a fixed seed and 700 programs, about 20 s on 2 cores (120 in sanitizer builds);
+// then 40 programs against a switch with 2 I/O threads and 40 against a job on 2 or 3 switches
+// (shards; SWITCHML_DIFF_IO_PROGRAMS, SWITCHML_DIFF_SHARD_PROGRAMS).
 // Longer runs:
 //   SWITCHML_DIFF_SEED=S SWITCHML_DIFF_PROGRAMS=N build/src/client/differential_test
 // (the soak configuration runs one: tests/soak/CMakeLists.txt). A failure prints the seed, the
@@ -102,6 +104,7 @@ struct ClusterParams {
   uint64_t fault_seed = 1;
   uint32_t max_jobs_in_flight = 0;   // Options::max_jobs_in_flight; 0 = the library's default
   uint32_t io_threads = 1;           // the switch's SwitchConfig::io_threads
+  uint32_t shards = 1;               // switches serving the job (LoopbackCluster shards)
 };
 
 struct BufferSpec {
@@ -135,6 +138,7 @@ std::string Describe(const Program& p) {
   if (c.faults != Faults::kNone) o << " (seed " << c.fault_seed << ")";
   if (c.max_jobs_in_flight != 0) o << " max_jobs_in_flight=" << c.max_jobs_in_flight;
   if (c.io_threads != 1) o << " switch_io_threads=" << c.io_threads;
+  if (c.shards != 1) o << " shards=" << c.shards;
   o << "\n  buffers:";
   for (size_t b = 0; b < p.buffers.size(); ++b)
     o << " b" << b << "=" << DataTypeName(p.buffers[b].type) << "[" << p.buffers[b].size << "]";
@@ -506,7 +510,7 @@ std::string RunAndCheck(const Program& p) {
       sc.late_duplicate_guard = true;
       break;
   }
-  auto cluster_or = LoopbackCluster::Create(n, ProgramOptions(c), faults, sc);
+  auto cluster_or = LoopbackCluster::Create(n, ProgramOptions(c), faults, sc, c.shards);
   if (!cluster_or.ok()) return "cannot build the cluster: " + cluster_or.status().ToString();
   std::unique_ptr<LoopbackCluster> cluster = std::move(*cluster_or);
   {
@@ -646,6 +650,26 @@ TEST(DifferentialTest, RandomProgramsMatchTheSequentialModel) {
                     << Describe(p) << "problems:\n"
                     << failure;
       return;  // one failing program is enough to read
+    }
+  }
+}
+
+// The same generator against a job served by 2 or 3 switches (shards, each serving a share of
+// every worker's threads; some with 2 I/O threads each): a fixed seed and a few programs.
+TEST(DifferentialTest, RandomProgramsMatchTheModelOnSeveralShards) {
+  constexpr uint64_t kSeed = 20261205;
+  const uint64_t programs = EnvU64("SWITCHML_DIFF_SHARD_PROGRAMS", 40);
+  for (uint64_t i = 0; i < programs; ++i) {
+    Program p = Generate(Hash(kSeed, i));
+    p.cluster.shards = 2 + uint32_t(i % 2);
+    p.cluster.io_threads = 1 + uint32_t((i / 2) % 2);
+    const std::string failure = RunAndCheck(p);
+    if (!failure.empty()) {
+      ADD_FAILURE() << "program " << i << " of seed " << kSeed << " on " << p.cluster.shards
+                    << " shards failed\n"
+                    << Describe(p) << "problems:\n"
+                    << failure;
+      return;
     }
   }
 }

@@ -2,7 +2,8 @@
 // threads"): exact results through the real client with T = 2 and 3 I/O threads and 1..4
 // worker threads (so that some I/O threads serve several worker threads and some none), for
 // job 0 and for a service job; a new session that changes the worker-thread count (and so the
-// slot ownership); a datagram at the wrong I/O thread dropped and counted; counters summed.
+// slot ownership); a datagram at the wrong I/O thread dropped and counted; counters summed; a
+// job on several switches (shards) in one process.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -110,6 +111,32 @@ TEST_P(IoThreadsTest, Job0ExactThroughTheClient) {
   // Enough packets that every worker thread sends: 64 elements x 8 per thread, twice over.
   AllReduceAndVerify({&cluster->ctx(0), &cluster->ctx(1)}, 64 * 8 * worker_threads * 2 + 17, 5);
   ExpectCountersPerThread(cluster->server(), worker_threads);
+}
+
+// A job on K switches (shards) with T I/O threads each, in one process (LoopbackCluster with
+// shards): exact results, every shard and every I/O thread that serves a worker thread
+// aggregated, nothing misrouted.
+TEST(ShardsLoopbackTest, EveryShardServesItsThreadsExactly) {
+  for (uint32_t shards : {2u, 3u}) {
+    for (uint32_t io_threads : {1u, 2u}) {
+      SwitchConfig sc = LoopbackCluster::DefaultSwitchConfig();
+      sc.io_threads = io_threads;
+      const uint32_t worker_threads = 6;
+      auto cluster =
+          LoopbackCluster::Create(3, FastOptions(worker_threads), {}, sc, shards).value();
+      ASSERT_EQ(cluster->shards(), shards);
+      AllReduceAndVerify({&cluster->ctx(0), &cluster->ctx(1), &cluster->ctx(2)},
+                         64 * 8 * worker_threads * 2 + 17, 9);
+      for (uint32_t s = 0; s < shards; ++s) {
+        // Shard s serves 6 / K worker threads, at least one per I/O thread.
+        for (uint32_t io = 0; io < io_threads; ++io) {
+          EXPECT_GT(cluster->server(s).io_thread_counters(io).core.consumed, 0u)
+              << "K=" << shards << " T=" << io_threads << " shard " << s << " I/O thread " << io;
+        }
+        EXPECT_EQ(cluster->server(s).counters().core.wrong_io_thread, 0u) << "shard " << s;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(TwoAndThreeIoThreads, IoThreadsTest,

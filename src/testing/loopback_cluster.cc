@@ -17,22 +17,44 @@ dataplane::SwitchConfig LoopbackCluster::DefaultSwitchConfig() {
 
 StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
     uint32_t num_workers, const Options& options, const transport::FaultOptions& faults,
-    const dataplane::SwitchConfig& switch_config) {
+    const dataplane::SwitchConfig& switch_config, uint32_t shards) {
   if (num_workers == 0) return InvalidArgumentError("num_workers must be >= 1, got 0");
+  if (shards == 0) return InvalidArgumentError("shards must be >= 1, got 0");
   std::unique_ptr<LoopbackCluster> c(new LoopbackCluster());
   transport::LoopbackOptions lo;
   lo.faults = faults;
   SWITCHML_ASSIGN_OR_RETURN(c->fabric_, transport::LoopbackFabric::Create(lo));
-  // I/O thread i listens at kSwitchEndpoint's port + i (as `switchml switch --io-threads`).
-  std::vector<std::unique_ptr<transport::Channel>> switch_channels;
-  for (uint32_t i = 0; i < std::max<uint32_t>(switch_config.io_threads, 1); ++i) {
-    SWITCHML_ASSIGN_OR_RETURN(
-        auto ch, c->fabric_->CreateChannel({kSwitchEndpoint.ipv4, uint16_t(kSwitchEndpoint.port + i)}));
-    switch_channels.push_back(std::move(ch));
+  // Shard s listens at 127.0.0.(1+s); its I/O thread i at kSwitchEndpoint's port + i (as
+  // `switchml switch --io-threads`).
+  auto shard_ip = [](uint32_t s) { return kSwitchEndpoint.ipv4 + s; };
+  for (uint32_t s = 0; s < shards; ++s) {
+    std::vector<std::unique_ptr<transport::Channel>> switch_channels;
+    for (uint32_t i = 0; i < std::max<uint32_t>(switch_config.io_threads, 1); ++i) {
+      SWITCHML_ASSIGN_OR_RETURN(
+          auto ch, c->fabric_->CreateChannel({shard_ip(s), uint16_t(kSwitchEndpoint.port + i)}));
+      switch_channels.push_back(std::move(ch));
+    }
+    SWITCHML_ASSIGN_OR_RETURN(auto server,
+                              dataplane::SwitchServer::Create(switch_config, std::move(switch_channels)));
+    SWITCHML_RETURN_IF_ERROR(server->Start());
+    c->servers_.push_back(std::move(server));
   }
-  SWITCHML_ASSIGN_OR_RETURN(c->server_,
-                            dataplane::SwitchServer::Create(switch_config, std::move(switch_channels)));
-  SWITCHML_RETURN_IF_ERROR(c->server_->Start());
+  // Several shards: one service job per shard (job 0 serves a single switch only).
+  const std::string token = "loopback-cluster-token";
+  std::vector<uint32_t> job_ids(shards, dataplane::kReferenceJobId);
+  if (shards > 1) {
+    for (uint32_t s = 0; s < shards; ++s) {
+      dataplane::JobSpec spec;
+      spec.num_workers = num_workers;
+      spec.num_slots = options.window_packets;
+      spec.elements_per_packet = options.elements_per_packet;
+      spec.token = token;
+      spec.shard = s;
+      spec.num_shards = shards;
+      SWITCHML_ASSIGN_OR_RETURN(dataplane::JobInfo job, c->servers_[s]->CreateJob(spec));
+      job_ids[s] = job.job_id;
+    }
+  }
   for (uint32_t r = 0; r < num_workers; ++r) {
     Options o = options;
     o.rank = r;
@@ -42,9 +64,10 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
     reg.rank = r;
     reg.num_workers = num_workers;
     reg.ipv4 = 0x0A000001 + r;
-    if (switch_config.io_threads > 1) {
-      // What Context::Create registers: the switch splits the slots among its I/O threads by
-      // these (with one I/O thread they change nothing, and are left out as before).
+    if (switch_config.io_threads > 1 || shards > 1) {
+      // What Context::Create registers: the switch splits the slots among its I/O threads and
+      // shards by these (with one I/O thread and one switch they change nothing, and are left
+      // out as before).
       reg.protocol_version = dataplane::kClientProtocolVersion;
       reg.num_worker_threads = o.num_worker_threads;
       reg.window_packets = o.window_packets;
@@ -57,15 +80,29 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
       reg.udp_ports.push_back(port);
       channels.push_back(std::move(channel));
     }
-    dataplane::JobRegistration job0;  // the reference session: job 0, no token
-    job0.job_id = dataplane::kReferenceJobId;
-    job0.worker = reg;
-    SWITCHML_ASSIGN_OR_RETURN(dataplane::JobWorkerGrant grant, c->server_->RegisterJobWorker(job0));
+    std::vector<dataplane::JobWorkerGrant> grants;
+    for (uint32_t s = 0; s < shards; ++s) {
+      dataplane::JobRegistration jr;  // shards == 1: the reference session, job 0, no token
+      jr.job_id = job_ids[s];
+      if (shards > 1) jr.token = token;
+      jr.worker = reg;
+      SWITCHML_ASSIGN_OR_RETURN(dataplane::JobWorkerGrant grant, c->servers_[s]->RegisterJobWorker(jr));
+      grants.push_back(std::move(grant));
+    }
+    // Worker thread t sends to the port its shard, t * K / threads, gave for it (no ports: one
+    // I/O thread, one switch, or a window too small to split: everything to shard 0).
     std::vector<transport::Endpoint> switch_endpoints{kSwitchEndpoint};
-    if (!grant.switch_info.thread_udp_ports.empty()) {
+    const size_t n = grants[0].switch_info.thread_udp_ports.size();
+    if (n != 0) {
       switch_endpoints.clear();
-      for (uint16_t p : grant.switch_info.thread_udp_ports) {
-        switch_endpoints.push_back({kSwitchEndpoint.ipv4, p});
+      for (size_t t = 0; t < n; ++t) {
+        const uint32_t s = uint32_t(t * shards / n);
+        const auto& ports = grants[s].switch_info.thread_udp_ports;
+        if (ports.size() != n || ports[t] == 0) {
+          return InternalError("shard " + std::to_string(s) + " gave no port for worker thread " +
+                               std::to_string(t));
+        }
+        switch_endpoints.push_back({shard_ip(s), ports[t]});
       }
     }
     c->contexts_.push_back(
@@ -76,7 +113,7 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
 
 LoopbackCluster::~LoopbackCluster() {
   contexts_.clear();
-  if (server_) server_->Stop();
+  for (auto& s : servers_) s->Stop();
 }
 
 }  // namespace switchml::testing

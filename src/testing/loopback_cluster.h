@@ -18,7 +18,14 @@
 // `options` with rank and num_workers filled in.
 //
 // Destruction order: contexts first (their jobs end with CANCELLED), then the switch, then
-// the fabric. Thread-safety: ctx(r) may be used from any thread (Context's own rules); the
+// the fabric.
+//
+// With `shards` = K > 1 the job is served by K SwitchServers on the fabric (shard s at
+// 127.0.0.(1+s), port 48864 (+ i for I/O thread i)), each holding one service job as shard s
+// of K; every worker registers on every shard and each worker thread sends to the shard that
+// serves it (what a standalone controller arranges, controller/remote_switches.h).
+//
+// Thread-safety: ctx(r) may be used from any thread (Context's own rules); the
 // accessors themselves are not synchronised with DestroyContext.
 #pragma once
 
@@ -50,7 +57,7 @@ class LoopbackCluster {
   // switch returns for the registration (e.g. a window beyond its slots).
   static StatusOr<std::unique_ptr<LoopbackCluster>> Create(
       uint32_t num_workers, const Options& options, const transport::FaultOptions& faults = {},
-      const dataplane::SwitchConfig& switch_config = DefaultSwitchConfig());
+      const dataplane::SwitchConfig& switch_config = DefaultSwitchConfig(), uint32_t shards = 1);
 
   ~LoopbackCluster();
   LoopbackCluster(const LoopbackCluster&) = delete;
@@ -62,14 +69,16 @@ class LoopbackCluster {
   void DestroyContext(uint32_t r) { contexts_[r].reset(); }
   uint32_t size() const { return uint32_t(contexts_.size()); }
 
-  dataplane::SwitchServer& server() { return *server_; }
+  dataplane::SwitchServer& server() { return *servers_[0]; }  // shard 0's with shards > 1
+  dataplane::SwitchServer& server(uint32_t shard) { return *servers_[shard]; }
+  uint32_t shards() const { return uint32_t(servers_.size()); }
   transport::LoopbackFabric& fabric() { return *fabric_; }
 
  private:
   LoopbackCluster() = default;
 
   std::unique_ptr<transport::LoopbackFabric> fabric_;
-  std::unique_ptr<dataplane::SwitchServer> server_;
+  std::vector<std::unique_ptr<dataplane::SwitchServer>> servers_;
   std::vector<std::unique_ptr<Context>> contexts_;
 };
 
