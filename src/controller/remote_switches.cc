@@ -106,24 +106,13 @@ StatusOr<JobInfo> RemoteSwitches::CreateJob(const JobSpec& spec) {
   if (spec.switches != 1) return CreateShardedJob(spec);
   // Place the job where the largest free range is (ties: the first switch); an unreachable
   // switch gets no new jobs.
-  size_t best = switches_.size();
-  uint32_t best_free = 0;
   Status first_error;
-  for (size_t i = 0; i < switches_.size(); ++i) {
-    auto list = switches_[i].jobs->ListJobs();
-    if (!list.ok()) {
-      if (first_error.ok()) first_error = SwitchError(switches_[i], list.status());
-      continue;
-    }
-    if (best == switches_.size() || list->largest_free_range > best_free) {
-      best_free = list->largest_free_range;
-      best = i;
-    }
-  }
-  if (best == switches_.size()) {
+  const std::vector<std::pair<uint32_t, size_t>> reachable = ByFreeRange(&first_error);
+  if (reachable.empty()) {
     return first_error.WithContext("no switch reachable (" + Str(switches_.size()) +
                                    " configured)");
   }
+  const size_t best = reachable[0].second;
   // Our JobService already applied its default: 0 here means "none" (dataplane/switch_control.h), which the
   // switch's JobService must not read as "its default".
   JobSpec remote_spec = spec;
@@ -285,6 +274,20 @@ Status RemoteSwitches::CheckJobAccess(uint32_t job_id, const std::string& token)
 
 // ---- Jobs on several switches (shards) ----
 
+std::vector<std::pair<uint32_t, size_t>> RemoteSwitches::ByFreeRange(Status* first_error) const {
+  std::vector<std::pair<uint32_t, size_t>> out;
+  for (size_t i = 0; i < switches_.size(); ++i) {
+    auto list = switches_[i].jobs->ListJobs();
+    if (!list.ok()) {
+      if (first_error->ok()) *first_error = SwitchError(switches_[i], list.status());
+      continue;
+    }
+    out.push_back({list->largest_free_range, i});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
+
 std::shared_ptr<RemoteSwitches::ShardedJob> RemoteSwitches::FindSharded(uint32_t job_id) const {
   std::lock_guard<std::mutex> lock(sharded_mu_);
   const auto it = sharded_.find(job_id);
@@ -321,18 +324,9 @@ StatusOr<JobInfo> RemoteSwitches::CreateShardedJob(const JobSpec& spec) {
   // The K reachable switches with the largest free ranges (ties: the first), each of which
   // must hold the whole job: every shard keeps the job's full slot range (its workers use the
   // same job-relative slots everywhere).
-  std::vector<std::pair<uint32_t, size_t>> candidates;  // (largest free range, switch)
   Status first_error;
-  for (size_t i = 0; i < switches_.size(); ++i) {
-    auto list = switches_[i].jobs->ListJobs();
-    if (!list.ok()) {
-      if (first_error.ok()) first_error = SwitchError(switches_[i], list.status());
-      continue;
-    }
-    if (list->largest_free_range >= spec.num_slots) candidates.push_back({list->largest_free_range, i});
-  }
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::pair<uint32_t, size_t>> candidates = ByFreeRange(&first_error);
+  std::erase_if(candidates, [&](const auto& c) { return c.first < spec.num_slots; });
   if (candidates.size() < k) {
     const std::string msg = "switches=" + Str(k) + ": only " + Str(candidates.size()) + " of the " +
                             Str(switches_.size()) + " switches are reachable with " +

@@ -120,6 +120,9 @@ class RemoteSwitches final : public SwitchControl {
     std::string end_reason;
     uint64_t ended_seq = 0;
   };
+  // The reachable switches as (largest free range, index), largest first (ties: the first
+  // index); *first_error gets the first unreachable switch's error.
+  std::vector<std::pair<uint32_t, size_t>> ByFreeRange(Status* first_error) const;
   std::shared_ptr<ShardedJob> FindSharded(uint32_t job_id) const;
   // PermissionDenied (token differs), FailedPrecondition (ended, saying why).
   Status CheckShardedAccess(const ShardedJob& job, const std::string& token) const;

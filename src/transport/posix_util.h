@@ -1,5 +1,6 @@
 // transport/posix_util.h — internal to the transport module: errno text, errno as a Status,
-// and a descriptor closed on scope exit (used by the kernel-socket channels and netif.cc).
+// a descriptor closed on scope exit, the receive-buffer check (used by the kernel-socket
+// channels and netif.cc).
 #pragma once
 
 #include <string.h>
@@ -8,7 +9,10 @@
 #include <string>
 #include <utility>
 
+#include <span>
+
 #include "switchml/status.h"
+#include "transport/channel.h"
 
 namespace switchml::transport::internal {
 
@@ -21,6 +25,18 @@ inline std::string ErrnoText(int err) {
 // Unavailable: "<what>: <errno text>".
 inline Status ErrnoError(const std::string& what, int err) {
   return UnavailableError(what + ": " + ErrnoText(err));
+}
+
+// InvalidArgument if a receive buffer of `batch` has null data with a nonzero capacity (the
+// check every RecvBurst makes before touching the kernel), naming `channel`.
+inline Status CheckRecvBuffers(std::span<const RxDatagram> batch, const std::string& channel) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].data == nullptr && batch[i].capacity > 0) {
+      return InvalidArgumentError("RecvBurst on " + channel + ": buffer " + std::to_string(i) +
+                                  " has null data and capacity " + std::to_string(batch[i].capacity));
+    }
+  }
+  return OkStatus();
 }
 
 // Closes a descriptor on scope exit unless released.

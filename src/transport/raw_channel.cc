@@ -451,13 +451,7 @@ size_t RawChannel::Drain(std::span<RxDatagram> batch) {
 
 StatusOr<size_t> RawChannel::RecvBurst(std::span<RxDatagram> batch,
                                        std::chrono::microseconds timeout) {
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (batch[i].data == nullptr && batch[i].capacity > 0) {
-      return InvalidArgumentError("RecvBurst on " + Describe() + ": buffer " + std::to_string(i) +
-                                  " has null data and capacity " +
-                                  std::to_string(batch[i].capacity));
-    }
-  }
+  SWITCHML_RETURN_IF_ERROR(internal::CheckRecvBuffers(batch, Describe()));
   if (batch.empty()) return size_t{0};
   size_t got = Drain(batch);
   if (got > 0 || timeout.count() <= 0) return got;

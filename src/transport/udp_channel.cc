@@ -520,13 +520,7 @@ StatusOr<UdpChannel::WaitResult> UdpChannel::Wait(
 
 StatusOr<size_t> UdpChannel::RecvBurst(std::span<RxDatagram> batch,
                                        std::chrono::microseconds timeout) {
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (batch[i].data == nullptr && batch[i].capacity > 0) {
-      return InvalidArgumentError("RecvBurst on " + Describe() + ": buffer " + std::to_string(i) +
-                                  " has null data and capacity " +
-                                  std::to_string(batch[i].capacity));
-    }
-  }
+  SWITCHML_RETURN_IF_ERROR(internal::CheckRecvBuffers(batch, Describe()));
   if (batch.empty()) return size_t{0};
 
   // Fast path: while traffic is flowing this is the only syscall.
