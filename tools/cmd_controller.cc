@@ -5,6 +5,10 @@
 //
 //   switchml controller --listen 0.0.0.0:50099 --switch 10.0.0.10:50099 --switch 10.0.0.11:50099
 //
+// Each job goes to the switch with the largest free slot range, or, created with
+// `switchml jobs create --switches K`, to K of them (shards, each serving a share of every
+// worker's threads; docs/operations.md "One job on several switch hosts").
+//
 // Credentials: the operator credential (--operator-token-file FILE, which wins, or
 // SWITCHML_OPERATOR_TOKEN) is required. It authenticates this controller's operators and is
 // what the controller presents to its switches, unless --switch-operator-token-file gives the
@@ -98,7 +102,8 @@ Runner AddControllerCommand(CLI::App& app) {
   app.add_option("--listen", a->listen, "host:port to serve workers and operators on")
       ->capture_default_str();
   app.add_option("--switch", a->switches,
-                 "Controller address host:port of a `switchml switch` to drive (repeatable)")
+                 "Controller address host:port of a `switchml switch` to drive (repeatable); "
+                 "a job goes to one of them, or to K with `jobs create --switches K`")
       ->required();
   app.add_option("--rpc-timeout-ms", a->rpc_timeout_ms, "Deadline of each call to a switch")
       ->capture_default_str();
