@@ -662,8 +662,10 @@ TEST_F(ControllerTest, ShutdownWakesBlockedHandlersPromptly) {
   std::thread broadcast([&] {
     broadcast_status = broadcast_client->Broadcast(0, 1, 2, 0).status();
   });
-  // The barrier caller is blocked on the server (the broadcast caller gets UNAVAILABLE
-  // whether it is blocked by now or arrives after the shutdown).
+  // The barrier caller is blocked on the server. The broadcast caller gets UNAVAILABLE from
+  // our handler whether it is blocked by now or arrives after the shutdown, or CANCELLED from
+  // gRPC itself when its call reaches the server while gRPC is tearing it down (seen
+  // under ASan in CI); either way it does not hang.
   EXPECT_TRUE(WaitForBarrierWaiters(*server_, 1));
   const auto start = SteadyClock::now();
   server_->Shutdown();
@@ -674,7 +676,9 @@ TEST_F(ControllerTest, ShutdownWakesBlockedHandlersPromptly) {
   EXPECT_LT(barrier_took, milliseconds(3000));
   EXPECT_EQ(barrier_status.code(), StatusCode::kUnavailable) << barrier_status;
   EXPECT_NE(barrier_status.message().find("shutting down"), std::string::npos) << barrier_status;
-  EXPECT_EQ(broadcast_status.code(), StatusCode::kUnavailable) << broadcast_status;
+  EXPECT_TRUE(broadcast_status.code() == StatusCode::kUnavailable ||
+              broadcast_status.code() == StatusCode::kCancelled)
+      << broadcast_status;
   server_->Shutdown();  // idempotent
 }
 
