@@ -38,6 +38,7 @@ JobInfo FromProto(const v1::JobInfo& p) {
   j.spec.switches = std::max<uint32_t>(1, p.spec().switches());
   j.spec.shard = p.spec().shard();
   j.spec.num_shards = std::max<uint32_t>(1, p.spec().num_shards());
+  j.spec.shard_group = p.spec().shard_group();
   j.state = FromProto(p.state());
   j.slot_base = p.slot_base();
   j.num_registered = p.num_registered();
@@ -135,6 +136,7 @@ StatusOr<JobInfo> JobClient::CreateJob(const JobSpec& spec) {
   p->set_switches(spec.switches);
   p->set_shard(spec.shard);
   p->set_num_shards(spec.num_shards);
+  p->set_shard_group(spec.shard_group);
   v1::CreateJobResponse response;
   grpc::ClientContext context;
   impl_->Prepare(&context);

@@ -58,6 +58,7 @@ void ToProto(const JobInfo& j, v1::JobInfo* out) {
   spec->set_switches(j.spec.switches);
   spec->set_shard(j.spec.shard);
   spec->set_num_shards(j.spec.num_shards);
+  spec->set_shard_group(j.spec.shard_group);
   out->set_state(ToProto(j.state));
   out->set_slot_base(j.slot_base);
   out->set_num_registered(j.num_registered);
@@ -138,6 +139,7 @@ class JobService::Impl final : public v1::JobService::Service {
     spec.switches = std::max<uint32_t>(1, p.switches());
     spec.shard = p.shard();
     spec.num_shards = std::max<uint32_t>(1, p.num_shards());
+    spec.shard_group = p.shard_group();
     StatusOr<JobInfo> job = sink_->CreateJob(spec);
     if (!job.ok()) return ToGrpcStatus(job.status());
     ToProto(*job, response->mutable_job());

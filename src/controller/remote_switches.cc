@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <random>
 
 #include "controller/operator_auth.h"
 #include "dataplane/job_table.h"
@@ -61,6 +62,7 @@ StatusOr<std::unique_ptr<RemoteSwitches>> RemoteSwitches::Connect(
     s.session->set_wait_for_ready(false);
     r->switches_.push_back(std::move(s));
   }
+  r->AdoptShardedJobs();
   return r;
 }
 
@@ -300,15 +302,58 @@ std::string RemoteSwitches::ShardName(const ShardedJob& job, size_t shard) const
          " at " + switches_[index].address + ")";
 }
 
-Status RemoteSwitches::CheckShardedAccess(const ShardedJob& job, const std::string& token) const {
-  if (!ConstantTimeEquals(token, job.token)) {
-    return PermissionDeniedError("wrong token for job " + Str(job.job_id));
+Status RemoteSwitches::CheckShardedAccess(ShardedJob& job, const std::string& token) const {
+  std::string known;
+  {
+    std::lock_guard<std::mutex> lock(sharded_mu_);
+    if (!job.end_reason.empty()) {
+      return FailedPreconditionError("job " + Str(job.job_id) + " has ended: " + job.end_reason);
+    }
+    known = job.token;
+  }
+  if (!known.empty()) {
+    if (!ConstantTimeEquals(token, known)) return PermissionDeniedError("wrong token for job " + Str(job.job_id));
+    return OkStatus();
+  }
+  // Found again after a restart: shard 0 checks the token (every shard has the same one).
+  const auto& [index, local_id] = job.shards[0];
+  StatusOr<JobInfo> info = switches_[index].jobs->GetJob(local_id, token);
+  if (!info.ok()) return SwitchError(switches_[index], info.status()).WithContext(ShardName(job, 0));
+  std::lock_guard<std::mutex> lock(sharded_mu_);
+  job.token = token;
+  return OkStatus();
+}
+
+void RemoteSwitches::AdoptShardedJobs() {
+  std::map<uint64_t, std::vector<std::pair<size_t, uint32_t>>> groups;  // shard -> (switch, id)
+  std::map<uint64_t, bool> broken;
+  constexpr auto kMissing = std::make_pair(SIZE_MAX, uint32_t{0});
+  for (size_t i = 0; i < switches_.size(); ++i) {
+    auto list = switches_[i].jobs->ListJobs();
+    if (!list.ok()) continue;
+    for (const JobInfo& j : list->jobs) {
+      const JobSpec& s = j.spec;
+      if (j.state == JobState::kEnded || s.num_shards < 2 || s.shard_group == 0) continue;
+      auto& g = groups[s.shard_group];
+      if (g.empty()) g.assign(s.num_shards, kMissing);
+      if (g.size() != s.num_shards || s.shard >= g.size() || g[s.shard] != kMissing) {
+        broken[s.shard_group] = true;  // inconsistent: leave it alone
+        continue;
+      }
+      g[s.shard] = {i, j.job_id};
+    }
   }
   std::lock_guard<std::mutex> lock(sharded_mu_);
-  if (!job.end_reason.empty()) {
-    return FailedPreconditionError("job " + Str(job.job_id) + " has ended: " + job.end_reason);
+  for (const auto& [group, shards] : groups) {
+    if (broken.count(group) != 0 ||
+        std::find(shards.begin(), shards.end(), kMissing) != shards.end()) {
+      continue;
+    }
+    auto job = std::make_shared<ShardedJob>();
+    job->shards = shards;
+    job->job_id = GlobalId(shards[0].first, shards[0].second);
+    sharded_[job->job_id] = job;
   }
-  return OkStatus();
 }
 
 StatusOr<JobInfo> RemoteSwitches::CreateShardedJob(const JobSpec& spec) {
@@ -340,6 +385,9 @@ StatusOr<JobInfo> RemoteSwitches::CreateShardedJob(const JobSpec& spec) {
   remote.switches = 1;
   remote.num_shards = k;
   remote.token = job->token;
+  do {
+    remote.shard_group = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+  } while (remote.shard_group == 0);
   if (remote.idle_timeout.count() == 0) remote.idle_timeout = JobClient::kNoIdleTimeout;
   JobInfo first;
   for (uint32_t shard = 0; shard < k; ++shard) {
@@ -384,7 +432,6 @@ StatusOr<JobWorkerGrant> RemoteSwitches::RegisterSharded(ShardedJob& job,
     const auto& [index, local_id] = job.shards[shard];
     JobRegistration local = reg;
     local.job_id = local_id;
-    local.token = job.token;
     StatusOr<JobWorkerGrant> reply = switches_[index].jobs->RegisterWorker(local);
     if (!reply.ok()) {
       return SwitchError(switches_[index], reply.status()).WithContext(ShardName(job, shard));
@@ -422,9 +469,11 @@ StatusOr<JobWorkerGrant> RemoteSwitches::RegisterSharded(ShardedJob& job,
 }
 
 void RemoteSwitches::EndSharded(ShardedJob& job, const std::string& reason) const {
+  std::string token;
   {
     std::lock_guard<std::mutex> lock(sharded_mu_);
     if (!job.end_reason.empty()) return;
+    token = job.token;
     job.end_reason = reason;
     job.ended_seq = ++ended_seq_;
     // Keep the newest kMaxEndedShardedJobs ended jobs.
@@ -437,8 +486,11 @@ void RemoteSwitches::EndSharded(ShardedJob& job, const std::string& reason) cons
       sharded_.erase(ended[i].second);
     }
   }
+  // Without the token (a job found again after a restart that no call has presented it for)
+  // the shards cannot be deleted: they end by their idle timeout.
+  if (token.empty()) return;
   for (const auto& [index, local_id] : job.shards) {
-    (void)switches_[index].jobs->DeleteJob(local_id, job.token);
+    (void)switches_[index].jobs->DeleteJob(local_id, token);
   }
 }
 

@@ -24,9 +24,12 @@
 // unreachable or whose job ended ends the job: the first GetJob (or ListJobs, or the job
 // service's periodic sweep) that sees it deletes the job on the other shards and reports it
 // ended with a reason naming the shard; workers meanwhile fail by their job timeout with an
-// error naming the shard. Sharded jobs live in this controller's memory: a restarted
-// controller does not know them (their shards end by their idle timeout). A registration that
-// fails on shard i > 0 stays on shards < i (the rank cannot register again; the job is lost).
+// error naming the shard. Every shard keeps the job's shard group (a random id), so a
+// controller that restarts finds its sharded jobs again at Connect (the complete groups among
+// the switches' live jobs); it learns such a job's token from the first call that presents the
+// right one (checked by shard 0), and until then cannot delete the other shards of a job whose
+// shard is lost (they end by their idle timeout). A registration that fails on shard i > 0
+// stays on shards < i (the rank cannot register again; the job is lost).
 //
 // Job 0 (the reference single-job session: UdpSession) is the first switch's job 0: its
 // registrations are forwarded to that switch's Session service. Registrations are
@@ -114,6 +117,8 @@ class RemoteSwitches final : public SwitchControl {
   struct ShardedJob {
     uint32_t job_id = 0;
     std::vector<std::pair<size_t, uint32_t>> shards;  // (switch index, its job id), by shard
+    // Guarded by sharded_mu_: empty for a job found again after a restart until a call
+    // presents the right token (CheckShardedAccess).
     std::string token;
     std::mutex register_mu;  // one registration at a time, on every shard in order
     // Guarded by sharded_mu_: set once the job ended (deleted, or a shard lost).
@@ -124,8 +129,12 @@ class RemoteSwitches final : public SwitchControl {
   // index); *first_error gets the first unreachable switch's error.
   std::vector<std::pair<uint32_t, size_t>> ByFreeRange(Status* first_error) const;
   std::shared_ptr<ShardedJob> FindSharded(uint32_t job_id) const;
+  // Connect: the sharded jobs whose every shard is live on the switches (grouped by
+  // JobSpec::shard_group), e.g. after this controller restarted.
+  void AdoptShardedJobs();
   // PermissionDenied (token differs), FailedPrecondition (ended, saying why).
-  Status CheckShardedAccess(const ShardedJob& job, const std::string& token) const;
+  // A job found again after a restart learns its token here (shard 0 checks it).
+  Status CheckShardedAccess(ShardedJob& job, const std::string& token) const;
   StatusOr<JobInfo> CreateShardedJob(const JobSpec& spec);
   StatusOr<JobWorkerGrant> RegisterSharded(ShardedJob& job, const JobRegistration& reg);
   StatusOr<JobInfo> GetSharded(ShardedJob& job) const;

@@ -3,7 +3,8 @@
 // (RemoteSwitches) in front of real SwitchServers on 127.0.0.1 with different I/O thread
 // counts: every worker thread reaches the shard that serves it and results are exact; the
 // merged job view; a shard that dies fails every worker's call naming that shard, ends the job
-// on the other shard, and leaves another job alone; the errors of bad placements.
+// on the other shard, and leaves another job alone; a restarted controller finds the job
+// again; the errors of bad placements.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -325,6 +326,46 @@ TEST_F(ShardsTest, ADeadShardFailsEveryWorkerNamingItAndSparesOtherJobs) {
   // Later calls of the broken contexts fail at once.
   int32_t x = 1, y = 0;
   EXPECT_EQ(ctx[0]->AllReduce(&x, &y, 1, DataType::kInt32).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ShardsTest, ARestartedControllerFindsItsShardedJobsAgain) {
+  StartSwitches({1, 2});
+  auto job = CreateJob(2, 2);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto ctx = Join(*job, 2);
+  ASSERT_EQ(ctx.size(), 2u);
+  for (const Status& s : AllReduce(ctx, 1000, 1)) ASSERT_TRUE(s.ok()) << s;
+  // The standalone controller restarts (a new one on the same switches, another port).
+  standalone_->Shutdown();
+  standalone_.reset();
+  remote_.reset();
+  std::vector<std::string> addresses;
+  for (auto& c : controllers_) addresses.push_back("127.0.0.1:" + std::to_string(c->port()));
+  auto remote = RemoteSwitches::Connect(addresses, 3s, kOperatorToken);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  remote_ = std::move(*remote);
+  auto ctl = StartLocalControllerForTests(remote_.get(), kOperatorToken);
+  ASSERT_TRUE(ctl.ok()) << ctl.status();
+  standalone_ = std::move(*ctl);
+  address_ = "127.0.0.1:" + std::to_string(standalone_->port());
+  // It knows the job again, under the same id, merged over both shards.
+  auto info = Jobs()->GetJob(job->job_id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->spec.switches, 2u);
+  EXPECT_EQ(info->state, JobState::kRunning);
+  auto list = Jobs()->ListJobs();
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->jobs.size(), 1u);
+  // The workers never needed it; a wrong token is refused (shard 0 checks it), the right one
+  // is learned and ends the job on both switches.
+  for (const Status& s : AllReduce(ctx, 2000, 2)) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(Jobs()->GetJob(job->job_id, "wrong-token-123").status().code(),
+            StatusCode::kPermissionDenied);
+  ASSERT_TRUE(Jobs()->DeleteJob(job->job_id, job->token).ok());
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(switches_[i]->ListJobs().free_slots, kPool) << "switch " << i;
+  auto ended = Jobs()->GetJob(job->job_id);
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->state, JobState::kEnded);
 }
 
 TEST_F(ShardsTest, BadPlacementsAreRefusedWithTheReason) {

@@ -135,6 +135,10 @@ struct JobSpec {
   // served by no I/O thread here (their packets count as wrong_io_thread).
   uint32_t shard = 0;
   uint32_t num_shards = 1;
+  // Set by the controller with shard/num_shards: one random id shared by the shards of one job,
+  // kept by each switch and listed with it, so that a restarted controller finds the job's
+  // shards again (0 = not a shard).
+  uint64_t shard_group = 0;
 };
 
 struct JobCounters {
