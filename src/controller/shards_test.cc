@@ -120,16 +120,23 @@ TEST(ShardSlotsTest, ASwitchRefusesToPlaceAJobOnSeveralSwitchesItself) {
 class ShardsTest : public ::testing::Test {
  protected:
   void StartSwitches(std::vector<uint32_t> io_threads) {
-    std::vector<std::string> addresses;
     for (uint32_t t : io_threads) {
       auto sw = StartLocalSwitchForTests(kPool, /*max_workers=*/8, 256, t);
       ASSERT_TRUE(sw.ok()) << sw.status();
       auto ctl = StartLocalControllerForTests(sw->get(), kOperatorToken);
       ASSERT_TRUE(ctl.ok()) << ctl.status();
-      addresses.push_back("127.0.0.1:" + std::to_string((*ctl)->port()));
       switches_.push_back(std::move(*sw));
       controllers_.push_back(std::move(*ctl));
     }
+    StartStandalone();
+  }
+  // (Re)starts the standalone controller in front of every switch; address_ is its address.
+  void StartStandalone() {
+    if (standalone_) standalone_->Shutdown();
+    standalone_.reset();
+    remote_.reset();
+    std::vector<std::string> addresses;
+    for (auto& c : controllers_) addresses.push_back("127.0.0.1:" + std::to_string(c->port()));
     auto remote = RemoteSwitches::Connect(addresses, 3s, kOperatorToken);
     ASSERT_TRUE(remote.ok()) << remote.status();
     remote_ = std::move(*remote);
@@ -336,18 +343,7 @@ TEST_F(ShardsTest, ARestartedControllerFindsItsShardedJobsAgain) {
   ASSERT_EQ(ctx.size(), 2u);
   for (const Status& s : AllReduce(ctx, 1000, 1)) ASSERT_TRUE(s.ok()) << s;
   // The standalone controller restarts (a new one on the same switches, another port).
-  standalone_->Shutdown();
-  standalone_.reset();
-  remote_.reset();
-  std::vector<std::string> addresses;
-  for (auto& c : controllers_) addresses.push_back("127.0.0.1:" + std::to_string(c->port()));
-  auto remote = RemoteSwitches::Connect(addresses, 3s, kOperatorToken);
-  ASSERT_TRUE(remote.ok()) << remote.status();
-  remote_ = std::move(*remote);
-  auto ctl = StartLocalControllerForTests(remote_.get(), kOperatorToken);
-  ASSERT_TRUE(ctl.ok()) << ctl.status();
-  standalone_ = std::move(*ctl);
-  address_ = "127.0.0.1:" + std::to_string(standalone_->port());
+  StartStandalone();
   // It knows the job again, under the same id, merged over both shards.
   auto info = Jobs()->GetJob(job->job_id);
   ASSERT_TRUE(info.ok()) << info.status();
