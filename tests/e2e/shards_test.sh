@@ -6,6 +6,7 @@
 # all-reduce fails naming that shard, the controller reports the job ended for that reason, and
 # the surviving switch has ended it too (its slots are free).
 source "$(dirname "$0")/lib.sh"
+unset SWITCHML_JOB_ID SWITCHML_JOB_TOKEN  # set by new_job below
 start_switch_on 0 0 switch0.log --io-threads 2
 SW0_PID=$SW_PID SW0_CTL=127.0.0.1:$CTL_PORT
 start_switch_on 0 0 switch1.log
@@ -15,9 +16,15 @@ sml_start_controller --deadline 10 -- --switch "$SW0_CTL" --switch "$SW1_CTL" --
 CTL=127.0.0.1:$C_PORT
 jobs() { "$SWITCHML" jobs "$@"; }
 
-# A rank registers once per job: every run below gets a job of its own.
+# A rank registers once per job: every run below gets a job of its own. The previous one is
+# deleted first: its workers have exited, and a live job keeps their (address, port)s, which the
+# kernel may hand to the next workers' sockets (the switch would refuse them: ALREADY_EXISTS).
 new_job() {  # name
   local out
+  if [[ -n "${SWITCHML_JOB_ID:-}" ]]; then
+    jobs delete "$SWITCHML_JOB_ID" --token "$SWITCHML_JOB_TOKEN" --controller "$CTL" > /dev/null ||
+        fail "jobs delete $SWITCHML_JOB_ID failed"
+  fi
   out=$(jobs create --controller "$CTL" --workers 3 --slots 256 --switches 2 --name "$1") ||
       fail "jobs create --switches 2 failed: $out"
   eval "$out"
