@@ -457,29 +457,16 @@ StatusOr<size_t> RawChannel::RecvBurst(std::span<RxDatagram> batch,
   if (got > 0 || timeout.count() <= 0) return got;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    const auto remaining = deadline - std::chrono::steady_clock::now();
-    if (remaining <= std::chrono::steady_clock::duration::zero()) return size_t{0};
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(remaining).count();
-    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-    pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    const int r = ppoll(fds, 2, &ts, nullptr);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("ppoll on " + Describe(), errno);
-    }
-    if (fds[1].revents != 0) {
-      uint64_t count;
-      [[maybe_unused]] ssize_t ignored = read(wake_fd_, &count, sizeof(count));
-      return Drain(batch);
-    }
-    if (fds[0].revents & POLLNVAL) return InternalError("ppoll on " + Describe() + ": socket is not open");
-    if (fds[0].revents & POLLERR) {
+    SWITCHML_ASSIGN_OR_RETURN(internal::WaitEvent e,
+                              internal::WaitForEvent(fd_, wake_fd_, deadline, Describe()));
+    if (e.kind == internal::WaitEvent::kTimeout) return size_t{0};
+    if (e.kind == internal::WaitEvent::kReadable && (e.revents & POLLERR)) {
       int err = 0;
       socklen_t len = sizeof(err);
       getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);  // clears it (e.g. ENETDOWN)
     }
     got = Drain(batch);
-    if (got > 0) return got;
+    if (got > 0 || e.kind == internal::WaitEvent::kWoken) return got;
   }
 }
 

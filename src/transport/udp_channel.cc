@@ -490,32 +490,14 @@ StatusOr<size_t> UdpChannel::RecvOnce(std::span<RxDatagram> batch) {
 
 StatusOr<UdpChannel::WaitResult> UdpChannel::Wait(
     std::chrono::steady_clock::time_point deadline) {
-  for (;;) {
-    const auto remaining = deadline - std::chrono::steady_clock::now();
-    if (remaining <= std::chrono::steady_clock::duration::zero()) return WaitResult::kTimeout;
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(remaining).count();
-    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-    pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    const int r = ppoll(fds, 2, &ts, nullptr);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("ppoll on " + Describe(), errno);
-    }
-    if (r == 0) continue;  // timed out: the deadline check above returns kTimeout
-    if (fds[1].revents != 0) {
-      uint64_t count;
-      // Consume the wake-up (EAGAIN is fine: nothing else reads this eventfd, but be lenient).
-      [[maybe_unused]] ssize_t ignored = read(wake_fd_, &count, sizeof(count));
-      return WaitResult::kWoken;
-    }
-    if (fds[0].revents & POLLNVAL) {
-      return InternalError("ppoll on " + Describe() + ": socket is not open");
-    }
-    // POLLERR: an asynchronous error is pending (sk_err or the IP_RECVERR queue). Clear the
-    // queue here; RecvOnce reads and absorbs sk_err.
-    if (fds[0].revents & POLLERR) DrainErrorQueue();
-    if (fds[0].revents != 0) return WaitResult::kReadable;
-  }
+  SWITCHML_ASSIGN_OR_RETURN(internal::WaitEvent e,
+                            internal::WaitForEvent(fd_, wake_fd_, deadline, Describe()));
+  if (e.kind == internal::WaitEvent::kTimeout) return WaitResult::kTimeout;
+  if (e.kind == internal::WaitEvent::kWoken) return WaitResult::kWoken;
+  // POLLERR: an asynchronous error is pending (sk_err or the IP_RECVERR queue). Clear the
+  // queue here; RecvOnce reads and absorbs sk_err.
+  if (e.revents & POLLERR) DrainErrorQueue();
+  return WaitResult::kReadable;
 }
 
 StatusOr<size_t> UdpChannel::RecvBurst(std::span<RxDatagram> batch,
