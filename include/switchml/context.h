@@ -33,9 +33,20 @@
 // Backpressure: at most Options::max_jobs_in_flight calls are queued or running; a further
 // AllReduceAsync blocks until the oldest finishes.
 //
-// Errors: after a call fails for any reason other than its arguments (timeouts, disagreeing
-// workers, a dependency that failed), the context is unusable and later calls fail at once with
+// Errors: a call that any worker rejects for its arguments or input (null or overlapping
+// buffers, a type or op SwitchML lacks, Inf/NaN or |x| >= 2^127 in float32 input, even when that
+// input is an earlier call's output and is only checked when the call starts) fails on EVERY
+// worker: the rejecting worker gets INVALID_ARGUMENT naming the problem, the others ABORTED
+// ("all-reduce #N was rejected by ..."), one round trip later. The rejected call still uses its
+// call number on the worker that rejected it, writes no output on any worker, and leaves every
+// context usable: the calls after it pair up as if it had succeeded without writing. (A worker
+// that rejects a call still runs its first round through the switch, flagged, which is how the
+// others learn of it: the context never answers a call one worker rejected with a result.)
+// After a call fails for any other reason (timeouts, workers that made different calls, a
+// destroyed context), the context is unusable and later calls fail at once with
 // FAILED_PRECONDITION carrying the first error: the workers' slot state may no longer agree.
+// A call that reads or writes the buffers of an earlier call that failed runs normally on the
+// data as it is (a failed call writes nothing).
 //
 // Thread-safety: a Context may be used from several threads; the order in which calls enter
 // AllReduceAsync defines the job order, which must match across workers.
@@ -94,9 +105,10 @@ class Context {
   // writing the result to `out` (`in == out` is allowed; otherwise they must not overlap).
   // Argument errors (null pointers, overlapping buffers, non-finite float32 input, a context
   // already broken by an earlier failure) are reported through the returned handle, which is
-  // then already done. Blocks only while max_jobs_in_flight calls are pending. Non-finite input
-  // that is the output of an earlier unfinished call can only be seen when this call starts: its
-  // handle then fails with INVALID_ARGUMENT and the context becomes unusable.
+  // then already done; the call still fails on the other workers (see "Errors" above). Blocks
+  // only while max_jobs_in_flight calls are pending. Non-finite input that is the output of an
+  // earlier unfinished call can only be seen when this call starts: its handle then fails with
+  // INVALID_ARGUMENT, on every worker as above, and the context stays usable.
   AllReduceHandle AllReduceAsync(const void* in, void* out, size_t num_elements, DataType type,
                                  ReduceOp op = ReduceOp::kSum);
   // AllReduceAsync + Wait.

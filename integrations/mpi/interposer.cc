@@ -141,11 +141,6 @@ struct State {
   // (e.g. it called MPI_Request_free).
   std::mutex pending_mu;
   std::unordered_set<AsyncOp*> pending;  // guarded by pending_mu
-  // Set by the first failed routed call; from then on routed calls fail at once (see
-  // RecordFailure). first_error is written once, before failed is set.
-  std::atomic<bool> failed{false};
-  std::mutex failure_mu;
-  std::string first_error;  // guarded by failure_mu
   std::string disabled_reason = "MPI_Init not intercepted yet";
   Counters counters;
 };
@@ -156,30 +151,15 @@ State& S() {
   return *s;
 }
 
-// Counts and prints a failed routed call and makes later routed calls on this rank fail at
-// once. Why sticky: after a failure the ranks' SwitchML job sequences may differ (a rank that
-// rejected NaN input never sent its packets, while the others did and timed out), and a later
-// job of one rank could then be summed with a stale job of another. The library already
-// refuses new jobs after a timeout; this also covers errors it reports without breaking the
-// context (bad input). Returns MPI_ERR_OTHER.
+// Counts and prints a failed routed call. Returns MPI_ERR_OTHER. Nothing sticky here: a call
+// one rank rejects (bad input) fails on every rank and leaves the context usable, and any other
+// failure breaks the context, which then fails every later call itself (switchml/context.h).
 int RecordFailure(const char* call, const Status& status) {
   State& s = S();
   s.counters.routed_errors.fetch_add(1, std::memory_order_relaxed);
   std::fprintf(stderr, "switchml-mpi: rank %d: %s via SwitchML failed: %s\n", s.rank, call,
                status.ToString().c_str());
-  {
-    std::lock_guard lock(s.failure_mu);
-    if (s.first_error.empty()) s.first_error = std::string(call) + ": " + status.ToString();
-  }
-  s.failed.store(true, std::memory_order_release);
   return MPI_ERR_OTHER;
-}
-
-// The error of a routed call made after an earlier failure (see RecordFailure).
-Status EarlierFailure() {
-  std::lock_guard lock(S().failure_mu);
-  return FailedPreconditionError("SwitchML failed earlier on this rank, routed calls stay failed: " +
-                                 S().first_error);
 }
 
 // Completes op's generalized request with the job's result `s`, once (later calls do nothing),
@@ -441,9 +421,6 @@ __attribute__((visibility("default"))) int MPI_Allreduce(const void* sendbuf, vo
   }
   k.routed_allreduce.fetch_add(1, std::memory_order_relaxed);
   k.routed_bytes.fetch_add(uint64_t(count) * 4, std::memory_order_relaxed);
-  if (S().failed.load(std::memory_order_acquire)) {
-    return switchml::mpi::ReportError(comm, "MPI_Allreduce", switchml::mpi::EarlierFailure());
-  }
   const void* in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
   switchml::Status s = S().ctx->AllReduce(in, recvbuf, size_t(count), *type);
   if (!s.ok()) return switchml::mpi::ReportError(comm, "MPI_Allreduce", s);
@@ -463,15 +440,12 @@ __attribute__((visibility("default"))) int MPI_Iallreduce(const void* sendbuf, v
   }
   k.routed_iallreduce.fetch_add(1, std::memory_order_relaxed);
   k.routed_bytes.fetch_add(uint64_t(count) * 4, std::memory_order_relaxed);
-  if (st.failed.load(std::memory_order_acquire)) {
-    return switchml::mpi::ReportError(comm, "MPI_Iallreduce", switchml::mpi::EarlierFailure());
-  }
   const void* in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
   auto* op_state = new AsyncOp;
   op_state->handle = st.ctx->AllReduceAsync(in, recvbuf, size_t(count), *type);
   if (op_state->handle.IsDone() && !op_state->handle.status().ok()) {
-    // Rejected before anything was sent (bad arguments, non-finite input, broken context):
-    // report it now, and stop routing before the next call is submitted.
+    // Rejected at submission (bad arguments, non-finite input, broken context): report it now.
+    // (A rejected call still fails on the other ranks and uses its call number there.)
     switchml::Status s = op_state->handle.status();
     delete op_state;
     return switchml::mpi::ReportError(comm, "MPI_Iallreduce", s);

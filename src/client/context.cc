@@ -173,25 +173,47 @@ AllReduceHandle ContextImpl::Failed(Status s) {
   return AllReduceHandle(job);
 }
 
-AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataType type, ReduceOp op) {
-  jobs_submitted_.fetch_add(1, std::memory_order_relaxed);
-  if (op != ReduceOp::kSum) return Failed(InvalidArgumentError("op: only SUM is supported"));
+namespace {
+
+// What Submit checks before anything runs. OK, or INVALID_ARGUMENT naming the argument.
+Status CheckArguments(const void* in, const void* out, size_t n, DataType type, ReduceOp op) {
+  if (op != ReduceOp::kSum) return InvalidArgumentError("op: only SUM is supported");
   if (type != DataType::kInt32 && type != DataType::kFloat32)
-    return Failed(InvalidArgumentError("type: only int32 and float32 are supported"));
-  if (n > 0 && in == nullptr) return Failed(InvalidArgumentError("in is null but num_elements is " + std::to_string(n)));
-  if (n > 0 && out == nullptr) return Failed(InvalidArgumentError("out is null but num_elements is " + std::to_string(n)));
+    return InvalidArgumentError("type: only int32 and float32 are supported");
+  if (n > 0 && in == nullptr) return InvalidArgumentError("in is null but num_elements is " + std::to_string(n));
+  if (n > 0 && out == nullptr) return InvalidArgumentError("out is null but num_elements is " + std::to_string(n));
+  if (n > (size_t(1) << 40)) return InvalidArgumentError("num_elements " + std::to_string(n) + " exceeds 2^40");
   const size_t bytes = n * ElementSize(type);
-  if (n > (size_t(1) << 40)) return Failed(InvalidArgumentError("num_elements " + std::to_string(n) + " exceeds 2^40"));
   if (n > 0 && in != out) {
     auto a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out);
     if (a < b + bytes && b < a + bytes)
-      return Failed(InvalidArgumentError("in and out overlap without being identical (use in == out for in place)"));
+      return InvalidArgumentError("in and out overlap without being identical (use in == out for in place)");
   }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status ScanExponents(JobState& job, uint32_t block) {
+  for (size_t t = 0; t < job.slice_offsets.size(); ++t) {
+    Status s = BlockExponents(job.in + job.slice_offsets[t], job.slice_lengths[t], block,
+                              job.exponents.data() + job.slice_first_blocks[t], job.slice_offsets[t]);
+    if (!s.ok()) return s;
+  }
+  return OkStatus();
+}
+
+AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataType type, ReduceOp op) {
+  jobs_submitted_.fetch_add(1, std::memory_order_relaxed);
+  Status invalid = CheckArguments(in, out, n, type, op);
   if (broken()) {
+    // Nothing pairs up any more: no round for this call either.
+    if (!invalid.ok()) return Failed(invalid);
     return Failed(FailedPreconditionError("context unusable after an earlier failure: " + broken_status().ToString()));
   }
   auto job = std::make_shared<JobState>();
-  if (n > 0) {
+  const size_t bytes = n * ElementSize(type);
+  if (n > 0 && invalid.ok()) {
     job->in_begin = reinterpret_cast<uintptr_t>(in);
     job->in_end = job->in_begin + bytes;
     job->out_begin = reinterpret_cast<uintptr_t>(out);
@@ -200,46 +222,51 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
   const uint32_t threads = uint32_t(workers_.size());
   // Slicing (docs/protocol.md#slicing): thread t gets the same elements on every worker.
   const size_t base = n / threads, rem = n % threads;
-  auto slice_offset = [&](uint32_t t) { return t < rem ? t * (base + 1) : t * base + rem; };
-  auto slice_length = [&](uint32_t t) { return t < rem ? base + 1 : base; };
   const uint32_t block = options_.elements_per_packet;
-  std::vector<size_t> first_block(threads, 0);
   size_t blocks = 0;
   for (uint32_t t = 0; t < threads; ++t) {
-    first_block[t] = blocks;
-    blocks += (slice_length(t) + block - 1) / block;
+    const size_t length = t < rem ? base + 1 : base;
+    job->slice_offsets.push_back(t < rem ? t * (base + 1) : t * base + rem);
+    job->slice_lengths.push_back(length);
+    job->slice_first_blocks.push_back(blocks);
+    blocks += (length + block - 1) / block;
   }
 
-  // Submission order is job order: everything below happens under submit_mu_.
+  // Submission order is call order: everything below happens under submit_mu_.
   std::lock_guard lock(submit_mu_);
-  if (Status st = WaitForInflightRoom(); !st.ok()) return Failed(st);
-  // Stream semantics: depend on every unfinished earlier job whose buffers conflict with ours.
-  std::erase_if(pending_, [](const std::shared_ptr<JobState>& j) {
-    std::lock_guard l(j->mu);
-    return j->done;
-  });
-  auto overlaps = [](uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) { return a0 < b1 && b0 < a1; };
+  if (Status st = WaitForInflightRoom(); !st.ok()) return Failed(invalid.ok() ? st : invalid);
   bool reads_pending_output = false;
-  for (const auto& p : pending_) {
-    const bool raw = overlaps(job->in_begin, job->in_end, p->out_begin, p->out_end);
-    const bool waw = overlaps(job->out_begin, job->out_end, p->out_begin, p->out_end);
-    const bool war = overlaps(job->out_begin, job->out_end, p->in_begin, p->in_end);
-    if (raw || waw || war) job->deps.push_back(p);
-    reads_pending_output |= raw;
-  }
-  // float32: one pass over the input computes every block's exponent before anything is sent,
-  // and rejects Inf/NaN input as an argument error (nothing sent, the context stays usable).
-  // The engines use these exponents instead of scanning the input a second time. When the
-  // input is an earlier unfinished job's output, each slice does this when it starts instead.
-  if (type == DataType::kFloat32 && n > 0) {
-    job->exponents.resize(blocks);
-    job->exponents_at_start = reads_pending_output;
-    for (uint32_t t = 0; t < threads && !reads_pending_output; ++t) {
-      const size_t offset = slice_offset(t);
-      Status s = BlockExponents(static_cast<const float*>(in) + offset, slice_length(t), block,
-                                job->exponents.data() + first_block[t], offset);
-      if (!s.ok()) return Failed(s);
+  if (invalid.ok()) {
+    // Stream semantics: depend on every unfinished earlier call whose buffers conflict with ours.
+    std::erase_if(pending_, [](const std::shared_ptr<JobState>& j) {
+      std::lock_guard l(j->mu);
+      return j->done;
+    });
+    auto overlaps = [](uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) { return a0 < b1 && b0 < a1; };
+    for (const auto& p : pending_) {
+      const bool raw = overlaps(job->in_begin, job->in_end, p->out_begin, p->out_end);
+      const bool waw = overlaps(job->out_begin, job->out_end, p->out_begin, p->out_end);
+      const bool war = overlaps(job->out_begin, job->out_end, p->in_begin, p->in_end);
+      if (raw || waw || war) job->deps.push_back(p);
+      reads_pending_output |= raw;
     }
+    // float32: one pass over the input computes every block's exponent before anything is sent,
+    // and rejects Inf/NaN input. The engines use these exponents instead of scanning the input
+    // a second time. When the input is an earlier unfinished call's output, the first slice
+    // that starts does this instead (Worker::PrepareSlice).
+    if (type == DataType::kFloat32 && n > 0) {
+      job->in = static_cast<const float*>(in);
+      job->exponents.resize(blocks);
+      job->exponents_at_start = reads_pending_output;
+      if (!reads_pending_output) invalid = ScanExponents(*job, block);
+    }
+  }
+  // A rejected call still uses its call number and runs its first round, flagged, so that it
+  // fails on every worker and the calls after it pair up (engine.h, "Rejected calls"). Its
+  // buffers are never touched, so nothing depends on it.
+  if (!invalid.ok()) {
+    job = std::make_shared<JobState>();
+    job->rejected_at_submit = true;
   }
   job->id = next_job_id_++;
   job->remaining_slices = int(threads);
@@ -247,27 +274,33 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
     std::lock_guard l(inflight_mu_);
     ++inflight_;
   }
-  pending_.push_back(job);
+  if (invalid.ok()) pending_.push_back(job);
   for (uint32_t t = 0; t < threads; ++t) {
-    const size_t len = slice_length(t);
-    const size_t offset = slice_offset(t);
+    const size_t len = t < rem ? base + 1 : base;
+    const size_t offset = t < rem ? t * (base + 1) : t * base + rem;
     SliceTask task;
     task.job = job;
     task.element_offset = offset;
-    task.first_block = first_block[t];
+    task.first_block = invalid.ok() ? job->slice_first_blocks[t] : 0;
     task.spec.job_id = job->id;
     task.spec.type = type;
-    task.spec.in = static_cast<const uint8_t*>(in) + offset * 4;
-    task.spec.out = static_cast<uint8_t*>(out) + offset * 4;
     task.spec.num_elements = len;
     // Every call is checked on every worker: each non-empty slice, and thread 0 even when the
     // call has no elements (so a worker that passes 0 where another passes n is caught too).
     task.spec.send_descriptor = len > 0 || t == 0;
     task.spec.call_elements = n;
-    if (!job->exponents.empty()) task.spec.exponents = job->exponents.data() + first_block[t];
-    if (n == 0) task.spec.in = task.spec.out = nullptr;
+    if (invalid.ok()) {
+      task.spec.in = static_cast<const uint8_t*>(in) + offset * 4;
+      task.spec.out = static_cast<uint8_t*>(out) + offset * 4;
+      if (!job->exponents.empty()) task.spec.exponents = job->exponents.data() + job->slice_first_blocks[t];
+      if (n == 0) task.spec.in = task.spec.out = nullptr;
+    } else {
+      task.spec.rejected = task.spec.send_descriptor;
+      task.spec.rejection = invalid;
+    }
     workers_[t]->Enqueue(std::move(task));
   }
+  if (!invalid.ok()) return Failed(invalid);
   return AllReduceHandle(job);
 }
 
@@ -282,9 +315,13 @@ Status ContextImpl::WaitForInflightRoom() {
   return OkStatus();
 }
 
-void ContextImpl::OnSliceDone(const std::shared_ptr<JobState>& job, const Status& slice_status) {
+void ContextImpl::OnSliceDone(const std::shared_ptr<JobState>& job, const Status& slice_status, bool in_step) {
   Status s = slice_status;
-  if (!s.ok() && s.code() != StatusCode::kAborted && explain_failure_) {
+  // A slice that failed out of step (timeout, disagreeing workers, cancellation) leaves this
+  // worker's slot state unknown: the context breaks. One that failed in step (a rejected call)
+  // does not: every worker ended it the same way.
+  const bool breaks = !s.ok() && !in_step;
+  if (breaks && explain_failure_) {
     std::call_once(explain_once_, [&] {
       explained_code_ = s.code();
       explanation_ = explain_failure_(s);
@@ -293,14 +330,14 @@ void ContextImpl::OnSliceDone(const std::shared_ptr<JobState>& job, const Status
       s = Status(s.code(), s.message() + explanation_);
     }
   }
-  if (!s.ok() && s.code() != StatusCode::kAborted) {
-    std::lock_guard lock(broken_mu_);
-    if (!broken_.load(std::memory_order_relaxed)) {
-      broken_status_ = s;
-      broken_.store(true, std::memory_order_release);
+  if (breaks) {
+    {
+      std::lock_guard lock(broken_mu_);
+      if (!broken_.load(std::memory_order_relaxed)) {
+        broken_status_ = s;
+        broken_.store(true, std::memory_order_release);
+      }
     }
-  }
-  if (!s.ok() && s.code() != StatusCode::kAborted) {
     { std::lock_guard l(inflight_mu_); }  // a submitter waiting for room re-checks broken()
     inflight_cv_.notify_all();
   }
@@ -312,7 +349,8 @@ void ContextImpl::OnSliceDone(const std::shared_ptr<JobState>& job, const Status
     if (finished) job->done = true;
   }
   if (finished) {
-    (job->status.ok() ? jobs_completed_ : jobs_failed_).fetch_add(1, std::memory_order_relaxed);
+    // A call rejected at submission was counted then (its caller's handle).
+    if (!job->rejected_at_submit) (job->status.ok() ? jobs_completed_ : jobs_failed_).fetch_add(1, std::memory_order_relaxed);
     job->cv.notify_all();
     {
       std::lock_guard l(inflight_mu_);

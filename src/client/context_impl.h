@@ -5,9 +5,12 @@
 // slices and its own SliceEngine + Channel. A job is done when all its slices are done, at
 // which point no library thread touches its buffers any more.
 //
-// After any slice fails, the slot/set state of this worker may no longer match the other
-// workers' (contract C4, docs/protocol.md#c4-strict-set-alternation), so the context becomes "broken": running slices are aborted and new
-// jobs fail at once with FAILED_PRECONDITION carrying the first error.
+// A call that any worker rejects (its arguments or input) still runs its first round, flagged,
+// and fails on every worker in step (engine.h, "Rejected calls"): it uses its call number,
+// writes nothing, and the context stays usable. After any other slice failure, the slot/set
+// state of this worker may no longer match the other workers' (contract C4,
+// docs/protocol.md#c4-strict-set-alternation), so the context becomes "broken": running slices
+// are aborted and new jobs fail at once with FAILED_PRECONDITION carrying the first error.
 //
 // Stream semantics: jobs behave as if run one after another in submission order. A job whose
 // buffers overlap those of an earlier job that has not finished (it reads what that job writes,
@@ -65,8 +68,10 @@ class ContextImpl {
   Stats GetStats() const;
   const Options& options() const { return options_; }
 
-  // Called by workers.
-  void OnSliceDone(const std::shared_ptr<JobState>& job, const Status& s);
+  // Called by workers when a slice ended. `in_step`: it ended with this worker's slot state
+  // still agreeing with every other worker's (SliceEngine::ended_in_step()); a failure that is
+  // not in step breaks the context.
+  void OnSliceDone(const std::shared_ptr<JobState>& job, const Status& s, bool in_step);
   bool broken() const { return broken_.load(std::memory_order_acquire); }
   Status broken_status() const;
 

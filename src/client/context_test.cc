@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <thread>
 
 #include "testing/exact_inputs.h"
@@ -214,6 +216,177 @@ TEST(ContextTest, DestroyingContextCancelsQueuedJobs) {
   ASSERT_TRUE(h2.IsDone());
   EXPECT_FALSE(h1.status().ok());
   EXPECT_EQ(h2.status().code(), StatusCode::kCancelled) << h2.status();
+}
+
+// ---- A call one rank rejects fails on every rank, and the calls after it pair up ----
+
+// How rank 0 spoils its call x (the other ranks' x is fine).
+enum class Spoil { kNaN, kInfinity, kTooLarge, kOverlap, kNullInput, kNotSum };
+
+const char* SpoilName(Spoil s) {
+  switch (s) {
+    case Spoil::kNaN: return "NaN";
+    case Spoil::kInfinity: return "infinity";
+    case Spoil::kTooLarge: return "2^127";
+    case Spoil::kOverlap: return "overlapping in and out";
+    case Spoil::kNullInput: return "null input";
+    case Spoil::kNotSum: return "an op other than SUM";
+  }
+  return "?";
+}
+
+// The sequence: every rank calls AllReduce(x), then y, then z (1,024 float32 each;
+// x = r+1, y = 100(r+1), z = 10,000(r+1), with threads worker threads); rank 0 spoils x. Every
+// rank must get an error for x and exact y and z.
+void ExpectRejectedCallFailsEverywhere(Spoil spoil, uint32_t n, uint32_t threads) {
+  SCOPED_TRACE(std::string("rank 0's x: ") + SpoilName(spoil) + ", " + std::to_string(n) + " ranks, " +
+               std::to_string(threads) + " worker threads");
+  auto cluster = Cluster(n, FastOptions(threads));
+  LoopbackCluster& c = *cluster;
+  constexpr size_t kCount = 1024;
+  std::vector<Status> sx(n), sy(n), sz(n);
+  std::vector<std::vector<float>> x(n), y(n), z(n);
+  std::vector<std::thread> ranks;
+  for (uint32_t r = 0; r < n; ++r) {
+    x[r].assign(2 * kCount, float(r + 1));
+    y[r].assign(kCount, 100.0f * float(r + 1));
+    z[r].assign(kCount, 10000.0f * float(r + 1));
+    ranks.emplace_back([&, r] {
+      Context& ctx = c.ctx(r);
+      const float* in = x[r].data();
+      float* out = x[r].data();
+      ReduceOp op = ReduceOp::kSum;
+      if (r == 0) {
+        switch (spoil) {
+          case Spoil::kNaN: x[r][700] = std::numeric_limits<float>::quiet_NaN(); break;
+          case Spoil::kInfinity: x[r][3] = -std::numeric_limits<float>::infinity(); break;
+          case Spoil::kTooLarge: x[r][1023] = 0x1p127f; break;
+          case Spoil::kOverlap: out = x[r].data() + 1; break;
+          case Spoil::kNullInput: in = nullptr; break;
+          case Spoil::kNotSum: op = static_cast<ReduceOp>(3); break;
+        }
+      }
+      sx[r] = ctx.AllReduce(in, out, kCount, DataType::kFloat32, op);
+      sy[r] = ctx.AllReduce(y[r].data(), y[r].data(), kCount, DataType::kFloat32);
+      sz[r] = ctx.AllReduce(z[r].data(), z[r].data(), kCount, DataType::kFloat32);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  const float sum = float(n * (n + 1) / 2);
+  for (uint32_t r = 0; r < n; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_FALSE(sx[r].ok()) << "x came back OK on a rank although rank 0 rejected it";
+    if (r == 0) {
+      EXPECT_EQ(sx[r].code(), StatusCode::kInvalidArgument) << sx[r];
+    } else {
+      EXPECT_EQ(sx[r].code(), StatusCode::kAborted) << sx[r];
+      EXPECT_NE(sx[r].message().find("was rejected by"), std::string::npos) << sx[r];
+      // Nothing was written: x is still this rank's input.
+      EXPECT_EQ(x[r][0], float(r + 1));
+      EXPECT_EQ(x[r][kCount - 1], float(r + 1));
+    }
+    ASSERT_TRUE(sy[r].ok()) << sy[r];
+    ASSERT_TRUE(sz[r].ok()) << sz[r];
+    for (size_t i = 0; i < kCount; ++i) {
+      ASSERT_EQ(y[r][i], 100.0f * sum) << "y[" << i << "]";
+      ASSERT_EQ(z[r][i], 10000.0f * sum) << "z[" << i << "]";
+    }
+    const Stats st = c.ctx(r).GetStats();
+    EXPECT_EQ(st.jobs_submitted, 3u);
+    EXPECT_EQ(st.jobs_completed, 2u);
+    EXPECT_EQ(st.jobs_failed, 1u);
+  }
+}
+
+TEST(RejectedCallTest, NaNOnOneRankFailsTheCallOnBothAndLaterCallsAreExact) {
+  ExpectRejectedCallFailsEverywhere(Spoil::kNaN, 2, 1);
+}
+TEST(RejectedCallTest, EveryKindOfLocalRejection) {
+  for (Spoil s : {Spoil::kInfinity, Spoil::kTooLarge, Spoil::kOverlap, Spoil::kNullInput, Spoil::kNotSum})
+    ExpectRejectedCallFailsEverywhere(s, 2, 1);
+}
+TEST(RejectedCallTest, ThreeRanksAndSeveralWorkerThreads) {
+  ExpectRejectedCallFailsEverywhere(Spoil::kNaN, 3, 3);
+  ExpectRejectedCallFailsEverywhere(Spoil::kOverlap, 3, 2);
+}
+
+// An int32 call whose first round comes back out of order still pairs up: results that arrive
+// before packet 0's (held until the verdict) land in the output exactly (loss and reordering
+// on the fabric move packet 0's result behind others).
+TEST(RejectedCallTest, HeldFirstRoundResultsAreExactUnderReordering) {
+  transport::FaultOptions f;
+  f.loss = 0.05;
+  f.reorder = 0.2;
+  f.seed = 5;
+  const uint32_t n = 2;
+  auto cluster = Cluster(n, FastOptions(1), f, /*late_duplicate_guard=*/true);
+  LoopbackCluster& c = *cluster;
+  for (int call = 0; call < 12; ++call) {
+    const size_t count = 64 * 20 + call;
+    std::vector<std::vector<int32_t>> data(n, std::vector<int32_t>(count));
+    std::vector<Status> st(n);
+    std::vector<std::thread> ranks;
+    for (uint32_t r = 0; r < n; ++r) {
+      testing::FillInt32(r, call, data[r].data(), count);
+      ranks.emplace_back([&, r] {
+        // Every third call rank 1 rejects (a null output), the others are exact.
+        void* out = (call % 3 == 2 && r == 1) ? nullptr : data[r].data();
+        st[r] = c.ctx(r).AllReduce(data[r].data(), out, count, DataType::kInt32);
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (uint32_t r = 0; r < n; ++r) {
+      if (call % 3 == 2) {
+        EXPECT_FALSE(st[r].ok()) << "call " << call << " rank " << r;
+      } else {
+        ASSERT_TRUE(st[r].ok()) << "call " << call << " rank " << r << ": " << st[r];
+        EXPECT_EQ(testing::VerifyInt32(data[r].data(), count, n, call).wrong, 0u) << "call " << call << " rank " << r;
+      }
+    }
+  }
+  EXPECT_GT(c.fabric().counters().reordered, 0u);
+}
+
+// Rejected when it starts: rank 0's call reads an earlier call's output, which is too large to
+// quantize (two values near 2^127 add up beyond it), so rank 0 can only see it when the call starts;
+// rank 1's call reads a finite buffer. Both fail, nothing is written, the next call is exact.
+TEST(RejectedCallTest, RejectionWhenTheCallStartsFailsEverywhere) {
+  const uint32_t n = 2;
+  auto cluster = Cluster(n, FastOptions(2));
+  LoopbackCluster& c = *cluster;
+  constexpr size_t kCount = 600;
+  std::vector<std::vector<float>> a(n, std::vector<float>(kCount, 0x1.9p126f)), b(n), d(n);
+  std::vector<Status> sa(n), sb(n), sd(n);
+  std::vector<std::thread> ranks;
+  for (uint32_t r = 0; r < n; ++r) {
+    b[r].assign(kCount, 5.0f);
+    d[r].assign(kCount, float(r + 1));
+    ranks.emplace_back([&, r] {
+      Context& ctx = c.ctx(r);
+      AllReduceHandle ha = ctx.AllReduceAsync(a[r].data(), a[r].data(), kCount, DataType::kFloat32);
+      // Rank 0 chains on a's output (checked when the call starts); rank 1 reads b.
+      float* in = r == 0 ? a[r].data() : b[r].data();
+      AllReduceHandle hb = ctx.AllReduceAsync(in, in, kCount, DataType::kFloat32);
+      sa[r] = ha.Wait();
+      sb[r] = hb.Wait();
+      sd[r] = ctx.AllReduce(d[r].data(), d[r].data(), kCount, DataType::kFloat32);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (uint32_t r = 0; r < n; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_TRUE(sa[r].ok()) << sa[r];
+    EXPECT_GE(std::fabs(a[r][0]), 0x1p127f) << a[r][0];
+    EXPECT_FALSE(sb[r].ok());
+    EXPECT_EQ(sb[r].code(), r == 0 ? StatusCode::kInvalidArgument : StatusCode::kAborted) << sb[r];
+    if (r == 0) {
+      EXPECT_NE(sb[r].message().find("checked when the call started"), std::string::npos) << sb[r];
+    } else {
+      EXPECT_EQ(b[r][0], 5.0f);
+    }
+    ASSERT_TRUE(sd[r].ok()) << sd[r];
+    for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(d[r][i], 3.0f) << i;
+  }
 }
 
 TEST(OptionsTest, ValidateNamesTheField) {

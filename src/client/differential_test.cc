@@ -39,6 +39,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -112,6 +113,23 @@ struct BufferSpec {
   size_t size = 0;
 };
 
+// How a rank spoils its call so that it rejects it locally (the others' calls are fine): a
+// NaN, an infinity or 2^127 in a float32 input (a scratch copy carries it), overlapping in and
+// out (out one element behind in), or a null input.
+enum class Reject { kNone, kNaN, kInf, kTooLarge, kOverlap, kNull };
+
+const char* RejectName(Reject r) {
+  switch (r) {
+    case Reject::kNone: return "none";
+    case Reject::kNaN: return "NaN input";
+    case Reject::kInf: return "infinite input";
+    case Reject::kTooLarge: return "2^127 in the input";
+    case Reject::kOverlap: return "overlapping in and out";
+    case Reject::kNull: return "null input";
+  }
+  return "?";
+}
+
 struct Op {
   bool async = true;
   uint32_t in_buf = 0;
@@ -120,6 +138,9 @@ struct Op {
   size_t out_off = 0;
   size_t count = 0;
   std::vector<uint32_t> wait_after;  // earlier async ops whose handles are waited on after this op
+  int32_t reject_rank = -1;          // this rank rejects the call locally (count > 0), or -1
+  Reject reject = Reject::kNone;
+  size_t reject_index = 0;           // the bad element of a NaN/Inf/2^127 scratch input
   bool in_place() const { return in_buf == out_buf && in_off == out_off; }
 };
 
@@ -128,6 +149,13 @@ struct Program {
   ClusterParams cluster;
   std::vector<BufferSpec> buffers;
   std::vector<Op> ops;
+  // Inputs include chunks at the extremes of float32: [2^121, 2^127) (whose sums may reach 2^127
+  // and be rejected when read again) and multiples of 2^-149 (the smallest subnormal).
+  bool extremes = false;
+  // Rank abandon_rank destroys its context right after submitting op abandon_after, with its
+  // calls still running (a worker that dies), or -1.
+  int32_t abandon_rank = -1;
+  uint32_t abandon_after = 0;
 };
 
 std::string Describe(const Program& p) {
@@ -139,6 +167,7 @@ std::string Describe(const Program& p) {
   if (c.max_jobs_in_flight != 0) o << " max_jobs_in_flight=" << c.max_jobs_in_flight;
   if (c.io_threads != 1) o << " switch_io_threads=" << c.io_threads;
   if (c.shards != 1) o << " shards=" << c.shards;
+  if (p.extremes) o << " inputs=extreme";
   o << "\n  buffers:";
   for (size_t b = 0; b < p.buffers.size(); ++b)
     o << " b" << b << "=" << DataTypeName(p.buffers[b].type) << "[" << p.buffers[b].size << "]";
@@ -148,11 +177,16 @@ std::string Describe(const Program& p) {
     o << "  #" << j << (op.async ? " async " : " sync  ") << "b" << op.in_buf << "[" << op.in_off << ", "
       << op.in_off + op.count << ") -> b" << op.out_buf << "[" << op.out_off << ", " << op.out_off + op.count << ")"
       << (op.in_place() ? " in place" : "");
+    if (op.reject_rank >= 0)
+      o << "; rank " << op.reject_rank << " rejects it (" << RejectName(op.reject) << ", element " << op.reject_index
+        << ")";
     if (!op.wait_after.empty()) {
       o << "; then wait";
       for (uint32_t w : op.wait_after) o << " #" << w;
     }
     o << "\n";
+    if (int32_t(j) == int32_t(p.abandon_after) && p.abandon_rank >= 0)
+      o << "  rank " << p.abandon_rank << " destroys its context here\n";
   }
   o << "  then wait all\n";
   return o.str();
@@ -244,6 +278,20 @@ Program Generate(uint64_t seed) {
         op.out_off = rng.Range(0, out.size - op.count);
       }
     }
+    // Sometimes one rank rejects the call locally: it must fail on every rank and the calls
+    // after it must still pair up.
+    if (op.count > 0 && rng.Chance(0.12)) {
+      op.reject_rank = int32_t(rng.Below(c.workers));
+      std::vector<Reject> kinds = {Reject::kNull};
+      if (op.count >= 2) kinds.push_back(Reject::kOverlap);
+      if (in.type == DataType::kFloat32) {
+        kinds.push_back(Reject::kNaN);
+        kinds.push_back(Reject::kInf);
+        kinds.push_back(Reject::kTooLarge);
+      }
+      op.reject = rng.Pick(kinds);
+      op.reject_index = rng.Below(op.count);
+    }
     if (op.async) pending.push_back(uint32_t(j));
     if (!pending.empty() && rng.Chance(0.25)) {
       // Wait on some pending handles (all of them, or a random subset).
@@ -254,6 +302,11 @@ Program Generate(uint64_t seed) {
     }
     p.ops.push_back(std::move(op));
   }
+  p.extremes = rng.Chance(0.35);
+  if (c.workers >= 2 && rng.Chance(0.02)) {
+    p.abandon_rank = int32_t(rng.Below(c.workers));
+    p.abandon_after = uint32_t(rng.Below(p.ops.size()));
+  }
   return p;
 }
 
@@ -263,7 +316,7 @@ Program Generate(uint64_t seed) {
 // exponent, large), different per rank, so the block exponents differ from block to block and
 // across ranks, and a packet may mix chunks of very different magnitude.
 
-uint32_t InputBits(uint64_t seed, DataType type, uint32_t rank, uint32_t buf, size_t i) {
+uint32_t InputBits(uint64_t seed, DataType type, uint32_t rank, uint32_t buf, size_t i, bool extremes = false) {
   const uint64_t chunk = Hash(seed, rank, buf, i / 64);
   const uint64_t h = Hash(chunk, i);
   if (type == DataType::kInt32) {
@@ -280,6 +333,10 @@ uint32_t InputBits(uint64_t seed, DataType type, uint32_t rank, uint32_t buf, si
   const int spread = int((h >> 8) % 4);  // elements of one chunk within a factor 16
   if (kind == 0 || h % 32 == 0) {
     v = 0.0f;
+  } else if (extremes && kind == 4) {
+    v = float(sign * std::ldexp(frac, 126 - int((chunk >> 8) % 3) - spread));  // [2^121, 2^127)
+  } else if (extremes && kind == 5) {
+    v = float(sign * std::ldexp(double(h % 8), -149));  // 0 .. 7 times the smallest subnormal
   } else if (kind == 1) {
     v = float(sign * std::ldexp(frac, -140 - spread));  // subnormal
   } else if (kind == 2) {
@@ -359,25 +416,79 @@ void FloatBlock(const std::vector<const ModelBuffer*>& in, size_t in_off, size_t
   }
 }
 
-// Applies op #j to the model of every rank: sequential semantics.
-void ApplyOp(const Program& p, uint32_t j, std::vector<ModelRank>& model) {
+// What a call does in the model.
+enum class Outcome {
+  kDone,       // every rank gets OK and the sum
+  kRejected,   // some rank rejects it: it fails on every rank and writes nothing
+  kAmbiguous,  // the model cannot tell whether it is rejected (an input near 2^127)
+};
+
+struct Model {
+  std::vector<ModelRank> ranks;
+  std::vector<Outcome> outcomes;               // per op
+  std::vector<std::vector<char>> rejects;      // [op][rank]: that rank itself rejects the op
+  bool ambiguous = false;                      // some op's outcome is kAmbiguous
+};
+
+// The largest float32 input SwitchML accepts is below 2^127 (its block exponent must fit int8).
+constexpr double kTooLarge = 0x1p127;
+
+// Which ranks reject op #j themselves: the op's reject_rank, and for float32 every rank whose
+// input (possibly an earlier call's output, known within its radius) holds an element that is
+// surely >= 2^127 or not finite. Returns false if that cannot be decided (an element that may or
+// may not reach 2^127).
+bool RejectingRanks(const Program& p, uint32_t j, const Model& m, std::vector<char>& rejects) {
+  const Op& op = p.ops[j];
+  const uint32_t n = p.cluster.workers;
+  rejects.assign(n, 0);
+  if (op.count == 0) return true;
+  if (op.reject_rank >= 0) rejects[op.reject_rank] = 1;
+  if (p.buffers[op.in_buf].type != DataType::kFloat32) return true;
+  for (uint32_t k = 0; k < n; ++k) {
+    const ModelBuffer& b = m.ranks[k][op.in_buf];
+    bool must = false, may = false;
+    for (size_t i = op.in_off; i < op.in_off + op.count; ++i) {
+      const double c = std::fabs(b.centre[i]), r = b.radius[i];
+      must |= !std::isfinite(c) || (std::isfinite(r) && c - r >= kTooLarge);
+      may |= !std::isfinite(r) || c + r >= kTooLarge;
+    }
+    if (may && !must) return false;
+    if (must) rejects[k] = 1;
+  }
+  return true;
+}
+
+// Applies op #j to the model of every rank: sequential semantics, and a rejected call writes
+// nothing.
+void ApplyOp(const Program& p, uint32_t j, Model& model) {
   const Op& op = p.ops[j];
   const uint32_t n = p.cluster.workers;
   const DataType type = p.buffers[op.in_buf].type;
+  std::vector<char>& rejects = model.rejects[j];
+  if (!RejectingRanks(p, j, model, rejects)) {
+    model.outcomes[j] = Outcome::kAmbiguous;
+    model.ambiguous = true;
+    return;
+  }
+  if (std::find(rejects.begin(), rejects.end(), 1) != rejects.end()) {
+    model.outcomes[j] = Outcome::kRejected;
+    return;
+  }
+  model.outcomes[j] = Outcome::kDone;
   if (op.count == 0) return;
   if (type == DataType::kInt32) {
     std::vector<uint32_t> sum(op.count, 0);
     for (uint32_t k = 0; k < n; ++k)
-      for (size_t i = 0; i < op.count; ++i) sum[i] += model[k][op.in_buf].exact[op.in_off + i];  // wraps
+      for (size_t i = 0; i < op.count; ++i) sum[i] += model.ranks[k][op.in_buf].exact[op.in_off + i];  // wraps
     for (uint32_t k = 0; k < n; ++k) {
-      ModelBuffer& out = model[k][op.out_buf];
+      ModelBuffer& out = model.ranks[k][op.out_buf];
       std::copy(sum.begin(), sum.end(), out.exact.begin() + op.out_off);
       std::fill_n(out.writer.begin() + op.out_off, op.count, int32_t(j));
     }
     return;
   }
   std::vector<const ModelBuffer*> in;
-  for (uint32_t k = 0; k < n; ++k) in.push_back(&model[k][op.in_buf]);
+  for (uint32_t k = 0; k < n; ++k) in.push_back(&model.ranks[k][op.in_buf]);
   std::vector<double> c(op.count), r(op.count);
   // Slices as in ContextImpl::Submit (one per worker thread), blocks of elements_per_packet
   // inside each slice.
@@ -389,15 +500,18 @@ void ApplyOp(const Program& p, uint32_t j, std::vector<ModelRank>& model) {
     offset += length;
   }
   for (uint32_t k = 0; k < n; ++k) {
-    ModelBuffer& out = model[k][op.out_buf];
+    ModelBuffer& out = model.ranks[k][op.out_buf];
     std::copy(c.begin(), c.end(), out.centre.begin() + op.out_off);
     std::copy(r.begin(), r.end(), out.radius.begin() + op.out_off);
     std::fill_n(out.writer.begin() + op.out_off, op.count, int32_t(j));
   }
 }
 
-std::vector<ModelRank> RunModel(const Program& p) {
-  std::vector<ModelRank> model(p.cluster.workers);
+Model RunModel(const Program& p) {
+  Model model;
+  model.ranks.resize(p.cluster.workers);
+  model.outcomes.assign(p.ops.size(), Outcome::kDone);
+  model.rejects.resize(p.ops.size());
   for (uint32_t k = 0; k < p.cluster.workers; ++k) {
     for (uint32_t b = 0; b < p.buffers.size(); ++b) {
       const BufferSpec& s = p.buffers[b];
@@ -406,17 +520,25 @@ std::vector<ModelRank> RunModel(const Program& p) {
       m.writer.assign(s.size, -1);
       if (s.type == DataType::kInt32) {
         m.exact.resize(s.size);
-        for (size_t i = 0; i < s.size; ++i) m.exact[i] = InputBits(p.seed, s.type, k, b, i);
+        for (size_t i = 0; i < s.size; ++i) m.exact[i] = InputBits(p.seed, s.type, k, b, i, p.extremes);
       } else {
         m.centre.resize(s.size);
         m.radius.assign(s.size, 0.0);
-        for (size_t i = 0; i < s.size; ++i) m.centre[i] = std::bit_cast<float>(InputBits(p.seed, s.type, k, b, i));
+        for (size_t i = 0; i < s.size; ++i)
+          m.centre[i] = std::bit_cast<float>(InputBits(p.seed, s.type, k, b, i, p.extremes));
       }
-      model[k].push_back(std::move(m));
+      model.ranks[k].push_back(std::move(m));
     }
   }
-  for (uint32_t j = 0; j < p.ops.size(); ++j) ApplyOp(p, j, model);
+  for (uint32_t j = 0; j < p.ops.size() && !model.ambiguous; ++j) ApplyOp(p, j, model);
   return model;
+}
+
+// A generated program whose model is ambiguous (an element that may or may not reach 2^127)
+// is run without the extreme inputs instead (its other inputs stay far below 2^127).
+Program Decidable(Program p) {
+  if (p.extremes && RunModel(p).ambiguous) p.extremes = false;
+  return p;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -475,19 +597,38 @@ struct RankResult {
 };
 
 // Runs `p` and returns an empty string if everything matched the model, else a report.
+//
+// Checks: every handle's status is what the model says (OK for a call that is done; for a call
+// some rank rejects, INVALID_ARGUMENT on the ranks that reject it and ABORTED on the others);
+// every element inside its interval; every element written by an all-reduce bit-identical on
+// all ranks; Stats counters that agree. With an abandoning rank (Program::abandon_rank): no
+// surviving rank gets OK for a call the abandoning rank never made, and every element whose
+// last writer (in the model) returned OK on its rank is right; calls up to the abandonment may
+// fail (their peers time out).
 std::string RunAndCheck(const Program& p) {
   const ClusterParams& c = p.cluster;
   const uint32_t n = c.workers;
+  const bool abandon = p.abandon_rank >= 0;
   // Buffers outlive the cluster: the cluster (declared after) is destroyed first, which stops
   // the library's threads before the memory goes.
   std::vector<RankResult> ranks(n);
+  std::vector<std::vector<float>> scratch(p.ops.size());  // the rejecting rank's spoiled input
   for (uint32_t k = 0; k < n; ++k) {
     for (uint32_t b = 0; b < p.buffers.size(); ++b) {
       std::vector<uint32_t> d(p.buffers[b].size);
-      for (size_t i = 0; i < d.size(); ++i) d[i] = InputBits(p.seed, p.buffers[b].type, k, b, i);
+      for (size_t i = 0; i < d.size(); ++i) d[i] = InputBits(p.seed, p.buffers[b].type, k, b, i, p.extremes);
       ranks[k].data.push_back(std::move(d));
     }
     ranks[k].status.resize(p.ops.size());
+  }
+  for (uint32_t j = 0; j < p.ops.size(); ++j) {
+    const Op& op = p.ops[j];
+    if (op.reject == Reject::kNaN || op.reject == Reject::kInf || op.reject == Reject::kTooLarge) {
+      scratch[j].assign(op.count, 1.0f);
+      scratch[j][op.reject_index % op.count] = op.reject == Reject::kNaN ? std::numeric_limits<float>::quiet_NaN()
+                                               : op.reject == Reject::kInf ? -std::numeric_limits<float>::infinity()
+                                                                           : 0x1p127f;
+    }
   }
   transport::FaultOptions faults;
   dataplane::SwitchConfig sc = LoopbackCluster::DefaultSwitchConfig();
@@ -510,7 +651,10 @@ std::string RunAndCheck(const Program& p) {
       sc.late_duplicate_guard = true;
       break;
   }
-  auto cluster_or = LoopbackCluster::Create(n, ProgramOptions(c), faults, sc, c.shards);
+  Options options = ProgramOptions(c);
+  // The survivors of an abandoned job wait one job timeout: keep it short there.
+  if (abandon) options.job_timeout = std::chrono::milliseconds(1500);
+  auto cluster_or = LoopbackCluster::Create(n, options, faults, sc, c.shards);
   if (!cluster_or.ok()) return "cannot build the cluster: " + cluster_or.status().ToString();
   std::unique_ptr<LoopbackCluster> cluster = std::move(*cluster_or);
   {
@@ -520,13 +664,23 @@ std::string RunAndCheck(const Program& p) {
     std::vector<std::thread> threads;
     for (uint32_t k = 0; k < n; ++k) {
       threads.emplace_back([&, k] {
-        Context& ctx = cluster->ctx(k);
         RankResult& rr = ranks[k];
+        const bool abandons = int32_t(k) == p.abandon_rank;
         std::vector<AllReduceHandle> handles(p.ops.size());
+        uint32_t submitted = 0;
         for (uint32_t j = 0; j < p.ops.size(); ++j) {
+          Context& ctx = cluster->ctx(k);
           const Op& op = p.ops[j];
           const void* in = rr.data[op.in_buf].data() + op.in_off;
           void* out = rr.data[op.out_buf].data() + op.out_off;
+          if (op.reject_rank == int32_t(k)) {
+            switch (op.reject) {
+              case Reject::kOverlap: out = rr.data[op.in_buf].data() + op.in_off + 1; break;
+              case Reject::kNull: in = nullptr; break;
+              case Reject::kNone: break;
+              default: in = scratch[j].data(); break;
+            }
+          }
           const DataType type = p.buffers[op.in_buf].type;
           if (op.async) {
             handles[j] = ctx.AllReduceAsync(in, out, op.count, type);
@@ -539,11 +693,18 @@ std::string RunAndCheck(const Program& p) {
           } else {
             rr.status[j] = ctx.AllReduce(in, out, op.count, type);
           }
+          submitted = j + 1;
+          if (abandons && j == p.abandon_after) {
+            rr.stats = ctx.GetStats();
+            cluster->DestroyContext(k);  // with its calls still running
+            break;
+          }
           for (uint32_t w : op.wait_after) rr.status[w] = handles[w].Wait();
         }
-        for (uint32_t j = 0; j < p.ops.size(); ++j)
+        for (uint32_t j = 0; j < submitted; ++j)
           if (p.ops[j].async) rr.status[j] = handles[j].Wait();
-        rr.stats = ctx.GetStats();
+        for (uint32_t j = submitted; j < p.ops.size(); ++j) rr.status[j] = CancelledError("never submitted");
+        if (!abandons) rr.stats = cluster->ctx(k).GetStats();
       });
     }
     for (auto& t : threads) t.join();
@@ -555,27 +716,55 @@ std::string RunAndCheck(const Program& p) {
   auto note = [&](const std::string& line) {
     if (++problems <= 24) report << "  " << line << "\n";
   };
+  const Model model = RunModel(p);
+  if (model.ambiguous) return "the model cannot decide every call's outcome (program generator bug)";
   for (uint32_t k = 0; k < n; ++k) {
-    for (uint32_t j = 0; j < p.ops.size(); ++j)
-      if (!ranks[k].status[j].ok()) note("rank " + std::to_string(k) + " op #" + std::to_string(j) + ": " +
-                                          ranks[k].status[j].ToString());
+    const bool survivor = abandon && int32_t(k) != p.abandon_rank;
+    uint64_t done = 0, rejected = 0;
+    for (uint32_t j = 0; j < p.ops.size(); ++j) {
+      const Status& st = ranks[k].status[j];
+      const std::string where = "rank " + std::to_string(k) + " op #" + std::to_string(j) + ": ";
+      if (model.outcomes[j] == Outcome::kRejected) {
+        ++rejected;
+        const StatusCode want = model.rejects[j][k] ? StatusCode::kInvalidArgument : StatusCode::kAborted;
+        if (st.ok()) {
+          note(where + "OK, but rank(s) rejected this call: it must fail on every rank");
+        } else if (!abandon && st.code() != want) {
+          note(where + "expected " + (model.rejects[j][k] ? "INVALID_ARGUMENT" : "ABORTED") + " (a rejected call), got " +
+               st.ToString());
+        }
+        continue;
+      }
+      ++done;
+      if (abandon) {
+        if (survivor && j > p.abandon_after && st.ok())
+          note(where + "OK, but rank " + std::to_string(p.abandon_rank) + " never made this call");
+      } else if (!st.ok()) {
+        note(where + st.ToString());
+      }
+    }
     if (ranks[k].over_bound != 0)
       note("rank " + std::to_string(k) + ": " + std::to_string(ranks[k].over_bound) +
            " calls pending after AllReduceAsync returned, more than max_jobs_in_flight");
     const Stats& s = ranks[k].stats;
-    if (s.jobs_submitted != p.ops.size() || s.jobs_completed != p.ops.size() || s.jobs_failed != 0)
+    if (!abandon && (s.jobs_submitted != p.ops.size() || s.jobs_completed != done || s.jobs_failed != rejected))
       note("rank " + std::to_string(k) + " stats: submitted " + std::to_string(s.jobs_submitted) + ", completed " +
            std::to_string(s.jobs_completed) + ", failed " + std::to_string(s.jobs_failed) + "; expected " +
-           std::to_string(p.ops.size()) + " completed");
+           std::to_string(p.ops.size()) + " submitted, " + std::to_string(done) + " completed, " +
+           std::to_string(rejected) + " failed (rejected)");
   }
-  const std::vector<ModelRank> model = RunModel(p);
+  // An element is checked when its last writer returned OK on its rank (always, without an
+  // abandoning rank: then the only failures are rejected calls, which write nothing) or when
+  // nothing wrote it.
+  auto checked = [&](uint32_t k, int32_t writer) { return writer < 0 || ranks[k].status[writer].ok(); };
   for (uint32_t k = 0; k < n; ++k) {
     for (uint32_t b = 0; b < p.buffers.size(); ++b) {
-      const ModelBuffer& m = model[k][b];
+      const ModelBuffer& m = model.ranks[k][b];
       const std::vector<uint32_t>& got = ranks[k].data[b];
       size_t wrong = 0, not_shared = 0;
       std::string first, first_not_shared;
       for (size_t i = 0; i < got.size(); ++i) {
+        if (!checked(k, m.writer[i])) continue;
         bool ok;
         char line[256];
         if (m.type == DataType::kInt32) {
@@ -584,13 +773,16 @@ std::string RunAndCheck(const Program& p) {
                         int32_t(m.exact[i]), m.writer[i] < 0 ? "input " : "op #", m.writer[i]);
         } else {
           const double y = std::bit_cast<float>(got[i]);
-          ok = std::isfinite(y) && std::fabs(y - m.centre[i]) <= m.radius[i];
+          // An infinite radius: the sum may overflow float32, the model cannot bound it.
+          ok = std::isinf(m.radius[i]) || (std::isfinite(y) && std::fabs(y - m.centre[i]) <= m.radius[i]);
           std::snprintf(line, sizeof line, "[%zu] = %.9g, expected %.9g +- %.3g (last written by %s%d)", i, y,
                         m.centre[i], m.radius[i], m.writer[i] < 0 ? "input " : "op #", m.writer[i]);
         }
         if (!ok && wrong++ == 0) first = line;
         // What an all-reduce wrote is the same multicast result on every rank, bit for bit.
-        if (k > 0 && m.writer[i] >= 0 && got[i] != ranks[0].data[b][i] && not_shared++ == 0) first_not_shared = line;
+        if (k > 0 && m.writer[i] >= 0 && checked(0, m.writer[i]) && got[i] != ranks[0].data[b][i] &&
+            not_shared++ == 0)
+          first_not_shared = line;
       }
       const std::string where = "rank " + std::to_string(k) + " b" + std::to_string(b) + " (" +
                                 std::string(DataTypeName(m.type)) + "[" + std::to_string(got.size()) + "]): ";
@@ -640,9 +832,20 @@ TEST(DifferentialTest, RandomProgramsMatchTheSequentialModel) {
   std::printf("differential: seed %llu, programs %llu..%llu\n", (unsigned long long)seed, (unsigned long long)first,
               (unsigned long long)(first + programs - 1));
   const bool verbose = EnvU64("SWITCHML_DIFF_VERBOSE", 0) != 0;
+  // What the programs covered (printed at the end, so a generator change that stops covering a
+  // case shows).
+  uint64_t rejected_calls = 0, rejected_by_value = 0, extreme_programs = 0, abandoning_programs = 0;
   for (uint64_t i = first; i < first + programs; ++i) {
-    const Program p = Generate(Hash(seed, i));
+    const Program p = Decidable(Generate(Hash(seed, i)));
     if (verbose) std::printf("program %llu: %s", (unsigned long long)i, Describe(p).c_str());
+    const Model m = RunModel(p);
+    for (uint32_t j = 0; j < p.ops.size(); ++j) {
+      if (m.outcomes[j] != Outcome::kRejected) continue;
+      ++rejected_calls;
+      rejected_by_value += p.ops[j].reject_rank < 0;
+    }
+    extreme_programs += p.extremes;
+    abandoning_programs += p.abandon_rank >= 0;
     const std::string failure = RunAndCheck(p);
     if (!failure.empty()) {
       ADD_FAILURE() << "program " << i << " of seed " << seed << " failed (replay: SWITCHML_DIFF_SEED=" << seed
@@ -652,6 +855,10 @@ TEST(DifferentialTest, RandomProgramsMatchTheSequentialModel) {
       return;  // one failing program is enough to read
     }
   }
+  std::printf("differential: %llu calls rejected by some rank (%llu of them for their values, e.g. a sum that "
+              "reached 2^127), %llu programs with extreme inputs, %llu with a rank that abandoned its calls\n",
+              (unsigned long long)rejected_calls, (unsigned long long)rejected_by_value,
+              (unsigned long long)extreme_programs, (unsigned long long)abandoning_programs);
 }
 
 // The same generator against a job served by 2 or 3 switches (shards, each serving a share of
@@ -660,7 +867,7 @@ TEST(DifferentialTest, RandomProgramsMatchTheModelOnSeveralShards) {
   constexpr uint64_t kSeed = 20261205;
   const uint64_t programs = EnvU64("SWITCHML_DIFF_SHARD_PROGRAMS", 40);
   for (uint64_t i = 0; i < programs; ++i) {
-    Program p = Generate(Hash(kSeed, i));
+    Program p = Decidable(Generate(Hash(kSeed, i)));
     p.cluster.shards = 2 + uint32_t(i % 2);
     p.cluster.io_threads = 1 + uint32_t((i / 2) % 2);
     const std::string failure = RunAndCheck(p);
@@ -680,7 +887,7 @@ TEST(DifferentialTest, RandomProgramsMatchTheModelWithTwoSwitchIoThreads) {
   constexpr uint64_t kSeed = 20261202;
   const uint64_t programs = EnvU64("SWITCHML_DIFF_IO_PROGRAMS", 40);
   for (uint64_t i = 0; i < programs; ++i) {
-    Program p = Generate(Hash(kSeed, i));
+    Program p = Decidable(Generate(Hash(kSeed, i)));
     p.cluster.io_threads = 2;
     const std::string failure = RunAndCheck(p);
     if (!failure.empty()) {
@@ -706,9 +913,9 @@ TEST(DifferentialTest, ModelIsSequentialAndItsBoundIsTight) {
   for (size_t i = 0; i < 3; ++i) {
     // Two in-place sums over 2 ranks: 2 * (a + b), with 32-bit wrap-around.
     const uint32_t a = InputBits(p.seed, DataType::kInt32, 0, 0, i), b = InputBits(p.seed, DataType::kInt32, 1, 0, i);
-    EXPECT_EQ(model[0][0].exact[i], 2 * (a + b));
-    EXPECT_EQ(model[1][0].exact[i], 2 * (a + b));
-    EXPECT_EQ(model[0][0].writer[i], 1);
+    EXPECT_EQ(model.ranks[0][0].exact[i], 2 * (a + b));
+    EXPECT_EQ(model.ranks[1][0].exact[i], 2 * (a + b));
+    EXPECT_EQ(model.ranks[0][0].writer[i], 1);
   }
   // One thread, 256 elements per packet: blocks [0, 256) and [256, 300).
   for (size_t first : {size_t{0}, size_t{256}}) {
@@ -720,13 +927,13 @@ TEST(DifferentialTest, ModelIsSequentialAndItsBoundIsTight) {
     for (size_t i = first; i < end; ++i) {
       const double a = std::bit_cast<float>(InputBits(p.seed, kF32, 0, 1, i));
       const double b = std::bit_cast<float>(InputBits(p.seed, kF32, 1, 1, i));
-      EXPECT_EQ(model[0][1].centre[i], 2 * (a + b)) << i;
-      EXPECT_GT(model[0][1].radius[i], 0.0) << i;
+      EXPECT_EQ(model.ranks[0][1].centre[i], 2 * (a + b)) << i;
+      EXPECT_GT(model.ranks[0][1].radius[i], 0.0) << i;
       // About 2^-24 of the block's largest magnitude (the float32 rounding of x * s is up to
       // 64 quanta when the scale is not a power of two; quantizer.h), over two chained calls:
       // far below a mix-up such as a + b instead of 2 (a + b) for any element that is not
       // negligible in its block.
-      EXPECT_LE(model[0][1].radius[i], 0x1p-20 * block_max) << i;
+      EXPECT_LE(model.ranks[0][1].radius[i], 0x1p-20 * block_max) << i;
     }
   }
 }

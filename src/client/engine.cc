@@ -50,6 +50,7 @@ SliceEngine::SliceEngine(const EngineConfig& config) : config_(config) {
   buffers_.assign(buffer_stride_ * config_.window, 0);
   size_code_ = wire::SizeCodeForElements(config_.elements_per_packet).value_or(0);
   queue_.resize(config_.window);
+  held_.assign(size_t{config_.window} * 4 * config_.elements_per_packet, 0);
   rto_ = config_.initial_rto;
 }
 
@@ -80,7 +81,21 @@ void SliceEngine::Begin(const SliceSpec& slice, TimePoint now) {
   last_progress_ = now;
   result_ = OkStatus();
   active_ = true;
-  if (float_layout_ && slice_.exponents == nullptr) {
+  in_step_ = true;
+  verdict_pending_ = slice.send_descriptor;
+  rejected_by_ = 0;
+  first_round_left_ = batch_;
+  if (slice_.rejected && !slice_.send_descriptor) {
+    // Nobody else would learn of the rejection: a programming error of the caller.
+    Finish(InternalError("a rejected slice must send the call descriptor: " + slice_.rejection.ToString()));
+    return;
+  }
+  if (slice_.rejected) {
+    // Zero payloads, no exponents, nothing read or written.
+    slice_.in = nullptr;
+    slice_.out = nullptr;
+    slice_.exponents = nullptr;
+  } else if (float_layout_ && slice_.exponents == nullptr) {
     // A spec without exponents (tests, tools): take them now, in one pass.
     own_exponents_.resize(blocks_);
     if (Status s = BlockExponents(static_cast<const float*>(slice_.in), slice_.num_elements, uint32_t(n),
@@ -107,6 +122,7 @@ void SliceEngine::BuildPacket(uint32_t p, TimePoint now) {
   s.resent = false;
   s.sent_once = false;
   s.retransmitting = false;
+  s.held = false;
   s.rto = rto_;
   s.deadline = TimePoint::max();
   const uint32_t n = config_.elements_per_packet;
@@ -120,13 +136,17 @@ void SliceEngine::BuildPacket(uint32_t p, TimePoint now) {
   h.slot = uint16_t(config_.slot_base + i);
   h.set = s.set;
   uint8_t* payload = buf + wire::kPrefixBytes;
-  if (float_layout_ && p < blocks_) h.exp0 = slice_.exponents[p];
+  // A rejecting worker's exponent packets carry the all-zero block's exponent (nothing is
+  // quantized with what comes back).
+  if (float_layout_ && p < blocks_) h.exp0 = slice_.rejected ? int8_t{-126} : slice_.exponents[p];
   wire::EncodePrefix(h, buf);
 
   // Which data block this packet carries, if any.
   const int64_t block = int64_t{p} - int64_t(data_offset_);
   uint32_t len = 0;
-  if (block >= 0 && uint64_t(block) < blocks_) {
+  if (slice_.rejected) {
+    // The first round only (nothing follows it), zero payloads.
+  } else if (block >= 0 && uint64_t(block) < blocks_) {
     len = BlockLength(uint64_t(block));
     const uint64_t offset = uint64_t(block) * n;
     if (float_layout_) {
@@ -152,8 +172,11 @@ void SliceEngine::BuildPacket(uint32_t p, TimePoint now) {
     } else {
       wire::Int32ToBE(static_cast<const int32_t*>(slice_.in) + offset, len, payload);
     }
-  } else if (p == 0 && slice_.send_descriptor) {
-    wire::EncodeDescriptor({slice_.job_id, slice_.call_elements, uint8_t(slice_.type)}, payload);
+  }
+  if (p == 0 && slice_.send_descriptor) {
+    // Packet 0 carries no data: the exponent packet of block 0 (float32) or a leading
+    // descriptor-only packet (data_offset_ == 1).
+    wire::EncodeDescriptor({slice_.job_id, slice_.call_elements, uint8_t(slice_.type), slice_.rejected}, payload);
     len = wire::kDescriptorElements;
   }
   // Deterministic padding (the reference sends whatever the buffer held).
@@ -239,7 +262,7 @@ void SliceEngine::OnDatagram(std::span<const uint8_t> bytes, TimePoint now) {
   }
   const uint32_t i = h.slot - config_.slot_base;
   Slot& s = slots_[i];
-  if (s.packet == kIdle || h.tsi != s.packet || h.set != s.set) {
+  if (s.packet == kIdle || s.held || h.tsi != s.packet || h.set != s.set) {
     ++stats_.duplicates;
     return;
   }
@@ -247,34 +270,91 @@ void SliceEngine::OnDatagram(std::span<const uint8_t> bytes, TimePoint now) {
   const uint32_t p = s.packet;
   ++stats_.results_received;
   if (!s.resent && s.sent_once) SampleRtt(now - s.sent_at);
-  const uint32_t n = config_.elements_per_packet;
-  if (p == 0 && slice_.send_descriptor) {
-    const wire::CallDescriptor mine{slice_.job_id, slice_.call_elements, uint8_t(slice_.type)};
-    if (std::string why = wire::CheckDescriptor(mine, v.payload, config_.num_workers); !why.empty()) {
-      Finish(InvalidArgumentError("the workers' all-reduce calls #" + std::to_string(slice_.job_id) +
-                                  " do not match: " + why +
-                                  "; every worker must make the same calls (same element counts and "
-                                  "types) in the same order"));
-      return;
-    }
-  }
-  if (p >= data_offset_) {
-    const uint64_t block = p - data_offset_;
-    if (float_layout_) {
-      quant::DequantizeFromBE(v.payload, BlockLength(block), s.scale,
-                              static_cast<float*>(slice_.out) + block * n);
-    } else {
-      wire::BEToInt32(v.payload, BlockLength(block), static_cast<int32_t*>(slice_.out) + block * n);
-    }
-  }
-  if (float_layout_ && p < blocks_) {
-    s.scale = quant::ScaleForExponent(h.exp0, config_.num_workers);
-    s.max_exp = h.exp0;
-  }
-  ++completed_;
   last_progress_ = now;
   s.deadline = TimePoint::max();
   s.retransmitting = false;
+  if (p < batch_) --first_round_left_;
+  if (p == 0 && slice_.send_descriptor) {
+    OnVerdict(i, v.payload, h.exp0, now);
+    return;
+  }
+  if (verdict_pending_) {
+    // First round, before the verdict: keep the result (an int32 payload; the slot's own buffer
+    // still holds the request, which a retransmission already queued may send), do not refill.
+    s.held = true;
+    s.held_exp0 = h.exp0;
+    if (p >= data_offset_) std::memcpy(HeldPayload(i), v.payload, 4 * size_t{config_.elements_per_packet});
+    return;
+  }
+  if (rejected_by_ > 0) {
+    // The call was rejected: this is the rest of the first round, which every worker waits for.
+    s.packet = kIdle;
+    if (first_round_left_ == 0) Finish(result_);
+    return;
+  }
+  Complete(i, v.payload, h.exp0, now);
+}
+
+void SliceEngine::OnVerdict(uint32_t i, const uint8_t* payload, int8_t exp0, TimePoint now) {
+  verdict_pending_ = false;
+  const wire::CallDescriptor mine{slice_.job_id, slice_.call_elements, uint8_t(slice_.type), slice_.rejected};
+  const wire::DescriptorVerdict verdict = wire::CheckDescriptor(mine, payload, config_.num_workers);
+  if (!verdict.mismatch.empty()) {
+    Finish(InvalidArgumentError("the workers' all-reduce calls #" + std::to_string(slice_.job_id) +
+                                " do not match: " + verdict.mismatch +
+                                "; every worker must make the same calls (same element counts and "
+                                "types) in the same order"));
+    return;
+  }
+  if (verdict.rejected_by > 0 || slice_.rejected) {
+    // Rejected by some worker: nothing is written and nothing follows the first round, on
+    // every worker; the slice ends when the whole first round is back.
+    rejected_by_ = std::max<uint32_t>(verdict.rejected_by, 1);
+    if (slice_.rejected) {
+      result_ = slice_.rejection;
+    } else {
+      const uint32_t n = config_.num_workers;
+      result_ = AbortedError(
+          "all-reduce #" + std::to_string(slice_.job_id) + " was rejected by " +
+          (n == 2 ? std::string("the other worker") : std::to_string(rejected_by_) + " of the " + std::to_string(n) + " workers") +
+          " (its arguments or input; that worker's error says which), so it failed on every worker without "
+          "writing any output; the calls after it are not affected");
+    }
+    for (uint32_t j = 0; j < batch_; ++j) {
+      if (slots_[j].held || j == i) {
+        slots_[j].held = false;
+        slots_[j].packet = kIdle;
+      }
+    }
+    if (first_round_left_ == 0) Finish(result_);
+    return;
+  }
+  // The same call everywhere, rejected by nobody: process packet 0, then the held results.
+  Complete(i, payload, exp0, now);
+  for (uint32_t j = 0; j < batch_ && active_; ++j) {
+    if (!slots_[j].held) continue;
+    slots_[j].held = false;
+    Complete(j, HeldPayload(j), slots_[j].held_exp0, now);
+  }
+}
+
+void SliceEngine::Complete(uint32_t i, const uint8_t* payload, int8_t exp0, TimePoint now) {
+  Slot& s = slots_[i];
+  const uint32_t p = s.packet;
+  const uint32_t n = config_.elements_per_packet;
+  if (p >= data_offset_) {
+    const uint64_t block = p - data_offset_;
+    if (float_layout_) {
+      quant::DequantizeFromBE(payload, BlockLength(block), s.scale, static_cast<float*>(slice_.out) + block * n);
+    } else {
+      wire::BEToInt32(payload, BlockLength(block), static_cast<int32_t*>(slice_.out) + block * n);
+    }
+  }
+  if (float_layout_ && p < blocks_) {
+    s.scale = quant::ScaleForExponent(exp0, config_.num_workers);
+    s.max_exp = exp0;
+  }
+  ++completed_;
   if (uint64_t{p} + batch_ < total_) {
     BuildPacket(p + batch_, now);
   } else {
@@ -302,7 +382,7 @@ void SliceEngine::OnTick(TimePoint now) {
   TimePoint next = TimePoint::max();
   for (uint32_t i = 0; i < batch_; ++i) {
     Slot& s = slots_[i];
-    if (s.packet == kIdle || s.queued) continue;
+    if (s.packet == kIdle || s.queued || s.held) continue;
     if (s.deadline <= now) {
       ++stats_.timeouts;
       s.rto = std::min<Duration>(s.rto * 2, config_.max_rto);
@@ -331,8 +411,12 @@ void SliceEngine::Abort(Status why) {
 
 void SliceEngine::Finish(Status s) {
   active_ = false;
+  // In step: completed, or rejected with the whole first round back (rejected_by_ > 0 is set
+  // only by a consistent verdict).
+  in_step_ = s.ok() ? completed_ == total_ : rejected_by_ > 0 && first_round_left_ == 0;
   result_ = std::move(s);
   for (uint32_t i = 0; i < batch_; ++i) {
+    slots_[i].held = false;
     slots_[i].packet = kIdle;
     slots_[i].queued = false;
     slots_[i].retransmitting = false;

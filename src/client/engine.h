@@ -41,6 +41,18 @@
 // descriptor that differs on any worker (element count, type, call number) fails the slice with
 // INVALID_ARGUMENT on every worker, so workers that disagree never get a result.
 //
+// Rejected calls (the verdict): until packet 0's result is back, nobody knows whether some
+// worker rejected the call, so the first round (packets 0 .. B-1) is held: results that arrive
+// before packet 0's are accepted but neither written to the output nor followed by the slot's
+// next packet (an int32 result's payload waits in a per-slot buffer). If packet 0's sum says the call is the same everywhere and nobody rejected
+// it, the held results are processed and the slice streams on. If k > 0 workers rejected it
+// (SliceSpec::rejected: the worker sends the same first round with zero payloads and its
+// rejected flag set), every worker ends the slice after the whole first round is back, having
+// written nothing, with every slot's set flipped exactly once on every worker: the slice fails
+// "in step" (ended_in_step()), so the slot state of all workers still agrees and the next call
+// pairs with the next call everywhere. A round trip per slice is the cost; on the common path
+// results come back in order and nothing waits (packet 0 is sent first on every worker).
+//
 // Not thread-safe: used by its worker thread only (stats are copied out by that thread).
 #pragma once
 
@@ -84,6 +96,11 @@ struct SliceSpec {
   // call is checked on every worker even when it has no elements.
   bool send_descriptor = false;
   uint64_t call_elements = 0;  // elements of the whole call (the descriptor's count)
+  // This worker rejects the call (its arguments or input): the slice sends the first round with
+  // zero payloads (in/out/exponents are not used and may be null) and the descriptor's rejected
+  // flag, and ends in step with `rejection` as its result. Requires send_descriptor.
+  bool rejected = false;
+  Status rejection;
 };
 
 struct EngineStats {
@@ -114,6 +131,10 @@ class SliceEngine {
   bool active() const { return active_; }
   // Result of the last slice, valid when !active().
   const Status& result() const { return result_; }
+  // Valid when !active(): the slice ended with every worker's slot state in agreement (it
+  // completed, or it was rejected and its first round came back). A slice that failed in any
+  // other way (timeout, mismatch, abort) leaves the slot state unknown.
+  bool ended_in_step() const { return in_step_; }
   // Fails the running slice with `why` (e.g. CANCELLED at shutdown).
   void Abort(Status why);
 
@@ -148,6 +169,8 @@ class SliceEngine {
     bool retransmitting = false;  // queued because its timer fired
     bool resent = false;       // sent more than once: no RTT sample (Karn)
     bool sent_once = false;    // sent_at is valid
+    bool held = false;         // result accepted before the verdict; processed once it is known
+    int8_t held_exp0 = 0;      // that result's exponent field
     float scale = 0.0f;        // float32: scale of the block this slot carries next
     int8_t max_exp = 0;        // float32: the switch-wide exponent behind `scale`
     Duration rto{};
@@ -156,16 +179,24 @@ class SliceEngine {
   };
 
   void BuildPacket(uint32_t p, TimePoint now);
+  // Processes the accepted result of the packet on slot i (payload: its elements): writes the
+  // output, keeps the float32 scale, queues the slot's next packet, finishes the slice when it
+  // was the last.
+  void Complete(uint32_t i, const uint8_t* payload, int8_t exp0, TimePoint now);
+  // Packet 0's result came back: checks the descriptor and releases or drops the held results.
+  void OnVerdict(uint32_t i, const uint8_t* payload, int8_t exp0, TimePoint now);
   void Queue(uint32_t slot_index);
   void Finish(Status s);
   void SampleRtt(Duration rtt);
   uint8_t* Buffer(uint32_t i) { return buffers_.data() + size_t{i} * buffer_stride_; }
   const uint8_t* Buffer(uint32_t i) const { return buffers_.data() + size_t{i} * buffer_stride_; }
+  uint8_t* HeldPayload(uint32_t i) { return held_.data() + size_t{i} * 4 * config_.elements_per_packet; }
   uint32_t BlockLength(uint64_t block) const;
 
   EngineConfig config_;
   std::vector<Slot> slots_;
   std::vector<uint8_t> buffers_;
+  std::vector<uint8_t> held_;  // int32 payloads of first-round results held until the verdict
   size_t buffer_stride_ = 0;
   uint8_t size_code_ = 0;
   std::vector<uint32_t> queue_;  // ring of slot indices, capacity W
@@ -184,6 +215,10 @@ class SliceEngine {
   bool float_layout_ = false;  // float32 with data: exponent packets lead
   uint64_t total_ = 0;       // packets including the float32 exponent batch and descriptor
   uint64_t completed_ = 0;
+  bool in_step_ = true;          // see ended_in_step()
+  bool verdict_pending_ = false; // packet 0's descriptor result has not come back yet
+  uint32_t rejected_by_ = 0;     // workers that rejected this call (from the verdict)
+  uint32_t first_round_left_ = 0;  // first-round results not yet back
   TimePoint last_progress_{};
   TimePoint next_timer_ = TimePoint::max();
 

@@ -120,6 +120,13 @@ class Sim {
     deliver.swap(delivering_);
     delivering_.swap(in_flight_down_);
     for (auto& p : deliver) {
+      if (drop_first_result_of_slot0_to_rank0_ && !dropped_slot0_result_ && p.to == WorkerEp(0)) {
+        wire::PacketView v;
+        if (wire::Decode(p.bytes, &v) == wire::DecodeError::kOk && v.header.slot == 0) {
+          dropped_slot0_result_ = true;
+          continue;
+        }
+      }
       for (uint32_t r = 0; r < n_; ++r) {
         if (p.to == WorkerEp(r)) engines_[r].OnDatagram(p.bytes, now_);
       }
@@ -132,6 +139,7 @@ class Sim {
   uint32_t n_;
   double loss_up_, loss_down_;
   bool duplicate_up_ = false, duplicate_down_ = false;
+  bool drop_first_result_of_slot0_to_rank0_ = false, dropped_slot0_result_ = false;
   std::mt19937_64 rng_;
   std::optional<dataplane::SwitchCore> core_;
   std::vector<SliceEngine> engines_;
@@ -435,6 +443,92 @@ TEST(EngineTest, DescriptorMismatchFailsEveryWorkerInTheFirstRoundTrip) {
       EXPECT_LT(sim.now_ - start, std::chrono::milliseconds(50));
     }
   }
+}
+
+// A call some worker rejects (SliceSpec::rejected) fails on every worker in step, writes
+// nothing, and the slices after it are exact: over many slices with loss both ways, random
+// rejecting workers, int32 and float32, windows larger and smaller than the slice, and the
+// slot sets of all workers still agreeing after each slice.
+TEST(EngineTest, RejectedSlicesFailInStepAndTheNextSlicesAreExact) {
+  constexpr uint32_t kN = 3, kWindow = 6, kElements = 64;
+  Sim sim(kN, kWindow, kElements, /*loss_up=*/0.03, /*loss_down=*/0.03, /*seed=*/17);
+  std::mt19937_64 rng(99);
+  uint32_t rejected_slices = 0;
+  for (uint64_t job = 1; job <= 60; ++job) {
+    const DataType type = job % 2 ? DataType::kInt32 : DataType::kFloat32;
+    const size_t count = 1 + rng() % (kElements * 10);
+    const int rejecter = rng() % 3 == 0 ? int(rng() % kN) : -1;
+    std::vector<std::vector<int32_t>> in(kN, std::vector<int32_t>(count)), out(kN, std::vector<int32_t>(count, -7));
+    std::vector<std::vector<float>> fin(kN, std::vector<float>(count)), fout(kN, std::vector<float>(count, -7.0f));
+    std::vector<SliceSpec> specs;
+    for (uint32_t r = 0; r < kN; ++r) {
+      testing::FillInt32(r, job * 1000, in[r].data(), count);
+      for (size_t i = 0; i < count; ++i) fin[r][i] = float(int(r + 1) * int(i % 100));
+      SliceSpec s{job, type, type == DataType::kInt32 ? static_cast<const void*>(in[r].data()) : fin[r].data(),
+                  type == DataType::kInt32 ? static_cast<void*>(out[r].data()) : fout[r].data(), count};
+      s.send_descriptor = true;
+      s.call_elements = count;
+      if (int(r) == rejecter) {
+        s.rejected = true;
+        s.rejection = InvalidArgumentError("rank " + std::to_string(r) + " rejects job " + std::to_string(job));
+      }
+      specs.push_back(s);
+    }
+    const std::vector<Status> st = sim.Run(specs);
+    for (uint32_t r = 0; r < kN; ++r) {
+      SCOPED_TRACE("job " + std::to_string(job) + " rank " + std::to_string(r));
+      ASSERT_FALSE(sim.engines_[r].active());
+      EXPECT_TRUE(sim.engines_[r].ended_in_step()) << st[r];
+      if (rejecter < 0) {
+        ASSERT_TRUE(st[r].ok()) << st[r];
+        for (size_t i = 0; i < count; ++i) {
+          if (type == DataType::kInt32) {
+            uint32_t want = 0;
+            for (uint32_t k = 0; k < kN; ++k) want += uint32_t(in[k][i]);
+            ASSERT_EQ(uint32_t(out[r][i]), want) << i;
+          } else {
+            ASSERT_EQ(fout[r][i], float(6 * int(i % 100))) << i;
+          }
+        }
+      } else {
+        EXPECT_EQ(st[r].code(), int(r) == rejecter ? StatusCode::kInvalidArgument : StatusCode::kAborted) << st[r];
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(out[r][i], -7) << "a rejected call wrote element " << i;
+          ASSERT_EQ(fout[r][i], -7.0f) << "a rejected call wrote element " << i;
+        }
+      }
+    }
+    if (rejecter >= 0) ++rejected_slices;
+    for (uint32_t slot = 0; slot < kWindow; ++slot)
+      for (uint32_t r = 1; r < kN; ++r) ASSERT_EQ(sim.engines_[r].next_set(slot), sim.engines_[0].next_set(slot));
+  }
+  EXPECT_GT(rejected_slices, 10u);
+  uint64_t retx = 0;
+  for (auto& e : sim.engines_) retx += e.stats().retransmissions;
+  EXPECT_GT(retx, 0u);  // the losses hit first rounds too
+}
+
+// A first-round result that overtakes packet 0's is held, then written when the verdict comes:
+// drop packet 0's result on its way to worker 0 once, so every other first-round result of
+// worker 0 arrives before it.
+TEST(EngineTest, FirstRoundResultsThatOvertakePacketZeroAreHeldAndThenWritten) {
+  Sim sim(2, 4, 64);
+  std::vector<std::vector<int32_t>> in(2, std::vector<int32_t>(64 * 8)), out(2, std::vector<int32_t>(64 * 8));
+  for (uint32_t r = 0; r < 2; ++r) testing::FillInt32(r, 5, in[r].data(), in[r].size());
+  std::vector<SliceSpec> specs;
+  for (uint32_t r = 0; r < 2; ++r) {
+    SliceSpec s{3, DataType::kInt32, in[r].data(), out[r].data(), in[r].size()};
+    s.send_descriptor = true;
+    s.call_elements = in[r].size();
+    specs.push_back(s);
+  }
+  sim.drop_first_result_of_slot0_to_rank0_ = true;
+  const auto st = sim.Run(specs);
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(st[r].ok()) << st[r];
+  EXPECT_TRUE(sim.dropped_slot0_result_);
+  for (size_t i = 0; i < in[0].size(); ++i) ASSERT_EQ(out[0][i], int32_t(uint32_t(in[0][i]) + uint32_t(in[1][i]))) << i;
+  EXPECT_EQ(out[0], out[1]);
+  EXPECT_GE(sim.engines_[0].stats().retransmissions, 1u);
 }
 
 }  // namespace

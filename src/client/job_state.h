@@ -30,8 +30,26 @@ struct JobState {
   // Ordering (set by Submit before the slices are queued, then read-only).
   uintptr_t in_begin = 0, in_end = 0, out_begin = 0, out_end = 0;  // byte ranges of the buffers
   std::vector<std::weak_ptr<JobState>> deps;  // earlier jobs that must finish first (expired = done)
-  bool exponents_at_start = false;  // float32 input written by a dependency: scan it at slice start
+
+  // float32 input written by a dependency: the whole input is scanned once, by the first slice
+  // that starts (all dependencies are finished by then), so that every slice of this worker
+  // knows before it sends anything whether the call must be rejected (non-finite input).
+  bool exponents_at_start = false;
+  const float* in = nullptr;       // the call's input (float32), set by Submit
+  std::vector<size_t> slice_offsets, slice_lengths, slice_first_blocks;  // per worker thread
+  std::once_flag start_scan_once;
+  Status start_scan;               // written once under start_scan_once
+
+  // Submit rejected this call: its slices run only the first round with the rejected flag
+  // (engine.h, "Rejected calls"), so that it fails on every worker and uses its call number.
+  // The caller got the error at once through another, already done, handle; this job is not
+  // counted in Stats a second time.
+  bool rejected_at_submit = false;
 };
+
+// Takes the block exponents of every slice of a float32 call (job.in, the slice vectors) into
+// job.exponents. INVALID_ARGUMENT naming the first non-finite (or too large) element.
+Status ScanExponents(JobState& job, uint32_t block);
 
 struct SliceTask {
   std::shared_ptr<JobState> job;

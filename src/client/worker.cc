@@ -41,8 +41,9 @@ void Worker::Stop() {
     std::lock_guard lock(mu_);
     left.swap(queue_);
   }
-  for (auto& t : left) owner_->OnSliceDone(t.job, CancelledError("context destroyed before job " +
-                                                                  std::to_string(t.job->id) + " ran"));
+  for (auto& t : left)
+    owner_->OnSliceDone(t.job, CancelledError("context destroyed before all-reduce #" + std::to_string(t.job->id) + " ran"),
+                        /*in_step=*/false);
 }
 
 EngineStats Worker::stats() const {
@@ -65,9 +66,9 @@ void Worker::Run() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    Status result = RunSlice(task);
+    const Status result = RunSlice(task);
     PublishStats();
-    owner_->OnSliceDone(task.job, result);
+    owner_->OnSliceDone(task.job, result, ran_ && engine_.ended_in_step());
   }
 }
 
@@ -78,39 +79,41 @@ Status Worker::PrepareSlice(SliceTask& task) {
     if (!dep) continue;  // gone: it finished and nobody holds it any more
     const AllReduceHandle h = ContextImpl::MakeHandle(dep);
     // Its slices are ahead of ours in every worker's queue, so it finishes (or fails by its own
-    // timeout); the short waits only let a stopping context leave promptly.
+    // timeout); the short waits only let a stopping context leave promptly. Its result does not
+    // matter here: a call that failed in step wrote nothing (its buffers are as they were), and
+    // one that failed otherwise broke the context, which RunSlice checks next.
     while (!h.WaitFor(std::chrono::milliseconds(20))) {
       if (stop_.load(std::memory_order_acquire)) {
-        return CancelledError("context destroyed while job " + std::to_string(job.id) + " waited for job " +
-                              std::to_string(dep->id));
+        return CancelledError("context destroyed while all-reduce #" + std::to_string(job.id) +
+                              " waited for all-reduce #" + std::to_string(dep->id));
       }
-    }
-    if (Status st = h.status(); !st.ok()) {
-      return AbortedError("job " + std::to_string(job.id) + " not started: job " + std::to_string(dep->id) +
-                          ", whose buffers it shares, failed: " + st.ToString());
     }
   }
   if (job.exponents_at_start && task.spec.num_elements > 0) {
-    // The input is an earlier job's output, final only now: take the exponents from it.
-    Status st = BlockExponents(static_cast<const float*>(task.spec.in), task.spec.num_elements,
-                               owner_->options().elements_per_packet, job.exponents.data() + task.first_block,
-                               task.element_offset);
-    if (!st.ok()) {
-      return InvalidArgumentError(st.message() + " (the input of job " + std::to_string(job.id) +
-                                  " is the output of an earlier job, so it was checked only when the job "
-                                  "started, after other slices may have been sent: this context is now "
-                                  "unusable and the other workers' job fails by its timeout)");
+    // The input is an earlier call's output, final only now. The first slice to get here scans
+    // all of it, so every slice of this worker knows before sending anything whether the call
+    // is rejected.
+    std::call_once(job.start_scan_once,
+                   [&] { job.start_scan = ScanExponents(job, owner_->options().elements_per_packet); });
+    if (!job.start_scan.ok()) {
+      task.spec.rejected = task.spec.send_descriptor;
+      task.spec.rejection = InvalidArgumentError(
+          job.start_scan.message() + " (the input of all-reduce #" + std::to_string(job.id) +
+          " is the output of an earlier call, so it was checked when the call started; the call failed on every "
+          "worker and wrote nothing)");
     }
   }
   return OkStatus();
 }
 
 Status Worker::RunSlice(SliceTask& task) {
+  ran_ = false;
   if (Status st = PrepareSlice(task); !st.ok()) return st;
   if (owner_->broken()) {
-    return AbortedError("job " + std::to_string(task.job->id) +
+    return AbortedError("all-reduce #" + std::to_string(task.job->id) +
                         " not started: " + owner_->broken_status().ToString());
   }
+  ran_ = true;
   engine_.Begin(task.spec, Clock::now());
   constexpr size_t kBurst = 32;  // ~32 datagrams per syscall amortises the ~6 us call cost.
   transport::TxDatagram tx[kBurst];

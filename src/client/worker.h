@@ -42,8 +42,8 @@ class Worker {
   void Run();
   Status RunSlice(SliceTask& task);
   // Waits until the job's dependencies finished and, when the job reads one's output, takes the
-  // slice's block exponents. Errors: CANCELLED (context stopping), ABORTED (a dependency
-  // failed), INVALID_ARGUMENT (non-finite input).
+  // block exponents (marking the slice rejected when the input is not finite). Errors:
+  // CANCELLED (context stopping).
   Status PrepareSlice(SliceTask& task);
   void PublishStats();
 
@@ -56,6 +56,7 @@ class Worker {
   std::condition_variable cv_;
   std::deque<SliceTask> queue_;  // guarded by mu_
   std::atomic<bool> stop_{false};
+  bool ran_ = false;  // the current slice reached the engine (worker thread only)
 
   // Stats published by the worker thread for GetStats().
   mutable std::mutex stats_mu_;

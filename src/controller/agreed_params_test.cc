@@ -216,7 +216,7 @@ TEST_F(AgreedParamsTest, SessionListsEveryDifferingFieldAndRefusesMixedReference
   auto mixed = client->UdpSession(Ours(1, 2, 7102));
   EXPECT_EQ(mixed.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(mixed.status().message(),
-              HasSubstr("rank 1 registered protocol_version=1 and num_worker_threads=1 and "
+              HasSubstr("rank 1 registered protocol_version=2 and num_worker_threads=1 and "
                         "window_packets=8 and elements_per_packet=64, but rank 0 registered "
                         "protocol_version=0 and num_worker_threads=0 and window_packets=0 and "
                         "elements_per_packet=0 for the session; every worker of a session must "

@@ -63,8 +63,10 @@ struct WorkerRegistration {
 };
 
 // The data-path protocol of this library's client, registered as
-// WorkerRegistration::protocol_version: 1 = per-call descriptor packets. 0 = not sent.
-inline constexpr uint32_t kClientProtocolVersion = 1;
+// WorkerRegistration::protocol_version: 1 = per-call descriptor packets; 2 = the descriptor
+// carries the rejected flag (a call one worker rejects runs its first round and fails on every
+// worker). 0 = not sent.
+inline constexpr uint32_t kClientProtocolVersion = 2;
 
 struct SwitchInfo {
   uint64_t mac = 0;

@@ -1,5 +1,6 @@
 #include "wire/call_descriptor.h"
 
+#include <algorithm>
 #include <array>
 
 #include "common/endian.h"
@@ -11,12 +12,13 @@ namespace {
 using Bytes = std::array<uint8_t, kDescriptorBytes>;
 
 // Field layout of the descriptor bytes.
-constexpr size_t kVersionByte = 0, kTypeByte = 1, kCountByte = 2, kCallByte = 10;
+constexpr size_t kVersionByte = 0, kTypeByte = 1, kRejectedByte = 2, kCountByte = 3, kCallByte = 11;
 
 Bytes ToBytes(const CallDescriptor& d) {
   Bytes b{};
   b[kVersionByte] = kDescriptorVersion;
   b[kTypeByte] = d.type;
+  b[kRejectedByte] = d.rejected ? 1 : 0;
   for (size_t i = 0; i < 8; ++i) b[kCountByte + i] = uint8_t(d.num_elements >> (8 * i));
   for (size_t i = 0; i < 4; ++i) b[kCallByte + i] = uint8_t(d.call_id >> (8 * i));
   return b;
@@ -40,14 +42,24 @@ void EncodeDescriptor(const CallDescriptor& d, uint8_t* payload) {
   }
 }
 
-std::string CheckDescriptor(const CallDescriptor& mine, const uint8_t* summed, uint32_t num_workers) {
+DescriptorVerdict CheckDescriptor(const CallDescriptor& mine, const uint8_t* summed, uint32_t num_workers) {
   const Bytes b = ToBytes(mine);
   const uint64_t n = num_workers == 0 ? 1 : num_workers;
+  DescriptorVerdict verdict;
   Bytes other{};          // with two workers: the other worker's bytes
   bool differs[kDescriptorBytes] = {};
   bool any = false, other_exact = n == 2;
   for (size_t i = 0; i < kDescriptorBytes; ++i) {
     const uint64_t s1 = LoadBE32(summed + 8 * i), s2 = LoadBE32(summed + 8 * i + 4);
+    if (i == kRejectedByte) {
+      // Each worker sent 0 or 1: S1 = S2 = the number that sent 1, at least ours, at most n.
+      if (s1 != s2 || s1 > n || s1 < b[i]) {
+        differs[i] = true;
+        any = true;
+      }
+      verdict.rejected_by = uint32_t(std::min<uint64_t>(s1, n));
+      continue;
+    }
     differs[i] = s1 != n * b[i] || s2 != n * b[i] * b[i];
     any |= differs[i];
     if (n == 2) {
@@ -57,7 +69,7 @@ std::string CheckDescriptor(const CallDescriptor& mine, const uint8_t* summed, u
       other[i] = uint8_t(o);
     }
   }
-  if (!any) return "";
+  if (!any) return verdict;
   auto range_differs = [&](size_t first, size_t len) {
     for (size_t i = first; i < first + len; ++i)
       if (differs[i]) return true;
@@ -84,7 +96,8 @@ std::string CheckDescriptor(const CallDescriptor& mine, const uint8_t* summed, u
     add(s + "): the workers issued different numbers of all-reduce calls");
   }
   if (why.empty()) add("the descriptor sum is inconsistent (a corrupted or foreign datagram)");
-  return why;
+  verdict.mismatch = std::move(why);
+  return verdict;
 }
 
 }  // namespace switchml::wire

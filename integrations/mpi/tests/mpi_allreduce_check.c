@@ -14,8 +14,9 @@
  *
  * --error-mode (only meaningful with the interposer and N >= 2): with MPI_ERRORS_RETURN, rank 1
  * passes a NaN to a routed float MPI_Iallreduce, which SwitchML cannot quantize: rank 1's call
- * must fail at once, the other ranks' MPI_Wait must return an error when their job times out;
- * then a routed MPI_Allreduce must fail on every rank and a PMPI call must still work.
+ * must fail at once, the other ranks' MPI_Wait must return an error (the rejected call fails on
+ * every rank, in its first round trip); then a routed MPI_Allreduce must give the exact sum on
+ * every rank (the rejection shifted nothing) and a PMPI call must still work.
  * Exit status 0 iff all of that holds on every rank.
  *
  * The call sequence (the test script expects these counts; keep them in sync):
@@ -103,7 +104,7 @@ static void Must(int rc, const char* what) {
 static int ErrorMode(void) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   /* 1. Routed MPI_Iallreduce, NaN on rank 1: rank 1's call fails at once; the others get a
-   *    request whose MPI_Wait reports the timeout (the asynchronous error path). */
+   *    request whose MPI_Wait reports the rejection (the asynchronous error path). */
   long n = 1000;
   float* x = Alloc(n * sizeof(float));
   for (long i = 0; i < n; ++i) x[i] = FloatInput(g_rank, i);
@@ -112,16 +113,22 @@ static int ErrorMode(void) {
   int rc1 = MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
   int rc2 = rc1 == MPI_SUCCESS ? MPI_Wait(&req, MPI_STATUS_IGNORE) : rc1;
   int async_ok = g_rank == 1 ? rc1 != MPI_SUCCESS : (rc1 == MPI_SUCCESS && rc2 != MPI_SUCCESS);
-  /* 2. A later routed MPI_Allreduce fails at once on every rank. */
+  /* 2. A later routed MPI_Allreduce gives the exact sum on every rank. */
   int y[16];
   for (int i = 0; i < 16; ++i) y[i] = IntInput(g_rank, i);
   int rc3 = MPI_Allreduce(MPI_IN_PLACE, y, 16, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  int y_exact = 1;
+  for (int i = 0; i < 16; ++i) {
+    long long want = 0;
+    for (int r = 0; r < g_size; ++r) want += IntInput(r, i);
+    if (y[i] != (int)want) y_exact = 0;
+  }
   /* 3. PMPI calls still work. */
   double d = 1.0, dsum = 0.0;
   int rc4 = MPI_Allreduce(&d, &dsum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  int ok = async_ok && rc3 != MPI_SUCCESS && rc4 == MPI_SUCCESS && dsum == g_size;
-  printf("rank %d error mode: MPI_Iallreduce rc=%d MPI_Wait rc=%d MPI_Allreduce rc=%d PMPI double rc=%d -> %s\n",
-         g_rank, rc1, rc2, rc3, rc4, ok ? "ok" : "WRONG");
+  int ok = async_ok && rc3 == MPI_SUCCESS && y_exact && rc4 == MPI_SUCCESS && dsum == g_size;
+  printf("rank %d error mode: MPI_Iallreduce rc=%d MPI_Wait rc=%d MPI_Allreduce rc=%d exact=%d PMPI double rc=%d -> %s\n",
+         g_rank, rc1, rc2, rc3, y_exact, rc4, ok ? "ok" : "WRONG");
   fflush(stdout);
   int all_ok = 0;
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

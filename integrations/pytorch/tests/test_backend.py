@@ -417,6 +417,20 @@ def worker_suite(args):
     x = torch.full((10,), rank + 1, dtype=torch.int32)
     dist.all_reduce(x)
     c.check(torch.equal(x, torch.full((10,), 3, dtype=torch.int32)), "group still works after that error")
+    # A call only rank 0 rejects (NaN in its x) fails on both ranks, and y and z, the calls after
+    # it, are exact on both (the rejected call still uses its call number on rank 0).
+    x = torch.full((1024,), float(rank + 1))
+    y = torch.full((1024,), 100.0 * (rank + 1))
+    z = torch.full((1024,), 10000.0 * (rank + 1))
+    if rank == 0:
+        x[700] = float("nan")
+    c.raises(lambda: dist.all_reduce(x), RuntimeError, "NaN" if rank == 0 else "was rejected by",
+             "a call rank 0 rejects raises on every rank")
+    c.check(rank == 0 or torch.equal(x, torch.full((1024,), float(rank + 1))), "... and writes nothing")
+    dist.all_reduce(y)
+    dist.all_reduce(z)
+    c.check(torch.equal(y, torch.full((1024,), 300.0)) and torch.equal(z, torch.full((1024,), 30000.0)),
+            f"the calls after it are exact on every rank (y[0] = {y[0].item()}, z[0] = {z[0].item()})")
 
     # Delegated to Gloo: broadcast, allgather, barrier.
     x = rank_data(rank, 500, torch.float32, 70)
