@@ -110,6 +110,9 @@ TEST_P(IoThreadsTest, Job0ExactThroughTheClient) {
   auto cluster = LoopbackCluster::Create(2, FastOptions(worker_threads), {}, sc).value();
   // Enough packets that every worker thread sends: 64 elements x 8 per thread, twice over.
   AllReduceAndVerify({&cluster->ctx(0), &cluster->ctx(1)}, 64 * 8 * worker_threads * 2 + 17, 5);
+  // Counters are compared once nothing arrives any more (a late duplicate could otherwise land
+  // between two reads, however quickly they follow each other on a loaded machine).
+  cluster->server().Stop();
   ExpectCountersPerThread(cluster->server(), worker_threads);
 }
 
@@ -223,6 +226,11 @@ TEST(IoThreadsServiceJobTest, ExactAndCountedPerJob) {
                     job->token, 7000);
     ASSERT_EQ(ctx.size(), 3u);
     AllReduceAndVerify(Ptrs(ctx), 3000, 11);
+    // Counters are compared once nothing arrives any more: with the workers gone and the I/O
+    // threads stopped (read while a late retransmission still arrives, two reads differed by
+    // a few datagrams on a loaded machine).
+    ctx.clear();
+    s.server->Stop();
     ExpectCountersPerThread(*s.server, worker_threads);
     // The job's counters are summed over the I/O threads like the switch's.
     auto info = s.server->GetJob(job->job_id);
@@ -232,8 +240,6 @@ TEST(IoThreadsServiceJobTest, ExactAndCountedPerJob) {
     uint64_t by_rank = 0;
     for (const auto& w : info->workers) by_rank += w.received;
     EXPECT_EQ(by_rank, info->counters.received);
-    ctx.clear();
-    s.server->Stop();
   }
 }
 
