@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "quant/quantizer.h"
 #include "switchml/status.h"
 #include "switchml/types.h"
 #include "transport/channel.h"
@@ -148,7 +149,7 @@ class SliceEngine {
     bool retransmitting = false;  // queued because its timer fired
     bool resent = false;       // sent more than once: no RTT sample (Karn)
     bool sent_once = false;    // sent_at is valid
-    float scale = 0.0f;        // float32: scale of the block this slot carries next
+    quant::Scale scale;        // float32: scale of the block this slot carries next
     int8_t max_exp = 0;        // float32: the switch-wide exponent behind `scale`
     Duration rto{};
     TimePoint sent_at{};
