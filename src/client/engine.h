@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "quant/quantizer.h"
 #include "switchml/status.h"
 #include "switchml/types.h"
 #include "transport/channel.h"
@@ -171,7 +172,7 @@ class SliceEngine {
     bool sent_once = false;    // sent_at is valid
     bool held = false;         // result accepted before the verdict; processed once it is known
     int8_t held_exp0 = 0;      // that result's exponent field
-    float scale = 0.0f;        // float32: scale of the block this slot carries next
+    quant::Scale scale;        // float32: scale of the block this slot carries next
     int8_t max_exp = 0;        // float32: the switch-wide exponent behind `scale`
     Duration rto{};
     TimePoint sent_at{};

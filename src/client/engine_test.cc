@@ -5,13 +5,18 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "dataplane/switch_control.h"
 #include "dataplane/switch_core.h"
+#include "quant/quantizer.h"
 #include "testing/exact_inputs.h"
 #include "wire/packet.h"
 
@@ -529,6 +534,65 @@ TEST(EngineTest, FirstRoundResultsThatOvertakePacketZeroAreHeldAndThenWritten) {
   for (size_t i = 0; i < in[0].size(); ++i) ASSERT_EQ(out[0][i], int32_t(uint32_t(in[0][i]) + uint32_t(in[1][i]))) << i;
   EXPECT_EQ(out[0], out[1]);
   EXPECT_GE(sim.engines_[0].stats().retransmissions, 1u);
+}
+
+// Float32 tensors whose blocks range from ordinary magnitudes down to subnormals, through the
+// engine and the switch: each slot keeps the quant::Scale of the block it carries next (tiny
+// blocks get a shifted one), so tiny blocks come back with an ordinary block's precision
+// (docs/protocol.md#d12-tiny-blocks-and-non-finite-input) instead of (nearly) 0.
+TEST(EngineTest, Float32TinyBlocksKeepTheirPrecision) {
+  constexpr uint32_t N = 64;
+  const float magnitudes[] = {1.0f, 1.5e-38f, 1e-40f, 0x1p-149f, 1e-30f, 0x1p-126f, 3e-39f, 1e-35f};
+  constexpr size_t kBlocks = std::size(magnitudes);
+  const size_t count = N * kBlocks;
+  for (uint32_t n : {1u, 2u, 3u, 4u, 7u}) {
+    std::mt19937 rng(n);
+    std::uniform_real_distribution<double> unit(-1.0, 1.0);
+    std::vector<std::vector<float>> in(n, std::vector<float>(count));
+    std::vector<std::vector<float>> out(n, std::vector<float>(count, -1.0f));
+    for (uint32_t r = 0; r < n; ++r) {
+      for (size_t b = 0; b < kBlocks; ++b) {
+        for (size_t i = 0; i < N; ++i) {
+          in[r][b * N + i] = static_cast<float>(unit(rng) * magnitudes[b]);
+        }
+        in[r][b * N] = magnitudes[b];
+      }
+    }
+    Sim sim(n, 4, N);
+    std::vector<const void*> ins;
+    std::vector<void*> outs;
+    for (uint32_t r = 0; r < n; ++r) {
+      ins.push_back(in[r].data());
+      outs.push_back(out[r].data());
+    }
+    for (auto& st : sim.Run(DataType::kFloat32, ins, outs, count, 3)) ASSERT_TRUE(st.ok()) << st;
+    for (size_t b = 0; b < kBlocks; ++b) {
+      SCOPED_TRACE("n " + std::to_string(n) + " block " + std::to_string(b));
+      int8_t e = -128;
+      for (uint32_t r = 0; r < n; ++r) {
+        int8_t er = 0;
+        ASSERT_TRUE(quant::BlockExponent(&in[r][b * N], N, &er));
+        e = std::max(e, er);
+      }
+      std::vector<long double> sum(N, 0.0L);
+      long double sum_abs_max = 0;
+      for (size_t i = 0; i < N; ++i) {
+        for (uint32_t r = 0; r < n; ++r) sum[i] += in[r][b * N + i];
+        sum_abs_max = std::max(sum_abs_max, std::fabs(sum[i]));
+      }
+      const double bound = quant::QuantizationErrorBound(e, n, static_cast<double>(sum_abs_max));
+      // An ordinary block's precision: within 2^-20 of the largest sum the exponent allows.
+      EXPECT_LE(bound, std::ldexp(n * 0x1p-20, e));
+      for (uint32_t r = 0; r < n; ++r) {
+        EXPECT_NE(out[r][b * N], 0.0f) << "rank " << r << ": flushed to zero";
+        for (size_t i = 0; i < N; ++i) {
+          ASSERT_LE(std::fabs(out[r][b * N + i] - sum[i]), bound)
+              << "rank " << r << " element " << i;
+          ASSERT_EQ(out[r][b * N + i], out[0][b * N + i]) << "ranks disagree";
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

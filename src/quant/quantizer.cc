@@ -137,15 +137,21 @@ uint32_t MaxAbsBitsImpl(const float* HWY_RESTRICT x, size_t n) {
   return hn::GetLane(hn::MaxOfLanes(du, max_bits));
 }
 
-float QuantizeToBEImpl(const float* HWY_RESTRICT x, size_t n, float scale, uint32_t num_workers,
-                       uint8_t* HWY_RESTRICT dst) {
+// `pre_scale` is 2^shift of the Scale (1 for shift == 0, the only shift a reference scale
+// has): x * 2^shift is exact (ScaleForExponent shifts only blocks with E + shift <= 29, so
+// |x| < 2^E cannot overflow, and scaling up loses no bits, subnormals included), so the
+// product below is x * s rounded once, however s is split.
+float QuantizeToBEImpl(const float* HWY_RESTRICT x, size_t n, float factor, float pre_scale,
+                       uint32_t num_workers, uint8_t* HWY_RESTRICT dst) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::RebindToUnsigned<decltype(df)> du;
+  using VF = hn::Vec<decltype(df)>;
 
   const int32_t limit = internal::ClampLimit(num_workers);
   const float limit_f = internal::LargestFloatAtMost(limit);  // <= 2^31 - 128
-  const auto v_scale = hn::Set(df, scale);
+  const auto v_scale = hn::Set(df, factor);
+  const auto v_pre_scale = hn::Set(df, pre_scale);
   const auto v_limit_f = hn::Set(df, limit_f);
   const auto v_neg_limit_f = hn::Set(df, -limit_f);
   const auto v_limit = hn::Set(di, limit);
@@ -155,54 +161,68 @@ float QuantizeToBEImpl(const float* HWY_RESTRICT x, size_t n, float scale, uint3
   // The largest |x * s| rides along (two instructions per vector; zero-filled tail lanes do
   // not raise it) so the caller can tell whether anything was clamped without a second pass.
   auto v_max_abs = hn::Zero(df);
-  auto run = [&](auto round_and_clamp) {
-    MapToBytes(df, x, n, dst, [&](hn::Vec<decltype(df)> v) {
-      const auto p = hn::Mul(v, v_scale);
+  auto run = [&](auto product, auto round_and_clamp) {
+    MapToBytes(df, x, n, dst, [&](VF v) {
+      const auto p = product(v);
       v_max_abs = hn::Max(v_max_abs, hn::Abs(p));
       return ToFromBE32(du, hn::BitCast(du, round_and_clamp(p)));
     });
     return hn::GetLane(hn::MaxOfLanes(df, v_max_abs));
   };
+  auto quantize = [&](auto product) {
 #if SWITCHML_QUANT_RAW_CVT
-  constexpr float kBelow2p31 = 2147483520.0f;  // the largest float below 2^31
-  if (num_workers >= 2) {  // limit <= 2^30 - 1 < kBelow2p31
-    // Three instructions fewer per vector than RoundAndClamp, same results: products are capped
-    // at kBelow2p31 (> limit) so the conversion cannot overflow upwards, one below -2^31 gives
-    // INT32_MIN, and the integer clamp maps both to ±limit. (With one worker limit = INT32_MAX
-    // lies above kBelow2p31 and a product >= 2^31 must give INT32_MAX, so it takes the other
-    // path.)
-    const auto v_cvt_max = hn::Set(df, kBelow2p31);
-    return run([&](hn::Vec<decltype(df)> p) {
-      return hn::Min(hn::Max(RawNearestInt(hn::Min(p, v_cvt_max)), v_neg_limit), v_limit);
-    });
-  }
+    constexpr float kBelow2p31 = 2147483520.0f;  // the largest float below 2^31
+    if (num_workers >= 2) {  // limit <= 2^30 - 1 < kBelow2p31
+      // Three instructions fewer per vector than RoundAndClamp, same results: products are
+      // capped at kBelow2p31 (> limit) so the conversion cannot overflow upwards, one below
+      // -2^31 gives INT32_MIN, and the integer clamp maps both to ±limit. (With one worker
+      // limit = INT32_MAX lies above kBelow2p31 and a product >= 2^31 must give INT32_MAX, so
+      // it takes the other path.)
+      const auto v_cvt_max = hn::Set(df, kBelow2p31);
+      return run(product, [&](VF p) {
+        return hn::Min(hn::Max(RawNearestInt(hn::Min(p, v_cvt_max)), v_neg_limit), v_limit);
+      });
+    }
 #endif
-  return run([&](hn::Vec<decltype(df)> p) {
-    return RoundAndClamp(di, p, v_limit, v_neg_limit, v_limit_f, v_neg_limit_f);
-  });
+    return run(product, [&](VF p) {
+      return RoundAndClamp(di, p, v_limit, v_neg_limit, v_limit_f, v_neg_limit_f);
+    });
+  };
+  if (pre_scale == 1.0f) return quantize([&](VF v) { return hn::Mul(v, v_scale); });
+  // Tiny blocks: one more multiply per vector, exact.
+  return quantize([&](VF v) { return hn::Mul(hn::Mul(v, v_pre_scale), v_scale); });
 }
 
-// y = float(sum) / scale. When scale is a power of two whose reciprocal is a float,
+// y = float(sum) / s. When the Scale's shift is not 0, `post_scale` = 2^-shift (a normal float)
+// is applied first: float(sum) is 0 or at least 1 in magnitude, so the product is a normal
+// float and exact, and the one rounding left is the division's (y = float(sum) / s rounded
+// once, as with shift 0). When factor is a power of two whose reciprocal is a float,
 // `reciprocal` holds it and the kernel multiplies instead: x * 2^-k and x / 2^k are the same
 // real number, correctly rounded by both operations, so the result is bit-identical to the
 // reference's division (and ~15% faster). Otherwise reciprocal is 0 and the kernel divides.
-void DequantizeFromBEImpl(const uint8_t* HWY_RESTRICT src, size_t n, float scale, float reciprocal,
-                          float* HWY_RESTRICT y) {
+void DequantizeFromBEImpl(const uint8_t* HWY_RESTRICT src, size_t n, float factor,
+                          float reciprocal, float post_scale, float* HWY_RESTRICT y) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::RebindToUnsigned<decltype(df)> du;
+  using VU = hn::Vec<decltype(du)>;
+  using VF = hn::Vec<decltype(df)>;
 
-  auto run = [&](auto dequantize) { MapFromBytes(df, src, n, y, dequantize); };
-  if (reciprocal != 0.0f) {
-    const auto v_reciprocal = hn::Set(df, reciprocal);
-    run([&](hn::Vec<decltype(du)> be) {
-      return hn::Mul(hn::ConvertTo(df, hn::BitCast(di, ToFromBE32(du, be))), v_reciprocal);
-    });
+  auto to_float = [&](VU be) { return hn::ConvertTo(df, hn::BitCast(di, ToFromBE32(du, be))); };
+  auto run = [&](auto sum_to_float) {
+    if (reciprocal != 0.0f) {
+      const auto v_reciprocal = hn::Set(df, reciprocal);
+      MapFromBytes(df, src, n, y, [&](VU be) { return hn::Mul(sum_to_float(be), v_reciprocal); });
+    } else {
+      const auto v_scale = hn::Set(df, factor);
+      MapFromBytes(df, src, n, y, [&](VU be) { return hn::Div(sum_to_float(be), v_scale); });
+    }
+  };
+  if (post_scale == 1.0f) {
+    run(to_float);
   } else {
-    const auto v_scale = hn::Set(df, scale);
-    run([&](hn::Vec<decltype(du)> be) {
-      return hn::Div(hn::ConvertTo(df, hn::BitCast(di, ToFromBE32(du, be))), v_scale);
-    });
+    const auto v_post_scale = hn::Set(df, post_scale);
+    run([&](VU be) -> VF { return hn::Mul(to_float(be), v_post_scale); });
   }
 }
 
@@ -242,6 +262,9 @@ double FloatRoundingError(double bound) {
   return std::ldexp(1.0, std::ilogb(bound) - 24);
 }
 
+// 2^k as a float, for -126 <= k <= 127 (Scale shifts and their inverses).
+float PowerOfTwo(int32_t k) { return std::bit_cast<float>(static_cast<uint32_t>(k + 127) << 23); }
+
 // A positive normal power of two: zero mantissa, exponent field neither 0 nor 255.
 bool IsPowerOfTwo(float v) {
   const uint32_t bits = std::bit_cast<uint32_t>(v);
@@ -262,45 +285,58 @@ bool BlockExponent(const float* x, size_t n, int8_t* exp) {
   return true;
 }
 
-float ScaleForExponent(int8_t max_exp, uint32_t num_workers) {
+double Scale::Value() const { return std::ldexp(static_cast<double>(factor), shift); }
+
+Scale ScaleForExponent(int8_t max_exp, uint32_t num_workers) {
   const double workers = num_workers == 0 ? 1.0 : static_cast<double>(num_workers);
   const double scale = static_cast<double>(INT32_MAX) / (workers * std::ldexp(1.0, max_exp));
-  // Values below FLT_MAX round to at most FLT_MAX; only larger ones need the clamp.
-  return scale >= static_cast<double>(FLT_MAX) ? FLT_MAX : static_cast<float>(scale);
+  // Doubles from FLT_MAX + half an ulp (2^128 - 2^103, a tie that rounds to even: 2^128) up
+  // round to +Inf in float: there the reference's scale is infinite.
+  constexpr double kFloatOverflow = 0x1.ffffffp127;
+  if (scale < kFloatOverflow) return {static_cast<float>(scale), 0};
+  // scale = fl(INT32_MAX / n) * 2^-max_exp exactly (double), <= 2^159: the factor is at most
+  // 2^33 and rounds exactly as the whole scale would in a wider float.
+  return {static_cast<float>(std::ldexp(scale, -kMaxScaleShift)), kMaxScaleShift};
 }
 
-float QuantizeToBE(const float* x, size_t n, float scale, uint32_t num_workers, uint8_t* dst) {
+float QuantizeToBE(const float* x, size_t n, Scale scale, uint32_t num_workers, uint8_t* dst) {
   if (n == 0) return 0.0f;
-  return HWY_DYNAMIC_DISPATCH(QuantizeToBEImpl)(x, n, scale, num_workers, dst);
+  return HWY_DYNAMIC_DISPATCH(QuantizeToBEImpl)(x, n, scale.factor, PowerOfTwo(scale.shift),
+                                                num_workers, dst);
 }
 
 int32_t QuantizeLimit(uint32_t num_workers) { return internal::ClampLimit(num_workers); }
 
-size_t CountClamped(const float* x, size_t n, float scale, uint32_t num_workers) {
+size_t CountClamped(const float* x, size_t n, Scale scale, uint32_t num_workers) {
   const double limit = internal::ClampLimit(num_workers);
+  const float pre_scale = PowerOfTwo(scale.shift);
   size_t clamped = 0;
   for (size_t i = 0; i < n; ++i) {
-    const float p = x[i] * scale;  // the kernel's float multiply
+    const float p = x[i] * pre_scale * scale.factor;  // the kernel's float multiplies
     if (std::isnan(p) || std::fabs(std::nearbyint(static_cast<double>(p))) > limit) ++clamped;
   }
   return clamped;
 }
 
-void DequantizeFromBE(const uint8_t* src, size_t n, float scale, float* y) {
+void DequantizeFromBE(const uint8_t* src, size_t n, Scale scale, float* y) {
   if (n == 0) return;
   float reciprocal = 0.0f;  // see DequantizeFromBEImpl
-  if (IsPowerOfTwo(scale)) {
-    const double r = 1.0 / static_cast<double>(scale);  // exact in double
+  if (IsPowerOfTwo(scale.factor)) {
+    const double r = 1.0 / static_cast<double>(scale.factor);  // exact in double
     if (r <= static_cast<double>(FLT_MAX) && static_cast<double>(static_cast<float>(r)) == r) {
       reciprocal = static_cast<float>(r);
     }
   }
-  HWY_DYNAMIC_DISPATCH(DequantizeFromBEImpl)(src, n, scale, reciprocal, y);
+  HWY_DYNAMIC_DISPATCH(DequantizeFromBEImpl)(src, n, scale.factor, reciprocal,
+                                             PowerOfTwo(-scale.shift), y);
 }
 
-// Derivation. Let s = ScaleForExponent(E, n) (a float), u = 2^-24, X = sum_k x_k the exact sum
-// of the n contributions (|x_k| < 2^E, |X| <= A = sum_abs_max), and write errors in units of
-// one quantum 1/s where convenient.
+// Derivation. Let s = ScaleForExponent(E, n).Value() = factor * 2^shift (a float, or a float
+// times 2^126 for tiny blocks; either way a 24-bit significand), u = 2^-24, X = sum_k x_k the
+// exact sum of the n contributions (|x_k| < 2^E, |X| <= A = sum_abs_max), and write errors in
+// units of one quantum 1/s where convenient. Both kernels round once per operation on the real
+// s, whatever its split (QuantizeToBEImpl, DequantizeFromBEImpl), so s acts as one number of a
+// float format with a wider exponent range.
 //
 // 1. Per worker, p_k = fl(x_k * s) (float multiply), r_k = rne(p_k), q_k = clamp(r_k, ±L) with
 //    L = floor(INT32_MAX / n).
@@ -319,17 +355,23 @@ void DequantizeFromBE(const uint8_t* src, size_t n, float scale, float* y) {
 //    when S_max < 2^24. With n = 1 it is zero too: q_1 is either p_1 (a float) or an
 //    integer of magnitude <= 2^23 (the clamp never engages: s <= 2^(31-E) there, so
 //    |x s| <= (1 - u) 2^31 = 2^31 - 128 = the clamp's float threshold).
-// 3. y = fl(F / s): exact when s is a power of two and the quotient is normal (a subnormal
-//    quotient errs by <= 2^-150; as |F| >= 1 or F = 0, that needs s > 2^126); otherwise at
-//    most half an ulp at |y|_max = (S_max + conversion error) / s (>= 2^-150).
+// 3. y = fl(F / s) (for shift > 0: F * 2^-shift is exact, as |F| >= 1 or F = 0 and shift <=
+//    126, and the division by factor rounds once): exact when s is a power of two and the
+//    quotient is normal (a subnormal quotient errs by <= 2^-150; as |F| >= 1 or F = 0, that
+//    needs s > 2^126, which every tiny-block scale is); otherwise at most half an ulp at
+//    |y|_max = (S_max + conversion error) / s (>= 2^-150).
 // Total: |y - X| <= n e_w / s + conversion / s + division; +Inf when |y|_max exceeds FLT_MAX
 // (the float result itself may overflow). The double arithmetic here has
 // relative error ~1e-16 per step; the final factor (1 + 2^-40) absorbs it.
+//
+// For a tiny block the bound is the ordinary one scaled: E and E + k (k > 0) give scales s and
+// s 2^-k, so steps 1 and 2 are the same in quanta; only step 3's floor of 2^-150 (float32's
+// subnormal spacing, the format's own limit) does not scale.
 double QuantizationErrorBound(int8_t max_exp, uint32_t num_workers, double sum_abs_max) {
   const double n = num_workers == 0 ? 1.0 : static_cast<double>(num_workers);
-  const float scale_f = ScaleForExponent(max_exp, num_workers);
-  const double s = scale_f;
-  const bool pow2_scale = IsPowerOfTwo(scale_f);
+  const Scale scale = ScaleForExponent(max_exp, num_workers);
+  const double s = scale.Value();
+  const bool pow2_scale = IsPowerOfTwo(scale.factor);
   const double a = std::fabs(sum_abs_max);
 
   // Step 1: per-worker error in quanta.

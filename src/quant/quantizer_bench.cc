@@ -16,6 +16,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -100,7 +101,7 @@ void BM_QuantizeDequantize(benchmark::State& state) {
     for (size_t i = 0; i < kNumElements; i += kPacketElements) {
       int8_t e = 0;
       BlockExponent(&buf.input[i], kPacketElements, &e);
-      const float s = ScaleForExponent(e, kWorkers);
+      const Scale s = ScaleForExponent(e, kWorkers);
       QuantizeToBE(&buf.input[i], kPacketElements, s, kWorkers, packet);
       DequantizeFromBE(packet, kPacketElements, s, &buf.output[i]);
     }
@@ -109,6 +110,32 @@ void BM_QuantizeDequantize(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBufferBytes));
 }
 BENCHMARK(BM_QuantizeDequantize)->Apply(TargetArgs);
+
+// The same round trip on tiny blocks: the input times 2^-110 (block maxima around 2^-117,
+// normal floats), where the reference's scale overflows and ours carries a power-of-two shift
+// (one more multiply per vector each way).
+void BM_QuantizeDequantizeTiny(benchmark::State& state) {
+  ScopedTarget target(state);
+  Buffers& buf = Shared();
+  static std::vector<float>* tiny = [&] {
+    auto* v = new std::vector<float>(buf.input);
+    for (float& x : *v) x = std::ldexp(x, -110);
+    return v;
+  }();
+  alignas(64) uint8_t packet[4 * kPacketElements];
+  for (auto _ : state) {
+    for (size_t i = 0; i < kNumElements; i += kPacketElements) {
+      int8_t e = 0;
+      BlockExponent(&(*tiny)[i], kPacketElements, &e);
+      const Scale s = ScaleForExponent(e, kWorkers);
+      QuantizeToBE(&(*tiny)[i], kPacketElements, s, kWorkers, packet);
+      DequantizeFromBE(packet, kPacketElements, s, &buf.output[i]);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBufferBytes));
+}
+BENCHMARK(BM_QuantizeDequantizeTiny)->Apply(TargetArgs);
 
 // The same kernels in the order the client engine runs them (docs/protocol.md#float32-exponent-quantizer): the packet sent for
 // block p carries block p's exponent and block p - window's quantized data, and the result for
@@ -120,10 +147,10 @@ void BM_WorkerOrder(benchmark::State& state) {
   constexpr size_t kWindow = 64;
   constexpr size_t kBlocks = kNumElements / kPacketElements;
   alignas(64) uint8_t packet[4 * kPacketElements];
-  std::vector<float> scales(kWindow, 1.0f);
+  std::vector<Scale> scales(kWindow);
   for (auto _ : state) {
     for (size_t p = 0; p < kBlocks + kWindow; ++p) {
-      float next_scale = 1.0f;
+      Scale next_scale;
       if (p < kBlocks) {
         int8_t e = 0;
         BlockExponent(&buf.input[p * kPacketElements], kPacketElements, &e);
@@ -131,7 +158,7 @@ void BM_WorkerOrder(benchmark::State& state) {
       }
       if (p >= kWindow) {
         const size_t b = p - kWindow;
-        const float s = scales[p % kWindow];
+        const Scale s = scales[p % kWindow];
         QuantizeToBE(&buf.input[b * kPacketElements], kPacketElements, s, kWorkers, packet);
         DequantizeFromBE(packet, kPacketElements, s, &buf.output[b * kPacketElements]);
       }
@@ -164,7 +191,7 @@ BENCHMARK(BM_BlockExponent)->Apply(TargetArgs);
 void BM_Quantize(benchmark::State& state) {
   ScopedTarget target(state);
   Buffers& buf = Shared();
-  const float s = ScaleForExponent(-9, kWorkers);
+  const Scale s = ScaleForExponent(-9, kWorkers);
   for (auto _ : state) {
     for (size_t i = 0; i < kNumElements; i += kPacketElements) {
       QuantizeToBE(&buf.input[i], kPacketElements, s, kWorkers, &buf.payloads[4 * i]);
@@ -179,7 +206,7 @@ BENCHMARK(BM_Quantize)->Apply(TargetArgs);
 void BM_Dequantize(benchmark::State& state) {
   ScopedTarget target(state);
   Buffers& buf = Shared();
-  const float s = ScaleForExponent(-9, kWorkers);
+  const Scale s = ScaleForExponent(-9, kWorkers);
   for (auto _ : state) {
     for (size_t i = 0; i < kNumElements; i += kPacketElements) {
       DequantizeFromBE(&buf.payloads[4 * i], kPacketElements, s, &buf.output[i]);

@@ -61,7 +61,7 @@ std::vector<float> AllReduce(uint32_t workers, uint64_t offset, size_t n, const 
   std::vector<int32_t> acc;
   for (size_t k = 0; k < blocks.size(); ++k) {
     const Block& b = blocks[k];
-    const float scale = quant::ScaleForExponent(used_exp[k], workers);
+    const quant::Scale scale = quant::ScaleForExponent(used_exp[k], workers);
     x.resize(b.len);
     payload.resize(4 * b.len);
     sum_be.resize(4 * b.len);
