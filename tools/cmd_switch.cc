@@ -3,11 +3,19 @@
 // (several jobs, each with its own slots, workers and token; `switchml jobs ...` drives it).
 // Runs until SIGINT/SIGTERM, then prints its counters.
 //
-// Data plane input (--io): kernel UDP sockets (default; the switch installs neighbour entries
-// for workers that register their MAC, since reference clients never answer ARP), or raw frames
-// read off --iface (transport/raw_channel.h), accepted whatever their IPv4/UDP checksums, for
-// reference DPDK clients that leave them to NIC offload. Either way registrations advertise the
-// interface's real MAC (docs/operations.md, "Serving reference clients").
+// Data plane input (--io): kernel UDP sockets (default), or raw frames read off --iface
+// (transport/raw_channel.h), accepted whatever their IPv4/UDP checksums, for reference DPDK
+// clients that leave them to NIC offload. Either way registrations advertise the interface's
+// real MAC (docs/operations.md, "Serving reference clients").
+//
+// Neighbour entries (--neighbour-entries, off by default: nothing a worker sends changes the
+// host unless the operator asked): in kernel-UDP mode, a permanent neighbour entry on the data
+// interface for every worker that registers a MAC (reference clients never answer ARP), tagged
+// as the switch's own (transport/netif.h). A registration whose address must not get one
+// (transport::CheckNeighbourEntry: off the interface's subnets, the host's own, loopback, the
+// gateway at another MAC, ...) is refused with FailedPrecondition naming the job, rank, address,
+// MAC and reason. The entries a killed run left are removed at start, the others when their
+// worker is forgotten and at exit. docs/operations.md, "Neighbour entries for reference clients".
 //
 // Job administration needs the operator credential (controller/operator_auth.h): from
 // --operator-token-file FILE (wins) or SWITCHML_OPERATOR_TOKEN; with neither the switch
@@ -57,7 +65,7 @@ struct SwitchArgs {
   std::string io = "udp";
   std::string iface;
   bool refuse_bad_checksums = false;
-  bool no_neighbours = false;
+  bool neighbours = false;  // --neighbour-entries / --no-neighbour-entries
   OperatorTokenFlag operator_token;
   double job_idle_timeout_s = 600;
 };
@@ -200,13 +208,38 @@ int Run(const SwitchArgs& a) {
   auto server = dataplane::SwitchServer::Create(cfg, std::move(channels));
   if (!server.ok()) return fail(server.status().ToString());
   // Kernel UDP: the kernel must resolve every worker's MAC to send its results, and reference
-  // clients never answer ARP: install a neighbour entry for every worker that registered its MAC
-  // (removed when it is forgotten, and at exit). A raw channel learns MACs from the frames.
+  // clients never answer ARP: with --neighbour-entries, a neighbour entry for every worker that
+  // registered its MAC, if CheckNeighbourEntry allows it (else its registration is refused);
+  // removed when it is forgotten, and at exit. A raw channel learns MACs from the frames.
   std::unique_ptr<transport::NeighbourEntries> neighbours;
-  if (!raw && !a.no_neighbours && !iface.empty()) {
+  auto registrant = [](const dataplane::JobRegistration& r) {
+    return "job " + std::to_string(r.job_id) + " rank " + std::to_string(r.worker.rank);
+  };
+  if (a.neighbours) {
+    if (raw) {
+      return fail("--neighbour-entries is for --io udp: with --io raw the switch answers every "
+                  "worker at the MAC its frames come from and needs no neighbour entries");
+    }
+    if (iface.empty()) {
+      return fail("--neighbour-entries needs a data interface: none is up with an IPv4 address; "
+                  "name one with --iface or --bind IP");
+    }
     auto n = transport::NeighbourEntries::Open(iface);
-    if (!n.ok()) return fail("neighbour entries on " + iface + ": " + n.status().message());
+    if (!n.ok()) return fail("--neighbour-entries: " + n.status().message());
     neighbours = std::move(*n);
+    if (neighbours->removed_at_open() > 0) {
+      std::printf("switchml switch: removed %zu neighbour entries (proto %u) an earlier run left on %s\n",
+                  neighbours->removed_at_open(), unsigned(transport::kSwitchNeighbourProtocol), iface.c_str());
+    }
+    (*server)->SetRegistrationCheck([n = neighbours.get(), registrant](
+                                        const dataplane::JobRegistration& r) -> Status {
+      if (r.worker.mac == 0) return OkStatus();
+      const auto allowed = n->Check(r.worker.ipv4, transport::MacFromUint64(r.worker.mac));
+      if (allowed.ok()) return OkStatus();
+      const std::string why = registrant(r) + ": " + allowed.status().message();
+      std::fprintf(stderr, "switchml switch: refused a registration: %s\n", why.c_str());
+      return Status(allowed.status().code(), why);  // FailedPrecondition, or why it could not tell
+    });
     (*server)->SetWorkersListener([n = neighbours.get(), warned = false](
                                       const dataplane::SwitchServer::WorkerAddresses& workers) mutable {
       std::vector<std::pair<uint32_t, transport::MacAddress>> wanted;
@@ -218,6 +251,33 @@ int Run(const SwitchArgs& a) {
                      "clients) get no results from this switch\n", s.message().c_str());
       }
     });
+  } else if (!iface.empty()) {
+    // Entries of ours that a killed run with --neighbour-entries left (or a switch still running
+    // with it on this interface): named, not removed.
+    if (auto host = transport::ReadNeighbourHost(iface); host.ok()) {
+      size_t ours = 0;
+      for (const auto& e : host->neighbours) ours += e.ours() ? 1 : 0;
+      if (ours > 0) {
+        std::fprintf(stderr, "switchml switch: warning: %s has %zu neighbour entries (proto %u) that a "
+                     "switch with --neighbour-entries installed and did not remove; a switch started "
+                     "with --neighbour-entries removes them (`ip neigh show dev %s` lists them)\n",
+                     iface.c_str(), ours, unsigned(transport::kSwitchNeighbourProtocol), iface.c_str());
+      }
+    }
+    if (!raw) {
+      (*server)->SetRegistrationCheck([registrant, noted = false](
+                                          const dataplane::JobRegistration& r) mutable -> Status {
+        if (r.worker.mac != 0 && !noted) {
+          noted = true;  // once (registrations are serialised under the table lock)
+          std::printf("switchml switch: note: %s registered a MAC (%s): a worker that never answers "
+                      "ARP (a reference client) gets no results from this switch unless it runs with "
+                      "--neighbour-entries or --io raw\n",
+                      registrant(r).c_str(), transport::MacToString(transport::MacFromUint64(r.worker.mac)).c_str());
+          std::fflush(stdout);
+        }
+        return OkStatus();
+      });
+    }
   }
   if (Status s = (*server)->Start(); !s.ok()) return fail(s.ToString());
 
@@ -238,7 +298,8 @@ int Run(const SwitchArgs& a) {
                 transport::MacToString(transport::MacFromUint64(cfg.mac)).c_str(), iface.c_str(),
                 raw ? (a.refuse_bad_checksums ? "; frames with unfinished or wrong checksums are refused"
                                               : "; frames are accepted whatever their checksums (counted by reason)")
-                    : (neighbours ? "; neighbour entries for workers that register their MAC" : ""));
+                    : (neighbours ? "; neighbour entries (proto 83) for workers that register their MAC"
+                                  : "; no neighbour entries (--neighbour-entries: for reference clients)"));
   }
   if (cfg.io_threads > 1) {
     std::string ports;
@@ -388,9 +449,14 @@ Runner AddSwitchCommand(CLI::App& app) {
   app.add_flag("--refuse-bad-checksums", a->refuse_bad_checksums,
                "--io raw: drop frames whose IPv4 or UDP checksum is zero, partial or wrong "
                "(counted) instead of accepting them");
-  app.add_flag("--no-neighbour-entries", a->no_neighbours,
-               "--io udp: do not install neighbour entries for workers that register a MAC "
-               "(reference clients never answer ARP; installing needs CAP_NET_ADMIN)");
+  app.add_flag("--neighbour-entries,!--no-neighbour-entries", a->neighbours,
+               "--io udp: install a permanent neighbour entry on --iface for every worker that "
+               "registers a MAC (reference clients never answer ARP; needs CAP_NET_ADMIN); a "
+               "worker whose address must not get one (not on the interface's subnets, the "
+               "host's own, loopback, network/broadcast, already reached at another MAC) is "
+               "refused at registration. Entries are tagged proto 83 and removed when the "
+               "worker is forgotten, at exit and (after a crash) at the next start. Default: "
+               "off (--no-neighbour-entries)");
   app.add_flag("--no-udp-offload", a->no_udp_offload,
                "Send and receive one datagram per message (no UDP GSO/GRO), for comparison");
   a->operator_token.Register(app, "to authenticate job administration (`switchml jobs`); "

@@ -287,6 +287,7 @@ StatusOr<JobWorkerGrant> SwitchServer::RegisterJobWorker(
     std::lock_guard<std::mutex> lock(table_mu_);
     SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<const JobTable> next,
                               JobTable::Register(*latest_jobs_, reg, &grant, Clock::now()));
+    if (registration_check_) SWITCHML_RETURN_IF_ERROR(registration_check_(reg));
     // Where each of the worker's threads sends: the port of the I/O thread that owns its
     // slots, 0 for the threads another shard serves (none when the job is not split:
     // everything goes to I/O thread 0's port).

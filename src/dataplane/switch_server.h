@@ -176,6 +176,14 @@ class SwitchServer final : public SwitchControl {
   void SetWorkersListener(std::function<void(const WorkerAddresses&)> listener) {
     workers_listener_ = std::move(listener);
   }
+  // Called with every registration the job table accepted, before it takes effect (under the
+  // table lock, on the registering thread, before the workers listener); a non-OK status
+  // refuses the registration: RegisterJobWorker returns it as is and nothing changes. Set
+  // before Start() and before any registration. `switchml switch --neighbour-entries` refuses
+  // with it the workers whose MAC and IPv4 must not become a neighbour entry
+  // (transport::CheckNeighbourEntry).
+  using RegistrationCheck = std::function<Status(const JobRegistration&)>;
+  void SetRegistrationCheck(RegistrationCheck check) { registration_check_ = std::move(check); }
 
  private:
   struct InspectRequest;
@@ -218,6 +226,7 @@ class SwitchServer final : public SwitchControl {
   // Table publication (writer side).
   mutable std::mutex table_mu_;
   std::function<void(const WorkerAddresses&)> workers_listener_;  // may be empty
+  RegistrationCheck registration_check_;                          // may be empty
   std::shared_ptr<const JobTable> latest_jobs_;  // guarded by table_mu_
   std::atomic<uint64_t> table_generation_{0};
 

@@ -431,6 +431,49 @@ JobRegistration JobReg(const JobInfo& job, uint32_t rank, uint32_t ipv4,
   return r;
 }
 
+TEST(SwitchServerJobsTest, ARefusingRegistrationCheckLeavesEverythingUnchanged) {
+  auto net = std::make_shared<FakeNet>();
+  auto server = MakeServer(net);
+  std::vector<SwitchServer::WorkerAddresses> published;
+  std::vector<uint32_t> checked_ranks;
+  server->SetWorkersListener([&](const SwitchServer::WorkerAddresses& w) { published.push_back(w); });
+  // Refuses every worker that registers MAC 02:00:00:00:00:bb (only registrations the job
+  // table accepted reach it).
+  server->SetRegistrationCheck([&](const JobRegistration& r) -> Status {
+    checked_ranks.push_back(r.worker.rank);
+    if (r.worker.mac == 0x0200000000bbu) {
+      return FailedPreconditionError("refused: rank " + std::to_string(r.worker.rank));
+    }
+    return OkStatus();
+  });
+  WorkerRegistration good = Reg(0, 2, kIpA);
+  good.mac = 0x0200000000aau;
+  ASSERT_TRUE(RegisterInJob0(*server, good).ok());
+  ASSERT_EQ(published.size(), 1u);
+  EXPECT_EQ(published[0], (SwitchServer::WorkerAddresses{{kIpA, 0x0200000000aau}}));
+  const auto before = server->jobs();
+  WorkerRegistration bad = Reg(1, 2, kIpB);
+  bad.mac = 0x0200000000bbu;
+  Status s = RegisterInJob0(*server, bad);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "refused: rank 1");
+  EXPECT_EQ(server->jobs(), before);  // no new table published
+  EXPECT_EQ(published.size(), 1u);    // the listener was not called
+  // The job table's own refusals come first: the check never sees them.
+  EXPECT_EQ(RegisterInJob0(*server, Reg(5, 2, kIpB)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(checked_ranks, (std::vector<uint32_t>{0, 1}));
+  // A service job's registrations go through the same check.
+  JobSpec spec;
+  spec.num_workers = 1;
+  spec.num_slots = 16;
+  auto job = server->CreateJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  JobRegistration jr = JobReg(*job, 0, kIpB, 5000);
+  jr.worker.mac = 0x0200000000bbu;
+  EXPECT_EQ(server->RegisterJobWorker(jr).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(server->GetJob(job->job_id)->num_registered, 0u);
+}
+
 TEST(SwitchServerJobsTest, JobTrafficInspectionAndIdleTeardown) {
   auto net = std::make_shared<FakeNet>();
   auto server = MakeServer(net);

@@ -37,7 +37,7 @@ inline constexpr size_t kMaxPortsPerWorker = 64;
 struct WorkerEntry {
   bool registered = false;
   uint32_t ipv4 = 0;  // host order
-  uint64_t mac = 0;   // as registered; `switchml switch` installs neighbour entries from it
+  uint64_t mac = 0;   // as registered; `switch --neighbour-entries` makes neighbour entries of it
   std::vector<uint16_t> udp_ports;  // empty = reference mode
 };
 

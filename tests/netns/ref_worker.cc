@@ -40,6 +40,13 @@
 // 2^(30 − 3 − ceil(log2 n)): quantization, sum and dequantization are exact. Every element of
 // the result is compared exactly with the sum of all ranks' inputs.
 //
+// Registration only (tests/netns/neighbour_test.sh):
+//   switchml_ref_worker --controller 10.0.0.254:50099 --rank 0 --num-workers 1 --register-only
+//       --register-ipv4 127.0.0.1 --register-mac 02:00:00:00:00:01 [--iface eth0]
+// runs the same session sequence with the given IPv4 and MAC (each defaults to --iface's),
+// prints one JSON line (ok, the switch's advertised address) and exits: 0 if the switch
+// accepted the registration, 1 with the switch's refusal on stderr and in "error".
+//
 // Output: one JSON line on stdout (ok, counters, the switch's advertised MAC, IPv4 and port);
 // exit 0 only if every element is right, no response had a wrong checksum or another
 // destination MAC, and everything finished within --timeout-s. Otherwise exit 1 with the reason
@@ -61,6 +68,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <span>
@@ -118,7 +126,23 @@ struct Args {
   uint32_t job_number = 0;
   uint32_t retransmit_ms = 50;
   double timeout_s = 30;
+  bool register_only = false;
+  std::string register_ipv4;  // empty: --iface's
+  std::string register_mac;   // empty: --iface's
 };
+
+// "02:00:00:00:00:01" -> the MAC; InvalidArgument naming the text otherwise.
+StatusOr<MacAddress> ParseMac(const std::string& text) {
+  MacAddress mac{};
+  unsigned b[6];
+  char extra;
+  if (std::sscanf(text.c_str(), "%2x:%2x:%2x:%2x:%2x:%2x%c", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5],
+                  &extra) != 6) {
+    return InvalidArgumentError("'" + text + "' is not a MAC (xx:xx:xx:xx:xx:xx)");
+  }
+  for (int i = 0; i < 6; ++i) mac[size_t(i)] = uint8_t(b[i]);
+  return mac;
+}
 
 Status Errno(const std::string& what, int err) {
   return UnavailableError(what + ": " + std::strerror(err));
@@ -585,6 +609,47 @@ class Worker {
   Counters c_;
 };
 
+// --register-only: the session sequence with the given (or --iface's) IPv4 and MAC, then exit.
+template <typename Fail>
+int RegisterOnly(const Args& a, nlohmann::json& out, const Fail& fail) {
+  Interface ifc;
+  if (!a.iface.empty()) {
+    auto read = ReadInterface(a.iface);
+    if (!read.ok()) return fail(read.status().ToString());
+    ifc = *read;
+  } else if (a.register_ipv4.empty() || a.register_mac.empty()) {
+    return fail("--register-only needs --iface or both --register-ipv4 and --register-mac");
+  }
+  if (!a.register_ipv4.empty()) {
+    auto ip = transport::ParseEndpoint(a.register_ipv4, 1);
+    if (!ip.ok()) return fail("--register-ipv4: " + ip.status().message());
+    ifc.ipv4 = ip->ipv4;
+  }
+  if (!a.register_mac.empty()) {
+    auto mac = ParseMac(a.register_mac);
+    if (!mac.ok()) return fail("--register-mac: " + mac.status().message());
+    ifc.mac = *mac;
+  }
+  out["mac"] = transport::MacToString(ifc.mac);
+  out["ipv4"] = Ipv4ToString(ifc.ipv4);
+  const auto rpc_timeout = std::chrono::milliseconds(
+      int64_t(std::clamp(a.timeout_s / 4, 0.5, 10.0) * 1000));
+  auto client = controller::SessionClient::Connect(a.controller, rpc_timeout);
+  if (!client.ok()) return fail(client.status().ToString());
+  controller::WorkerRegistration reg;
+  reg.rank = a.rank;
+  reg.num_workers = a.num_workers;
+  reg.mac = MacToUint(ifc.mac);
+  reg.ipv4 = ifc.ipv4;
+  auto info = controller::Bootstrap(**client, reg);
+  if (!info.ok()) return fail(info.status().ToString());
+  out["switch_mac"] = transport::MacToString(UintToMac(info->mac));
+  out["switch"] = Endpoint{info->ipv4, uint16_t(info->udp_port)}.ToString();
+  out["ok"] = true;
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Args a;
   CLI::App app{"One reference-style SwitchML worker (one worker thread) that builds its own "
@@ -594,8 +659,12 @@ int Main(int argc, char** argv) {
   app.add_option("--rank", a.rank, "This worker's rank")->required();
   app.add_option("--num-workers", a.num_workers, "Workers in the session (1..256)")->required();
   app.add_option("--iface", a.iface, "Interface to send and receive frames on (its MAC and "
-                 "IPv4 address are registered)")->required();
-  app.add_option("--count", a.count, "Elements to all-reduce (1..2^26)")->required();
+                 "IPv4 address are registered); required unless --register-only");
+  app.add_option("--count", a.count, "Elements to all-reduce (1..2^26); required unless --register-only");
+  app.add_flag("--register-only", a.register_only,
+               "Register (the session sequence) and exit: 0 if the switch accepted it");
+  app.add_option("--register-ipv4", a.register_ipv4, "With --register-only: the IPv4 to register (default: --iface's)");
+  app.add_option("--register-mac", a.register_mac, "With --register-only: the MAC to register (default: --iface's)");
   app.add_option("--type", a.type, "int32 or float32")->check(CLI::IsMember({"int32", "float32"}))
       ->capture_default_str();
   app.add_option("--window", a.window, "Slots in flight (1..8192)")->capture_default_str();
@@ -630,6 +699,11 @@ int Main(int argc, char** argv) {
     return fail("--type float32 is exact for at most " + std::to_string(kFloatMaxWorkers) +
                 " workers, got --num-workers " + std::to_string(a.num_workers));
   }
+  if (a.register_only) return RegisterOnly(a, out, fail);
+  if (!a.register_ipv4.empty() || !a.register_mac.empty()) {
+    return fail("--register-ipv4 and --register-mac need --register-only");
+  }
+  if (a.iface.empty()) return fail("--iface is required (unless --register-only)");
   if (a.count == 0 || a.count > (uint64_t{1} << 26)) {
     return fail("--count must be in [1, 2^26], got " + std::to_string(a.count));
   }

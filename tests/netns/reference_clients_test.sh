@@ -17,9 +17,10 @@
 #     checksums, one datagram per frame; the switch's counters count every worker frame as IPv4
 #     checksum zero and UDP checksum partial, none as ok, wrong or refused (skipped with a note
 #     if the counters have no such keys).
-#  b) `switchml switch` (kernel UDP): workers with correct checksums, still ARP off: exact
-#     results; while the switch runs, `ip neigh` in its namespace lists each worker's MAC as a
-#     PERMANENT entry on eth0 (the switch installed them); after it exits they are gone. Control:
+#  b) `switchml switch --neighbour-entries` (kernel UDP): workers with correct checksums, still
+#     ARP off: exact results; while the switch runs, `ip neigh` in its namespace lists each
+#     worker's MAC as a PERMANENT entry on eth0 tagged proto 83 (the switch installed them);
+#     after it exits they are gone. Control:
 #     a worker with the reference checksums gets no result from this switch (the kernel drops them).
 #  c) in both modes the MAC the UdpSession reply advertised is the switch's eth0 MAC.
 # Skips (exit 77) without root or network namespaces.
@@ -173,14 +174,14 @@ fi
 # --- b) kernel UDP ----------------------------------------------------------------------------
 SESSION_SENT=0
 sml_start_switch --bind "$SW_IP" --port 48864 --via in_sw --log "$WORK/switch-udp.log" -- \
-  --counters-json "$WORK/counters-udp.json" || fail "the UDP-mode switch did not start"
+  --neighbour-entries --counters-json "$WORK/counters-udp.json" || fail "the UDP-mode switch did not start"
 run_session udp-int32 3 int32 20000 16 correct
 run_session udp-float32 3 float32 20000 16 correct
 expect_all udp-int32 3 "j['not_my_mac'] == 0"
 neigh=$(ip -n "$SW" neigh show dev eth0)
 for i in 1 2 3; do
-  grep -Eq "^$DATA\.$i lladdr 02:5e:01:00:00:0$i .*PERMANENT" <<<"$neigh" ||
-    fail "no permanent neighbour entry $DATA.$i -> 02:5e:01:00:00:0$i on the switch's eth0: $neigh"
+  grep -Eq "^$DATA\.$i lladdr 02:5e:01:00:00:0$i PERMANENT proto 83" <<<"$neigh" ||
+    fail "no permanent neighbour entry $DATA.$i -> 02:5e:01:00:00:0$i proto 83 on the switch's eth0: $neigh"
 done
 pass "udp: the switch installed a permanent neighbour entry for each worker: $(tr '\n' ';' <<<"$neigh")"
 # Control: the same worker with the reference's checksums gets nothing from a kernel UDP socket
