@@ -272,7 +272,9 @@ Runner AddJobsCommand(CLI::App& app) {
       ->capture_default_str();
   create->add_flag("--no-idle-timeout", a->no_idle_timeout,
                    "Keep the job until it is deleted (no idle timeout)");
-  create->add_option("--token", a->token, "Token to use (default: a random one)");
+  create->add_option("--token", a->token,
+                     "Token to use (default: a random one); no other live job may have it "
+                     "(ALREADY_EXISTS)");
   create->add_option("--name", a->name, "Informative name");
   create->add_flag("--json", a->json, "Print the job as JSON");
   auto* list = app.add_subcommand("list", "List jobs, free slots and switch drop counters");

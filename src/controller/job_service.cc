@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "controller/grpc_status.h"
-#include "controller/grpc_wait.h"
 #include "controller/job_sync_table.h"
 #include "controller/operator_auth.h"
+#include "controller/sync_calls.h"
 #include "controller/sync_coordinator.h"
 #include "switchml_v1.grpc.pb.h"
 
@@ -106,10 +106,21 @@ grpc::Status Error(StatusCode code, const std::string& message) {
 
 }  // namespace
 
-class JobService::Impl final : public v1::JobService::Service {
+// How often the jobs with waiting callers are asked whether they ended (Watch).
+constexpr std::chrono::milliseconds kWatchInterval{10};
+
+// Barrier and Broadcast use gRPC's callback API (a waiting call holds no thread,
+// sync_calls.h); the other methods are synchronous.
+using JobServiceBase = v1::JobService::WithCallbackMethod_Barrier<
+    v1::JobService::WithCallbackMethod_Broadcast<v1::JobService::Service>>;
+
+class JobService::Impl final : public JobServiceBase {
  public:
   Impl(SwitchControl* sink, JobServiceOptions options)
-      : sink_(sink), options_(std::move(options)), sweeper_([this] { SweepLoop(); }) {}
+      : sink_(sink),
+        options_(std::move(options)),
+        syncs_(options_.reference_limits),
+        sweeper_([this] { SweepLoop(); }) {}
   ~Impl() override { StopSweep(); }
 
   grpc::Status CreateJob(grpc::ServerContext* context, const v1::CreateJobRequest* request,
@@ -234,34 +245,29 @@ class JobService::Impl final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Barrier(grpc::ServerContext* context, const v1::JobBarrierRequest* request,
-                       v1::JobBarrierResponse*) override {
-    uint32_t num_workers = 0;
-    StatusOr<std::shared_ptr<SyncCoordinator>> sync =
-        SyncFor(request->job_id(), request->token(), request->rank(), &num_workers);
-    if (!sync.ok()) return ToGrpcStatus(sync.status());
-    JobSyncTable::Use use(&syncs_, request->job_id(), *sync);
-    const Status s = (*sync)->Barrier(num_workers, JobWait(context, request->job_id(),
-                                                            request->token()));
-    return ToGrpcStatus(Explain(s, "Barrier", request->job_id(), request->token()));
+  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* context,
+                                    const v1::JobBarrierRequest* request,
+                                    v1::JobBarrierResponse*) override {
+    return JobCall(
+        context, request->job_id(), request->token(), request->rank(), "Barrier",
+        [](SyncCoordinator& sync, uint32_t num_workers, SyncDone done) {
+          return sync.StartBarrier(num_workers, std::move(done));
+        },
+        [](uint64_t) {});
   }
 
-  grpc::Status Broadcast(grpc::ServerContext* context, const v1::JobBroadcastRequest* request,
-                         v1::JobBroadcastResponse* response) override {
-    uint32_t num_workers = 0;
-    StatusOr<std::shared_ptr<SyncCoordinator>> sync =
-        SyncFor(request->job_id(), request->token(), request->rank(), &num_workers);
-    if (!sync.ok()) return ToGrpcStatus(sync.status());
-    JobSyncTable::Use use(&syncs_, request->job_id(), *sync);
-    StatusOr<uint64_t> value =
-        (*sync)->Broadcast(request->value(), request->rank(), num_workers, request->root(),
-                           JobWait(context, request->job_id(), request->token()));
-    if (!value.ok()) {
-      return ToGrpcStatus(
-          Explain(value.status(), "Broadcast", request->job_id(), request->token()));
-    }
-    response->set_value(*value);
-    return grpc::Status::OK;
+  grpc::ServerUnaryReactor* Broadcast(grpc::CallbackServerContext* context,
+                                      const v1::JobBroadcastRequest* request,
+                                      v1::JobBroadcastResponse* response) override {
+    const uint64_t value = request->value();
+    const uint32_t rank = request->rank();
+    const uint32_t root = request->root();
+    return JobCall(
+        context, request->job_id(), request->token(), rank, "Broadcast",
+        [value, rank, root](SyncCoordinator& sync, uint32_t num_workers, SyncDone done) {
+          return sync.StartBroadcast(value, rank, num_workers, root, std::move(done));
+        },
+        [response](uint64_t v) { response->set_value(v); });
   }
 
   grpc::Status InspectSlots(grpc::ServerContext* context, const v1::InspectSlotsRequest* request,
@@ -320,13 +326,26 @@ class JobService::Impl final : public v1::JobService::Service {
     }
   }
 
+  // The background thread: Watch every kWatchInterval while a job has waiting callers (woken
+  // by WakeWatch when one starts waiting), Sweep every options_.sweep_interval.
   void SweepLoop() {
+    TimePoint next_sweep = Clock::now() + options_.sweep_interval;
     std::unique_lock<std::mutex> lock(sweep_mu_);
     while (!stop_sweep_) {
-      sweep_cv_.wait_for(lock, options_.sweep_interval);
+      lock.unlock();
+      const bool watching = !syncs_.WatchList().empty();
+      lock.lock();
+      const TimePoint now = Clock::now();
+      const TimePoint until = watching ? std::min(now + kWatchInterval, next_sweep) : next_sweep;
+      sweep_cv_.wait_until(lock, until, [this] { return stop_sweep_ || wake_watch_; });
+      wake_watch_ = false;
       if (stop_sweep_) break;
       lock.unlock();
-      Sweep();
+      Watch();
+      if (Clock::now() >= next_sweep) {
+        Sweep();
+        next_sweep = Clock::now() + options_.sweep_interval;
+      }
       lock.lock();
     }
   }
@@ -356,15 +375,70 @@ class JobService::Impl final : public v1::JobService::Service {
     limits.max_pending_broadcasts = kMaxPendingBroadcastsPerJob;
     // Each rank blocks in one call at a time; twice that leaves room for retries.
     limits.max_waiters = 2 * job.spec.num_workers;
-    return syncs_.Acquire(job_id, limits);
+    return syncs_.Acquire(job_id, limits, token);
   }
 
-  // Waits until the call's deadline, and gives up (Cancelled) as soon as the job ends or a
-  // registration of the job is refused (RecordRefusal).
-  WaitControl JobWait(grpc::ServerContext* context, uint32_t job_id, const std::string& token) {
-    return WaitFor(context, [this, job_id, token] {
-      return syncs_.HasRefusal(job_id, token) || !sink_->CheckJobAccess(job_id, token).ok();
-    });
+  // A job-scoped Barrier or Broadcast: checks the token and the rank, then joins the job's
+  // operation through `start` without holding a thread (SyncCallReactor). The call ends at
+  // its deadline, when the client cancels, when the job ends (Watch) or a registration of the
+  // job is refused (RecordRefusal); Explain says which.
+  grpc::ServerUnaryReactor* JobCall(
+      grpc::CallbackServerContext* context, uint32_t job_id, const std::string& token,
+      uint32_t rank, const char* rpc,
+      std::function<SyncCoordinator::Ticket(SyncCoordinator&, uint32_t, SyncDone)> start,
+      std::function<void(uint64_t)> fill) {
+    uint32_t num_workers = 0;
+    StatusOr<std::shared_ptr<SyncCoordinator>> sync = SyncFor(job_id, token, rank, &num_workers);
+    Status refused;
+    if (!sync.ok()) {
+      refused = sync.status();
+    } else if (syncs_.HasRefusal(job_id, token)) {
+      JobSyncTable::Use use(&syncs_, job_id, *sync);
+      refused = Explain(CancelledError(std::string(rpc) + ": a registration was refused"), rpc,
+                        job_id, token);
+    }
+    if (sync.ok() && refused.ok()) {
+      auto use = std::make_shared<JobSyncTable::Use>(&syncs_, job_id, *sync);
+      auto* reactor = new SyncCallReactor(
+          *sync, &timer_, HandlerDeadline(*context),
+          [this, use, job_id, token, rpc, fill = std::move(fill)](SyncResult result) mutable {
+            grpc::Status status = grpc::Status::OK;
+            if (result.ok()) {
+              fill(*result);
+            } else {
+              status = ToGrpcStatus(Explain(result.status(), rpc, job_id, token));
+            }
+            use.reset();  // the call no longer uses the job's state
+            return status;
+          });
+      WakeWatch();
+      SyncCoordinator& coordinator = **sync;
+      reactor->Start(
+          [&](SyncDone done) { return start(coordinator, num_workers, std::move(done)); });
+      return reactor;
+    }
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(refused));
+    return reactor;
+  }
+
+  // Ends the waiting calls of every job that has ended (they get Cancelled, which Explain
+  // turns into Aborted with the job's end reason). One access check per job with waiting
+  // callers, every kWatchInterval while there are any.
+  void Watch() {
+    for (const auto& [job_id, token] : syncs_.WatchList()) {
+      if (!sink_->CheckJobAccess(job_id, token).ok()) {
+        syncs_.CancelWaiters(job_id, "the job ended");
+      }
+    }
+  }
+
+  void WakeWatch() {
+    {
+      std::lock_guard<std::mutex> lock(sweep_mu_);
+      wake_watch_ = true;
+    }
+    sweep_cv_.notify_all();
   }
 
   // A wait that ended because the job ended says so (Aborted with the reason).
@@ -389,13 +463,14 @@ class JobService::Impl final : public v1::JobService::Service {
   // A registration refused with FailedPrecondition for a live job (a worker that disagrees
   // with the job's first registration, dataplane/switch_control.h) means the job's barrier can never
   // complete: its waiting and later Barrier/Broadcast calls fail with the refusal's message
-  // (JobWait, Explain). Only a caller with the job's token can cause this, and only callers
+  // (JobCall, Explain). Only a caller with the job's token can cause this, and only callers
   // with that token see it (a standalone controller's job ids repeat when a switch restarts;
   // the new job has a new token).
   void RecordRefusal(uint32_t job_id, const std::string& token, const Status& refusal) {
     if (refusal.code() != StatusCode::kFailedPrecondition) return;
     if (!sink_->CheckJobAccess(job_id, token).ok()) return;  // ended: waiters learn that
     syncs_.RecordRefusal(job_id, token, refusal.message());
+    syncs_.CancelWaiters(job_id, "a registration was refused");  // Explain says which
   }
 
   SwitchControl* const sink_;
@@ -404,11 +479,15 @@ class JobService::Impl final : public v1::JobService::Service {
   // service uses that entry through sync_table()).
   JobSyncTable syncs_;
 
-  // The sweep of ended jobs' sync state (Sweep). Declared last: the thread starts in the
-  // constructor, once every other member exists.
+  CallTimer timer_;  // the waiting calls' deadlines
+
+  // The watch of jobs with waiting callers (Watch) and the sweep of ended jobs' sync state
+  // (Sweep). Declared last: the thread starts in the constructor, once every other member
+  // exists.
   std::mutex sweep_mu_;
   std::condition_variable sweep_cv_;
-  bool stop_sweep_ = false;  // guarded by sweep_mu_
+  bool stop_sweep_ = false;   // guarded by sweep_mu_
+  bool wake_watch_ = false;   // guarded by sweep_mu_
   std::mutex join_mu_;
   std::thread sweeper_;
 };

@@ -7,8 +7,10 @@
 // Barrier and Broadcast for it answer NOT_FOUND as for a job that does not exist. Barrier and
 // Broadcast are job-scoped: each job has its own SyncCoordinator in the one JobSyncTable
 // (job_sync_table.h, which also holds job 0's for the reference Sync service), the token is
-// checked first, and a caller blocked while its job ends (deleted or idle timeout)
-// returns ABORTED with the job's end reason within one poll interval (10 ms).
+// checked first, and a caller waiting while its job ends (deleted or idle timeout)
+// returns ABORTED with the job's end reason: at once when the job is deleted through this
+// service, otherwise within about 10 ms (a background watch asks the switch, once per job
+// with waiting callers, every 10 ms).
 //
 // Agreement: a RegisterWorker the switch refuses with FAILED_PRECONDITION while the job is live
 // (the worker disagrees with the job's first registration: num_workers or an agreed parameter,
@@ -35,6 +37,14 @@
 // most kMaxSyncStates coordinators; per job, at most kMaxPendingBroadcastsPerJob pending
 // broadcast operations and 2 x num_workers blocked callers (RESOURCE_EXHAUSTED beyond).
 //
+// Threading: Barrier and Broadcast use gRPC's callback API (sync_calls.h): a waiting call
+// holds no thread, its deadline is kept by one timer thread, and a client's cancellation
+// withdraws it at once. The other RPCs are synchronous (gRPC's sync-server pool) and do not
+// wait for other callers. One background thread watches jobs with waiting callers and sweeps
+// leftover sync state. A Barrier/Broadcast checks the job's token and rank on gRPC's callback
+// thread (SwitchControl::CheckJobAccess and GetJob: in-memory in the switch; a standalone
+// controller's RemoteSwitches may ask a switch over gRPC, which caches positive answers).
+//
 // Thread-safety: all methods are thread-safe.
 #pragma once
 
@@ -59,6 +69,9 @@ struct JobServiceOptions {
   std::chrono::milliseconds default_idle_timeout{std::chrono::minutes(10)};
   // How often leftover sync state of ended jobs is looked for.
   std::chrono::milliseconds sweep_interval{std::chrono::seconds(1)};
+  // Bounds of job 0's coordinator, the reference Sync service's (ServerOptions sets the
+  // per-peer bound).
+  SyncLimits reference_limits;
 };
 
 using dataplane::SwitchControl;

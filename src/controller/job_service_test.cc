@@ -25,6 +25,7 @@ namespace switchml::controller {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace std::chrono_literals;
 
 constexpr uint32_t kLocalhost = 0x7F000001;
@@ -409,6 +410,55 @@ void StartEmbeddedSwitches(size_t count, uint32_t num_slots, std::vector<Embedde
     e.ctl = std::move(*ctl);
     e.address = "127.0.0.1:" + std::to_string(e.ctl->port());
   }
+}
+
+// A token the operator chooses is unique among live jobs: refused (ALREADY_EXISTS, not naming
+// the job) by the switch that has it, and by a standalone controller when another of its
+// switches has it; free again once the job is deleted.
+TEST(StandaloneControllerTest, AChosenTokenIsUniqueAmongLiveJobsOfEverySwitch) {
+  std::vector<EmbeddedSwitch> switches;
+  ASSERT_NO_FATAL_FAILURE(StartEmbeddedSwitches(2, 32, &switches));
+  auto remote =
+      RemoteSwitches::Connect({switches[0].address, switches[1].address}, 3s, kOperatorToken);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  auto standalone = StartLocalControllerForTests(remote->get(), kOperatorToken);
+  ASSERT_TRUE(standalone.ok());
+  auto client = JobClient::Connect("127.0.0.1:" + std::to_string((*standalone)->port()), 3s);
+  ASSERT_TRUE(client.ok());
+  (*client)->set_operator_token(kOperatorToken);
+  auto direct = JobClient::Connect(switches[1].address, 3s);  // switch 1's own controller
+  ASSERT_TRUE(direct.ok());
+  (*direct)->set_operator_token(kOperatorToken);
+
+  JobSpec spec;
+  spec.num_workers = 2;
+  spec.num_slots = 8;
+  spec.elements_per_packet = 64;
+  spec.token = "the-operators-chosen-token";
+  // A job with the token on switch 1 (created there directly).
+  auto held = (*direct)->CreateJob(spec);
+  ASSERT_TRUE(held.ok()) << held.status();
+  // The same switch refuses a second one.
+  auto again = (*direct)->CreateJob(spec);
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists) << again.status();
+  EXPECT_THAT(again.status().message(), HasSubstr("token"));
+  EXPECT_THAT(again.status().message(), Not(HasSubstr("job " + std::to_string(held->job_id))));
+  // The controller would place a job on switch 0 (more free slots), which has no such token:
+  // the controller itself refuses it; with two switches too.
+  auto placed = (*client)->CreateJob(spec);
+  EXPECT_EQ(placed.status().code(), StatusCode::kAlreadyExists) << placed.status();
+  JobSpec sharded = spec;
+  sharded.switches = 2;
+  EXPECT_EQ((*client)->CreateJob(sharded).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(switches[0].sw->ListJobs().jobs.size(), 0u);  // nothing was created
+  // Another token is fine, and so is this one once its job is deleted.
+  JobSpec other = spec;
+  other.token = "another-chosen-token-1";
+  auto ok = (*client)->CreateJob(other);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_TRUE((*direct)->DeleteJob(held->job_id, spec.token).ok());
+  auto reused = (*client)->CreateJob(sharded);
+  EXPECT_TRUE(reused.ok()) << reused.status();
 }
 
 // A standalone controller driving two switches over gRPC: jobs are placed on the switch with

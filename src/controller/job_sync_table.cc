@@ -4,10 +4,12 @@
 
 namespace switchml::controller {
 
-JobSyncTable::JobSyncTable() : reference_(std::make_shared<SyncCoordinator>(SyncLimits{})) {}
+JobSyncTable::JobSyncTable(SyncLimits reference_limits)
+    : reference_(std::make_shared<SyncCoordinator>(reference_limits)) {}
 
 StatusOr<std::shared_ptr<SyncCoordinator>> JobSyncTable::Acquire(uint32_t job_id,
-                                                                 const SyncLimits& limits) {
+                                                                 const SyncLimits& limits,
+                                                                 const std::string& token) {
   if (job_id == kReferenceJob) return reference_;
   std::lock_guard<std::mutex> lock(mu_);
   if (shut_down_) return UnavailableError("the controller is shutting down");
@@ -19,7 +21,7 @@ StatusOr<std::shared_ptr<SyncCoordinator>> JobSyncTable::Acquire(uint32_t job_id
           " jobs already have barrier/broadcast state on this controller (the most it "
           "keeps); retry once some have finished");
     }
-    it = syncs_.emplace(job_id, Entry{std::make_shared<SyncCoordinator>(limits), 0}).first;
+    it = syncs_.emplace(job_id, Entry{std::make_shared<SyncCoordinator>(limits), 0, token}).first;
   }
   ++it->second.users;
   return it->second.sync;
@@ -80,11 +82,38 @@ void JobSyncTable::ForgetUnused(uint32_t job_id) {
   sync->Reset();
 }
 
+size_t JobSyncTable::CancelWaiters(uint32_t job_id, const std::string& why) {
+  std::shared_ptr<SyncCoordinator> sync;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = syncs_.find(job_id);
+    if (job_id == kReferenceJob || it == syncs_.end()) return 0;
+    sync = it->second.sync;
+  }
+  return sync->CancelWaiters(why, /*broadcasts=*/true);  // callbacks run without our lock
+}
+
+std::vector<std::pair<uint32_t, std::string>> JobSyncTable::WatchList() const {
+  std::vector<std::pair<uint32_t, std::string>> list;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, entry] : syncs_) {
+    if (entry.sync->NumBarrierWaiters() + entry.sync->NumBroadcastWaiters() != 0) {
+      list.emplace_back(id, entry.token);
+    }
+  }
+  return list;
+}
+
 void JobSyncTable::Shutdown() {
   reference_->Shutdown();
-  std::lock_guard<std::mutex> lock(mu_);
-  shut_down_ = true;
-  for (auto& [id, entry] : syncs_) entry.sync->Shutdown();
+  std::vector<std::shared_ptr<SyncCoordinator>> syncs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shut_down_ = true;
+    for (auto& [id, entry] : syncs_) syncs.push_back(entry.sync);
+  }
+  // Without our lock: the waiters' callbacks end their uses (Release).
+  for (auto& sync : syncs) sync->Shutdown();
 }
 
 void JobSyncTable::RecordRefusal(uint32_t job_id, const std::string& token,

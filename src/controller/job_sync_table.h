@@ -11,9 +11,10 @@
 //   JobSyncTable::Use use(&table, job_id, *sync);      // released when `use` goes
 //   Status s = (*sync)->Barrier(num_workers, wait);
 //
-// Job 0 (the reference session): its coordinator exists from construction with the default
-// SyncLimits (the reference Barrier takes num_workers from each request and its Broadcast
-// keys operations by arrival, sync_coordinator.h), is never dropped, swept or counted against
+// Job 0 (the reference session): its coordinator exists from construction with the
+// SyncLimits given to the constructor (the reference Barrier takes num_workers from each
+// request and its Broadcast keys operations by arrival, sync_coordinator.h; the reference
+// Sync service sets its session size), is never dropped, swept or counted against
 // kMaxSyncStates, and is cleared only by Forget(0) (ResetSyncState) and Shutdown(). Its
 // refusal is the latest refused registration (a new one replaces it) and has no token.
 //
@@ -33,6 +34,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "controller/sync_coordinator.h"
@@ -49,15 +51,18 @@ class JobSyncTable {
   // Most refused registrations remembered.
   static constexpr size_t kMaxRefusals = 1024;
 
-  JobSyncTable();
+  // `reference_limits` bound job 0's coordinator (the reference Sync service's).
+  explicit JobSyncTable(SyncLimits reference_limits = {});
   JobSyncTable(const JobSyncTable&) = delete;
   JobSyncTable& operator=(const JobSyncTable&) = delete;
 
   // The job's coordinator, counted as used until Release (or a Use) gives it back. A service
-  // job's is created with `limits` when it has none. Job 0's is always returned (after
-  // Shutdown its calls answer Unavailable themselves). Errors (service jobs only):
-  // Unavailable (shut down), ResourceExhausted (kMaxSyncStates jobs have state).
-  StatusOr<std::shared_ptr<SyncCoordinator>> Acquire(uint32_t job_id, const SyncLimits& limits);
+  // job's is created with `limits` when it has none; `token` (checked by the caller) is kept
+  // with it for WatchList (the first one given). Job 0's is always returned (after Shutdown
+  // its calls answer Unavailable themselves). Errors (service jobs only): Unavailable (shut
+  // down), ResourceExhausted (kMaxSyncStates jobs have state).
+  StatusOr<std::shared_ptr<SyncCoordinator>> Acquire(uint32_t job_id, const SyncLimits& limits,
+                                                     const std::string& token = {});
   // Ends one use; a service job's coordinator that nobody uses and that holds nothing is
   // dropped.
   void Release(uint32_t job_id, const std::shared_ptr<SyncCoordinator>& sync);
@@ -85,6 +90,13 @@ class JobSyncTable {
   std::vector<uint32_t> SweepCandidates() const;
   void ForgetUnused(uint32_t job_id);
 
+  // Ends every waiting call of service job `job_id` with Cancelled (SyncCoordinator::
+  // CancelWaiters) without forgetting its state; returns how many.
+  size_t CancelWaiters(uint32_t job_id, const std::string& why);
+  // The service jobs with callers waiting right now, each with the token kept at Acquire (for
+  // the JobService's watch of ended jobs).
+  std::vector<std::pair<uint32_t, std::string>> WatchList() const;
+
   // Wakes every blocked caller of every job (Unavailable) and fails later ones the same way.
   void Shutdown();
 
@@ -108,6 +120,7 @@ class JobSyncTable {
   struct Entry {
     std::shared_ptr<SyncCoordinator> sync;
     uint32_t users = 0;
+    std::string token;
   };
   struct Refusal {
     std::string token;

@@ -99,12 +99,32 @@ StatusOr<JobWorkerGrant> RemoteSwitches::RegisterInReferenceSession(
   return grant;
 }
 
+Status RemoteSwitches::CheckTokenUnused(const std::string& token) const {
+  for (size_t i = 0; i < switches_.size(); ++i) {
+    auto list = switches_[i].jobs->ListJobs();
+    if (!list.ok()) continue;  // unreachable: it gets no new job either
+    for (const JobInfo& j : list->jobs) {
+      if (j.state == JobState::kEnded) continue;
+      // GetJob with a token answers OK only for the job that token opens.
+      if (switches_[i].jobs->GetJob(j.job_id, token).ok()) {
+        return AlreadyExistsError(
+            "token: another live job already uses this token; choose another one (or leave "
+            "it out to get a random one)");
+      }
+    }
+  }
+  return OkStatus();
+}
+
 StatusOr<JobInfo> RemoteSwitches::CreateJob(const JobSpec& spec) {
   if (spec.shard != 0 || spec.num_shards != 1) {
     return InvalidArgumentError("shard " + Str(spec.shard) + " of num_shards " +
                                 Str(spec.num_shards) + ": the controller sets those for each "
                                 "switch of a job; ask for switches = K instead");
   }
+  // One create at a time, so that two creates with one token cannot both pass the check.
+  std::lock_guard<std::mutex> lock(create_mu_);
+  if (!spec.token.empty()) SWITCHML_RETURN_IF_ERROR(CheckTokenUnused(spec.token));
   if (spec.switches != 1) return CreateShardedJob(spec);
   // Place the job where the largest free range is (ties: the first switch); an unreachable
   // switch gets no new jobs.

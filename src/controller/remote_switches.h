@@ -12,7 +12,10 @@
 // ties); the controller's job id is (switch index << 24) | the switch's own job id, so every
 // later call (RegisterWorker, GetJob, DeleteJob, InspectSlots) is routed to that switch
 // without state here, and RegisterWorker's answer carries that switch's data address. Tokens
-// are checked by the switch. Job-scoped Barrier/Broadcast are served by this controller.
+// are checked by the switch. A token the operator chooses must be unique among the live jobs
+// of every reachable switch (each switch refuses a duplicate among its own jobs; CreateJob
+// asks the others, one GetJob with the token per live job, so choosing a token costs one RPC
+// per live job): ALREADY_EXISTS, not saying which job holds it. Creates are serialized. Job-scoped Barrier/Broadcast are served by this controller.
 // Jobs on several switches (JobSpec::switches = K > 1; docs/design.md "Shards on several
 // switches"): CreateJob creates the job on the K reachable switches with the largest free
 // ranges, switch i of them as shard i of K with one token (the operator's, or one generated
@@ -136,6 +139,8 @@ class RemoteSwitches final : public SwitchControl {
   // A job found again after a restart learns its token here (shard 0 checks it).
   Status CheckShardedAccess(ShardedJob& job, const std::string& token) const;
   StatusOr<JobInfo> CreateShardedJob(const JobSpec& spec);
+  // AlreadyExists if a live job on any reachable switch has `token` (not saying which).
+  Status CheckTokenUnused(const std::string& token) const;
   StatusOr<JobWorkerGrant> RegisterSharded(ShardedJob& job, const JobRegistration& reg);
   StatusOr<JobInfo> GetSharded(ShardedJob& job) const;
   // Marks the job ended with `reason` (unless it already is) and deletes it on every shard
@@ -155,6 +160,7 @@ class RemoteSwitches final : public SwitchControl {
   }
 
   std::vector<Switch> switches_;
+  std::mutex create_mu_;  // one CreateJob at a time (CheckTokenUnused, then create)
   mutable std::mutex cache_mu_;
   struct AccessCache {
     uint32_t job_id = 0;

@@ -11,9 +11,9 @@
 #include <utility>
 
 #include "controller/grpc_status.h"
-#include "controller/grpc_wait.h"
 #include "controller/job_service.h"
 #include "controller/job_sync_table.h"
+#include "controller/sync_calls.h"
 #include "controller/sync_coordinator.h"
 #include "switchml.grpc.pb.h"
 
@@ -83,10 +83,15 @@ class SessionServiceImpl final : public switchml_proto::Session::Service {
       if (!grant.ok()) {
         if (grant.status().code() == StatusCode::kFailedPrecondition) {
           syncs_->RecordRefusal(kJob0, "", grant.status().message());
+          // The waiting barrier calls learn it now (SyncServiceImpl::Barrier's reply).
+          syncs_->reference().CancelWaiters("a registration was refused", /*broadcasts=*/false);
         }
         return ToGrpcStatus(grant.status());
       }
-      if (reg.rank == 0) syncs_->ForgetRefusal(kJob0);  // a new session
+      if (reg.rank == 0) {  // a new session, of num_workers workers
+        syncs_->ForgetRefusal(kJob0);
+        (void)syncs_->reference().SetSessionSize(reg.num_workers);
+      }
       info = grant->switch_info;
     }
     response->set_session_id(request->session_id());
@@ -105,43 +110,73 @@ class SessionServiceImpl final : public switchml_proto::Session::Service {
   std::mutex control_mu_;  // serializes registrations (the reference serializes all requests)
 };
 
-// Barrier/Broadcast: job 0's entry of the JobSyncTable.
-
-class SyncServiceImpl final : public switchml_proto::Sync::Service {
+// Barrier/Broadcast: job 0's entry of the JobSyncTable, with gRPC's callback API (a waiting
+// call holds no thread; sync_calls.h).
+class SyncServiceImpl final : public switchml_proto::Sync::CallbackService {
  public:
   explicit SyncServiceImpl(JobSyncTable* syncs) : syncs_(syncs) {}
 
-  grpc::Status Barrier(grpc::ServerContext* context, const switchml_proto::BarrierRequest* request,
-                       switchml_proto::BarrierResponse*) override {
+  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* context,
+                                    const switchml_proto::BarrierRequest* request,
+                                    switchml_proto::BarrierResponse*) override {
+    std::shared_ptr<SyncCoordinator> sync = Reference();
     if (std::optional<std::string> refused = syncs_->Refused(kJob0, "")) {
-      return ToGrpcStatus(SessionRefusal(*refused));
+      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+      reactor->Finish(ToGrpcStatus(SessionRefusal(*refused)));
+      return reactor;
     }
-    const Status s = syncs_->reference().Barrier(
-        request->num_workers(),
-        WaitFor(context, [this] { return syncs_->HasRefusal(kJob0, ""); }));
-    if (s.code() == StatusCode::kCancelled && !context->IsCancelled()) {
-      if (std::optional<std::string> refused = syncs_->Refused(kJob0, "")) {
-        return ToGrpcStatus(SessionRefusal(*refused));
-      }
-    }
-    return ToGrpcStatus(s);
+    auto* reactor = new SyncCallReactor(
+        sync, &timer_, HandlerDeadline(*context), [this, context](SyncResult result) {
+          const Status& s = result.status();
+          // Cancelled without the client cancelling: a refused registration (UdpSession).
+          if (s.code() == StatusCode::kCancelled && !context->IsCancelled()) {
+            if (std::optional<std::string> refused = syncs_->Refused(kJob0, "")) {
+              return ToGrpcStatus(SessionRefusal(*refused));
+            }
+          }
+          return ToGrpcStatus(s);
+        });
+    const uint32_t num_workers = request->num_workers();
+    const std::string peer = PeerHost(context->peer());
+    reactor->Start([&](SyncDone done) {
+      return sync->StartBarrier(num_workers, std::move(done), peer);
+    });
+    return reactor;
   }
 
-  grpc::Status Broadcast(grpc::ServerContext* context,
-                         const switchml_proto::BroadcastRequest* request,
-                         switchml_proto::BroadcastResponse* response) override {
-    // Rank 0 broadcasting as root starts a bootstrap (session_client.h): a new session.
-    if (request->rank() == 0 && request->root() == 0) syncs_->ForgetRefusal(kJob0);
-    StatusOr<uint64_t> value = syncs_->reference().Broadcast(request->value(), request->rank(),
-                                                request->num_workers(), request->root(),
-                                                WaitFor(context));
-    if (!value.ok()) return ToGrpcStatus(value.status());
-    response->set_value(*value);
-    return grpc::Status::OK;
+  grpc::ServerUnaryReactor* Broadcast(grpc::CallbackServerContext* context,
+                                      const switchml_proto::BroadcastRequest* request,
+                                      switchml_proto::BroadcastResponse* response) override {
+    std::shared_ptr<SyncCoordinator> sync = Reference();
+    // Rank 0 broadcasting as root starts a bootstrap (session_client.h): a new session, whose
+    // size is this call's num_workers.
+    if (request->rank() == 0 && request->root() == 0 && request->num_workers() >= 1 &&
+        request->num_workers() <= SyncCoordinator::kMaxBroadcastParticipants) {
+      syncs_->ForgetRefusal(kJob0);
+      (void)sync->SetSessionSize(request->num_workers());
+    }
+    auto* reactor = new SyncCallReactor(sync, &timer_, HandlerDeadline(*context),
+                                        [response](SyncResult result) {
+                                          if (!result.ok()) return ToGrpcStatus(result.status());
+                                          response->set_value(*result);
+                                          return grpc::Status::OK;
+                                        });
+    const std::string peer = PeerHost(context->peer());
+    reactor->Start([&](SyncDone done) {
+      return sync->StartBroadcast(request->value(), request->rank(), request->num_workers(),
+                                  request->root(), std::move(done), peer);
+    });
+    return reactor;
   }
 
  private:
+  std::shared_ptr<SyncCoordinator> Reference() {
+    StatusOr<std::shared_ptr<SyncCoordinator>> sync = syncs_->Acquire(kJob0, SyncLimits{});
+    return *sync;  // job 0's is always there (after Shutdown its calls fail themselves)
+  }
+
   JobSyncTable* const syncs_;
+  CallTimer timer_;  // the waiting calls' deadlines
 };
 
 }  // namespace
@@ -193,6 +228,7 @@ class ControllerServer::Impl {
     JobServiceOptions jo;
     jo.operator_token = options.operator_token;
     jo.default_idle_timeout = options.default_job_idle_timeout;
+    jo.reference_limits.max_waiters_per_peer = options.max_waiting_calls_per_peer;
     return jo;
   }
 

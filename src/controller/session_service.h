@@ -44,22 +44,42 @@
 //                 several jobs per switch, token-checked registration, job-scoped
 //                 Barrier/Broadcast, job state, counters and slot inspection.
 //   Barrier, Broadcast → job 0's SyncCoordinator (sync_coordinator.h documents the exact semantics,
-//                 including what happens to callers that give up). Each blocked handler honours
-//                 its call's deadline and cancellation (cancellation is polled every 10 ms). A
-//                 blocked handler ends slightly *before* the call's deadline (1/10 of the time
-//                 left, at most 100 ms) with DEADLINE_EXCEEDED and a message saying how many
-//                 workers had arrived; so the client normally sees that message rather than its
-//                 own bare timeout, and the caller is already withdrawn from the operation when
-//                 the client could retry.
+//                 including what happens to callers that give up). A waiting call honours its
+//                 deadline and its client's cancellation (withdrawn as soon as gRPC reports
+//                 it). It ends slightly *before* the call's deadline (1/10 of the time left, at
+//                 most 100 ms) with DEADLINE_EXCEEDED and a message saying how many workers had
+//                 arrived; so the client normally sees that message rather than its own bare
+//                 timeout, and the caller is already withdrawn from the operation when the
+//                 client could retry.
 //
-// Threading: the synchronous gRPC API; every blocked Barrier/Broadcast holds one thread of
-// gRPC's dynamically grown sync-server pool, so a job of n workers needs about n threads while
-// it synchronizes. UdpSession registrations are serialized by the server (one at a time), so
-// the switch only needs to be safe against its own other users (e.g. the dataplane).
-// All public methods are thread-safe.
+// Flood limits (the reference Sync service is unauthenticated, like the reference's): a
+// waiting Barrier/Broadcast costs memory only (below), and what one client can make the
+// controller keep is bounded:
+//   * session size: rank 0's successful UdpSession and rank 0's Broadcast as root (the first
+//     step of Bootstrap) set the session's size n; a Barrier with another num_workers is then
+//     refused (INVALID_ARGUMENT naming both), and setting the size ends a pending barrier and
+//     drops pending broadcasts of another size, so a stranger's barrier "shape" (e.g.
+//     num_workers 65536) cannot lock the session's own workers out once a session starts;
+//   * per client address: at most options.max_waiting_calls_per_peer calls from one IP wait
+//     at once (RESOURCE_EXHAUSTED naming the bound and the address);
+//   * in all: at most 4096 waiting calls and 1024 pending broadcasts (SyncLimits;
+//     RESOURCE_EXHAUSTED naming the bound); num_workers at most 65536.
+// Calls that do not wait (the root of a broadcast, the caller completing a barrier) are never
+// refused by the waiting bounds. Not defended (inherent to an unauthenticated protocol): a
+// client that sends the session's own shape joins the session's operations; jobs of the
+// JobService (token-checked, bounded per job) are the answer where that matters.
+//
+// Threading: Barrier and Broadcast use gRPC's callback API (sync_calls.h): a waiting call is
+// a small object (its reactor, a ticket, a timer entry), not a thread, so thousands of waiting
+// calls leave the process at a few dozen threads (gRPC's own pools, one deadline timer per
+// service, the JobService's watch thread). UdpSession and the JobService's other RPCs are
+// synchronous and never wait for other callers. UdpSession registrations are serialized by
+// the server (one at a time), so the switch only needs to be safe against its own other users
+// (e.g. the dataplane). All public methods are thread-safe.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -69,6 +89,10 @@
 namespace switchml::controller {
 
 using dataplane::SwitchControl;
+
+// A host runs at most a few dozen ranks of a session, each with one waiting call at a time;
+// 256 leaves room for that and keeps one host from taking all of job 0's 4096 waiting calls.
+inline constexpr uint32_t kDefaultMaxWaitingCallsPerPeer = 256;
 
 struct ServerOptions {
   // "host:port"; the reference controller listens on port 50099. Port 0 picks a free port
@@ -81,6 +105,10 @@ struct ServerOptions {
   // timeout of a job created without one. The reference services ignore both.
   std::string operator_token;
   std::chrono::milliseconds default_job_idle_timeout{std::chrono::minutes(10)};
+  // The reference Sync service (unauthenticated): at most this many Barrier/Broadcast calls
+  // from one client address (IP, any port) wait at once (0 = no per-address bound); job 0's
+  // bound on all waiting calls is SyncLimits::max_waiters (4096). See "Flood limits" above.
+  uint32_t max_waiting_calls_per_peer = kDefaultMaxWaitingCallsPerPeer;
 };
 
 class ControllerServer {

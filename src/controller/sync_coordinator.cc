@@ -1,5 +1,9 @@
 #include "controller/sync_coordinator.h"
 
+#include <algorithm>
+#include <condition_variable>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -12,182 +16,397 @@ constexpr std::chrono::hours kMaxSleep{1};
 
 std::string Str(uint64_t v) { return std::to_string(v); }
 
+const char* Name(bool broadcast) { return broadcast ? "Broadcast" : "Barrier"; }
+
 }  // namespace
 
-SyncCoordinator::WaitEnd SyncCoordinator::WaitLocked(std::unique_lock<std::mutex>& lock,
-                                                     const WaitControl& wait,
-                                                     const std::function<bool()>& done) {
-  const uint64_t epoch = reset_epoch_;
-  while (true) {
-    // Shutdown and reset first: they clear the state `done` may look at.
-    if (shut_down_) return WaitEnd::kShutDown;
-    if (reset_epoch_ != epoch) return WaitEnd::kReset;
-    if (done()) return WaitEnd::kDone;
-    if (wait.cancelled && wait.cancelled()) return WaitEnd::kCancelled;
-    const TimePoint now = Clock::now();
-    if (now >= wait.deadline) return WaitEnd::kDeadline;
-    TimePoint until = now + (wait.cancelled ? Duration(wait.poll_interval) : Duration(kMaxSleep));
-    // Compare as durations from now so that TimePoint::max() cannot overflow.
-    if (wait.deadline - now < until - now) until = wait.deadline;
-    cv_.wait_until(lock, until);
-  }
+void SyncCoordinator::Run(Ready& ready) {
+  for (auto& [done, result] : ready) done(std::move(result));
 }
 
-Status SyncCoordinator::Barrier(uint32_t num_workers, const WaitControl& wait) {
-  if (num_workers == 0 || num_workers > kMaxBroadcastParticipants) {
-    return InvalidArgumentError("Barrier: num_workers must be in [1, " +
-                                Str(kMaxBroadcastParticipants) + "], got " + Str(num_workers));
+std::string SyncCoordinator::ProgressLocked(const Waiter& w) const {
+  if (!w.broadcast) {
+    return Str(barrier_waiting_.size()) + " of " + Str(barrier_num_workers_) +
+           " workers had arrived";
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  if (shut_down_) return UnavailableError("Barrier: controller is shutting down");
-  if (barrier_arrived_ == 0) {
-    barrier_num_workers_ = num_workers;
-  } else if (num_workers != barrier_num_workers_) {
-    return InvalidArgumentError("Barrier: num_workers " + Str(num_workers) +
-                                " differs from the pending barrier's num_workers " +
-                                Str(barrier_num_workers_));
-  }
-  // A caller that does not complete the barrier blocks: refuse it if that is one too many.
-  if (barrier_arrived_ + 1 < num_workers &&
-      barrier_arrived_ + broadcast_waiters_ >= limits_.max_waiters) {
-    return ResourceExhaustedError("Barrier: " + Str(limits_.max_waiters) +
+  const BroadcastOp& op = broadcasts_.at(w.op_id);
+  return "root " + Str(op.root) + " has not called yet (operation " + Str(w.op_id) + " of " +
+         Str(op.num_workers) + " ranks, " + Str(op.num_participants - 1) + " others waiting)";
+}
+
+Status SyncCoordinator::WaitBoundLocked(bool broadcast, const std::string& peer) const {
+  const char* rpc = Name(broadcast);
+  const size_t waiting = broadcast ? broadcast_waiters_ : barrier_waiting_.size();
+  if (waiting >= limits_.max_waiters) {
+    return ResourceExhaustedError(std::string(rpc) + ": " + Str(limits_.max_waiters) +
                                   " callers are already blocked here (the most allowed); "
                                   "retry later");
   }
-  ++barrier_arrived_;
-  if (barrier_arrived_ == barrier_num_workers_) {
-    barrier_arrived_ = 0;
-    ++barrier_generation_;
-    cv_.notify_all();
-    return OkStatus();
+  if (limits_.max_waiters_per_peer != 0) {
+    const auto& counts = peer_waiters_[broadcast];
+    auto it = counts.find(peer);
+    if (it != counts.end() && it->second >= limits_.max_waiters_per_peer) {
+      return ResourceExhaustedError(std::string(rpc) + ": " +
+                                    Str(limits_.max_waiters_per_peer) + " calls from " +
+                                    (peer.empty() ? std::string("this peer") : peer) +
+                                    " are already blocked here (the most allowed per client "
+                                    "address); retry later");
+    }
   }
-  const uint64_t generation = barrier_generation_;
-  const WaitEnd end = WaitLocked(lock, wait, [&] { return barrier_generation_ != generation; });
-  if (end == WaitEnd::kDone) return OkStatus();
-  if (end == WaitEnd::kShutDown) return UnavailableError("Barrier: controller is shutting down");
-  if (end == WaitEnd::kReset) return AbortedError("Barrier: sync state was reset while waiting");
-  // Withdraw: the operation is still the one we joined (generation unchanged).
-  const std::string progress = Str(barrier_arrived_) + " of " + Str(barrier_num_workers_) +
-                               " workers had arrived";
-  --barrier_arrived_;
-  if (end == WaitEnd::kCancelled) return CancelledError("Barrier: call cancelled; " + progress);
-  return DeadlineExceededError("Barrier: deadline passed; " + progress);
+  return OkStatus();
+}
+
+SyncCoordinator::Ticket SyncCoordinator::AddWaiterLocked(Waiter w) {
+  if (limits_.max_waiters_per_peer != 0) ++peer_waiters_[w.broadcast][w.peer];
+  if (w.broadcast) ++broadcast_waiters_;
+  const Ticket ticket = next_ticket_++;
+  waiters_.emplace(ticket, std::move(w));
+  return ticket;
+}
+
+SyncDone SyncCoordinator::TakeLocked(std::map<Ticket, Waiter>::iterator it) {
+  Waiter& w = it->second;
+  if (limits_.max_waiters_per_peer != 0) {
+    auto& counts = peer_waiters_[w.broadcast];
+    auto p = counts.find(w.peer);
+    if (p != counts.end() && --p->second == 0) counts.erase(p);
+  }
+  if (w.broadcast) --broadcast_waiters_;
+  SyncDone done = std::move(w.done);
+  waiters_.erase(it);
+  return done;
+}
+
+void SyncCoordinator::WithdrawLocked(std::map<Ticket, Waiter>::iterator it, const Status& status,
+                                     Ready* ready) {
+  const Waiter& w = it->second;
+  if (!w.broadcast) {
+    barrier_waiting_.erase(it->first);
+  } else {
+    auto op_it = broadcasts_.find(w.op_id);
+    if (op_it != broadcasts_.end()) {
+      BroadcastOp& op = op_it->second;
+      op.participated[w.rank] = false;
+      --op.num_participants;
+      std::erase(op.waiting, it->first);
+      if (op.num_participants == 0 && !op.has_value) broadcasts_.erase(op_it);
+    }
+  }
+  ready->emplace_back(TakeLocked(it), status);
+}
+
+SyncCoordinator::Ticket SyncCoordinator::StartBarrier(uint32_t num_workers, SyncDone done,
+                                                      const std::string& peer) {
+  if (num_workers == 0 || num_workers > kMaxBroadcastParticipants) {
+    done(InvalidArgumentError("Barrier: num_workers must be in [1, " +
+                              Str(kMaxBroadcastParticipants) + "], got " + Str(num_workers)));
+    return kFinished;
+  }
+  Ready ready;
+  Ticket ticket = kFinished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Status refused;
+    if (shut_down_) {
+      refused = UnavailableError("Barrier: controller is shutting down");
+    } else if (session_size_ != 0 && num_workers != session_size_) {
+      refused = InvalidArgumentError("Barrier: num_workers " + Str(num_workers) +
+                                     " differs from the session's " + Str(session_size_) +
+                                     " workers (set when its rank 0 started it)");
+    } else if (!barrier_waiting_.empty() && num_workers != barrier_num_workers_) {
+      refused = InvalidArgumentError("Barrier: num_workers " + Str(num_workers) +
+                                     " differs from the pending barrier's num_workers " +
+                                     Str(barrier_num_workers_));
+    } else if (barrier_waiting_.size() + 1 < num_workers) {
+      // A caller that does not complete the barrier waits: refuse it if that is one too many.
+      refused = WaitBoundLocked(/*broadcast=*/false, peer);
+    }
+    if (!refused.ok()) {
+      ready.emplace_back(std::move(done), refused);
+    } else if (barrier_waiting_.size() + 1 == num_workers) {
+      for (Ticket t : barrier_waiting_) {
+        ready.emplace_back(TakeLocked(waiters_.find(t)), uint64_t{0});
+      }
+      barrier_waiting_.clear();
+      ready.emplace_back(std::move(done), uint64_t{0});
+    } else {
+      barrier_num_workers_ = num_workers;
+      ticket = AddWaiterLocked(Waiter{std::move(done), false, 0, 0, peer});
+      barrier_waiting_.insert(ticket);
+    }
+  }
+  Run(ready);
+  return ticket;
+}
+
+SyncCoordinator::Ticket SyncCoordinator::StartBroadcast(uint64_t value, uint32_t rank,
+                                                        uint32_t num_workers, uint32_t root,
+                                                        SyncDone done, const std::string& peer) {
+  Status invalid;
+  if (num_workers == 0 || num_workers > kMaxBroadcastParticipants) {
+    invalid = InvalidArgumentError("Broadcast: num_workers must be in [1, " +
+                                   Str(kMaxBroadcastParticipants) + "], got " + Str(num_workers));
+  } else if (rank >= num_workers) {
+    invalid = InvalidArgumentError("Broadcast: rank must be < num_workers (" + Str(num_workers) +
+                                   "), got " + Str(rank));
+  } else if (root >= num_workers) {
+    invalid = InvalidArgumentError("Broadcast: root must be < num_workers (" + Str(num_workers) +
+                                   "), got " + Str(root));
+  }
+  if (!invalid.ok()) {
+    done(invalid);
+    return kFinished;
+  }
+  Ready ready;
+  Ticket ticket = kFinished;
+  auto refuse = [&](Status s) {
+    ready.emplace_back(std::move(done), std::move(s));
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) {
+      refuse(UnavailableError("Broadcast: controller is shutting down"));
+    } else {
+      // The oldest live operation this rank has not participated in.
+      auto it = broadcasts_.begin();
+      Status mismatch;
+      for (; it != broadcasts_.end(); ++it) {
+        const BroadcastOp& op = it->second;
+        if (rank < op.num_workers && op.participated[rank]) continue;
+        if (op.num_workers != num_workers) {
+          mismatch = InvalidArgumentError(
+              "Broadcast: num_workers " + Str(num_workers) + " differs from pending operation " +
+              Str(it->first) + "'s num_workers " + Str(op.num_workers) +
+              " (left over from an earlier job? reset the sync state)");
+        } else if (op.root != root) {
+          mismatch = InvalidArgumentError(
+              "Broadcast: root " + Str(root) + " differs from pending operation " +
+              Str(it->first) + "'s root " + Str(op.root) +
+              " (left over from an earlier job? reset the sync state)");
+        }
+        break;
+      }
+      const bool will_wait =
+          rank != root && (it == broadcasts_.end() || !it->second.has_value);
+      const Status bound = will_wait ? WaitBoundLocked(/*broadcast=*/true, peer) : OkStatus();
+      if (!mismatch.ok()) {
+        refuse(mismatch);
+      } else if (!bound.ok()) {
+        refuse(bound);
+      } else if (it == broadcasts_.end() &&
+                 broadcasts_.size() >= limits_.max_pending_broadcasts) {
+        refuse(ResourceExhaustedError(
+            "Broadcast: " + Str(limits_.max_pending_broadcasts) +
+            " broadcast operations are already pending (the most allowed); their ranks must "
+            "call (or the sync state be reset) before a new one can start"));
+      } else {
+        if (it == broadcasts_.end()) {
+          BroadcastOp op;
+          op.num_workers = num_workers;
+          op.root = root;
+          op.participated.assign(num_workers, false);
+          it = broadcasts_.emplace(next_broadcast_id_++, std::move(op)).first;
+        }
+        const uint64_t id = it->first;
+        BroadcastOp& op = it->second;
+        op.participated[rank] = true;
+        ++op.num_participants;
+        if (will_wait) {
+          ticket = AddWaiterLocked(Waiter{std::move(done), true, id, rank, peer});
+          op.waiting.push_back(ticket);
+        } else {
+          if (rank == root) {
+            op.has_value = true;
+            op.value = value;
+            for (Ticket t : op.waiting) {
+              ready.emplace_back(TakeLocked(waiters_.find(t)), op.value);
+              ++op.num_reads;
+            }
+            op.waiting.clear();
+          }
+          ready.emplace_back(std::move(done), op.value);
+          if (++op.num_reads == op.num_workers) broadcasts_.erase(it);
+        }
+      }
+    }
+  }
+  Run(ready);
+  return ticket;
+}
+
+void SyncCoordinator::GiveUp(Ticket ticket, GiveUpReason reason) {
+  Ready ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = waiters_.find(ticket);
+    if (it == waiters_.end()) return;
+    const std::string rpc = Name(it->second.broadcast);
+    const std::string progress = ProgressLocked(it->second);
+    WithdrawLocked(it,
+                   reason == GiveUpReason::kCancelled
+                       ? CancelledError(rpc + ": call cancelled; " + progress)
+                       : DeadlineExceededError(rpc + ": deadline passed; " + progress),
+                   &ready);
+  }
+  Run(ready);
+}
+
+size_t SyncCoordinator::CancelWaiters(const std::string& why, bool broadcasts) {
+  Ready ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      auto next = std::next(it);
+      if (!it->second.broadcast || broadcasts) {
+        WithdrawLocked(it, CancelledError(std::string(Name(it->second.broadcast)) +
+                                          ": call cancelled; " + why),
+                       &ready);
+      }
+      it = next;
+    }
+  }
+  const size_t n = ready.size();
+  Run(ready);
+  return n;
+}
+
+Status SyncCoordinator::SetSessionSize(uint32_t num_workers) {
+  if (num_workers > kMaxBroadcastParticipants) {
+    return InvalidArgumentError("session size must be in [0, " +
+                                Str(kMaxBroadcastParticipants) + "], got " + Str(num_workers));
+  }
+  Ready ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    session_size_ = num_workers;
+    if (num_workers == 0 || shut_down_) return OkStatus();
+    const std::string why = " differs from the session's " + Str(num_workers) +
+                            " workers (a new session started)";
+    if (!barrier_waiting_.empty() && barrier_num_workers_ != num_workers) {
+      const Status s = InvalidArgumentError(
+          "Barrier: num_workers " + Str(barrier_num_workers_) + why);
+      for (Ticket t : std::set<Ticket>(barrier_waiting_)) {
+        WithdrawLocked(waiters_.find(t), s, &ready);
+      }
+    }
+    for (auto it = broadcasts_.begin(); it != broadcasts_.end();) {
+      auto next = std::next(it);
+      if (it->second.num_workers != num_workers) {
+        const Status s = InvalidArgumentError("Broadcast: operation " + Str(it->first) +
+                                              "'s num_workers " + Str(it->second.num_workers) +
+                                              why);
+        for (Ticket t : it->second.waiting) ready.emplace_back(TakeLocked(waiters_.find(t)), s);
+        broadcasts_.erase(it);
+      }
+      it = next;
+    }
+  }
+  Run(ready);
+  return OkStatus();
+}
+
+uint32_t SyncCoordinator::session_size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return session_size_;
+}
+
+StatusOr<uint64_t> SyncCoordinator::Wait(const std::function<Ticket(SyncDone)>& start,
+                                         const WaitControl& wait) {
+  struct Box {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<SyncResult> result;
+  };
+  auto box = std::make_shared<Box>();
+  const Ticket ticket = start([box](SyncResult r) {
+    std::lock_guard<std::mutex> lock(box->mu);
+    box->result.emplace(std::move(r));
+    box->cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(box->mu);
+  bool gave_up = false;
+  while (!box->result.has_value()) {
+    if (gave_up) {
+      // GiveUp ran the callback, or the operation completed first and its callback is on
+      // its way: either way it comes without a deadline.
+      box->cv.wait(lock);
+      continue;
+    }
+    std::optional<GiveUpReason> reason;
+    const TimePoint now = Clock::now();
+    if (wait.cancelled && wait.cancelled()) {
+      reason = GiveUpReason::kCancelled;
+    } else if (now >= wait.deadline) {
+      reason = GiveUpReason::kDeadline;
+    }
+    if (reason.has_value()) {
+      gave_up = true;
+      lock.unlock();
+      GiveUp(ticket, *reason);
+      lock.lock();
+      continue;
+    }
+    TimePoint until = now + (wait.cancelled ? Duration(wait.poll_interval) : Duration(kMaxSleep));
+    // Compare as durations from now so that TimePoint::max() cannot overflow.
+    if (wait.deadline - now < until - now) until = wait.deadline;
+    box->cv.wait_until(lock, until);
+  }
+  return std::move(*box->result);
+}
+
+Status SyncCoordinator::Barrier(uint32_t num_workers, const WaitControl& wait) {
+  return Wait([&](SyncDone done) { return StartBarrier(num_workers, std::move(done)); }, wait)
+      .status();
 }
 
 StatusOr<uint64_t> SyncCoordinator::Broadcast(uint64_t value, uint32_t rank,
                                               uint32_t num_workers, uint32_t root,
                                               const WaitControl& wait) {
-  if (num_workers == 0 || num_workers > kMaxBroadcastParticipants) {
-    return InvalidArgumentError("Broadcast: num_workers must be in [1, " +
-                                Str(kMaxBroadcastParticipants) + "], got " + Str(num_workers));
-  }
-  if (rank >= num_workers) {
-    return InvalidArgumentError("Broadcast: rank must be < num_workers (" + Str(num_workers) +
-                                "), got " + Str(rank));
-  }
-  if (root >= num_workers) {
-    return InvalidArgumentError("Broadcast: root must be < num_workers (" + Str(num_workers) +
-                                "), got " + Str(root));
-  }
-  std::unique_lock<std::mutex> lock(mu_);
-  if (shut_down_) return UnavailableError("Broadcast: controller is shutting down");
+  return Wait(
+      [&](SyncDone done) {
+        return StartBroadcast(value, rank, num_workers, root, std::move(done));
+      },
+      wait);
+}
 
-  // The oldest live operation this rank has not participated in.
-  auto it = broadcasts_.begin();
-  for (; it != broadcasts_.end(); ++it) {
-    const BroadcastOp& op = it->second;
-    if (rank < op.num_workers && op.participated[rank]) continue;
-    if (op.num_workers != num_workers) {
-      return InvalidArgumentError("Broadcast: num_workers " + Str(num_workers) +
-                                  " differs from pending operation " + Str(it->first) +
-                                  "'s num_workers " + Str(op.num_workers) +
-                                  " (left over from an earlier job? reset the sync state)");
-    }
-    if (op.root != root) {
-      return InvalidArgumentError("Broadcast: root " + Str(root) +
-                                  " differs from pending operation " + Str(it->first) +
-                                  "'s root " + Str(op.root) +
-                                  " (left over from an earlier job? reset the sync state)");
-    }
-    break;
+void SyncCoordinator::ClearLocked(const Status& barrier_status, const Status& broadcast_status,
+                                  Ready* ready) {
+  for (auto& [ticket, w] : waiters_) {
+    ready->emplace_back(std::move(w.done), w.broadcast ? broadcast_status : barrier_status);
   }
-  const bool will_block = rank != root && (it == broadcasts_.end() || !it->second.has_value);
-  if (will_block && barrier_arrived_ + broadcast_waiters_ >= limits_.max_waiters) {
-    return ResourceExhaustedError("Broadcast: " + Str(limits_.max_waiters) +
-                                  " callers are already blocked here (the most allowed); "
-                                  "retry later");
-  }
-  if (it == broadcasts_.end()) {
-    if (broadcasts_.size() >= limits_.max_pending_broadcasts) {
-      return ResourceExhaustedError(
-          "Broadcast: " + Str(limits_.max_pending_broadcasts) +
-          " broadcast operations are already pending (the most allowed); their ranks must "
-          "call (or the sync state be reset) before a new one can start");
-    }
-    BroadcastOp op;
-    op.num_workers = num_workers;
-    op.root = root;
-    op.participated.assign(num_workers, false);
-    it = broadcasts_.emplace(next_broadcast_id_++, std::move(op)).first;
-  }
-  const uint64_t id = it->first;
-  BroadcastOp* op = &it->second;
-  op->participated[rank] = true;
-  ++op->num_participants;
-  if (rank == root) {
-    op->has_value = true;
-    op->value = value;
-    cv_.notify_all();
-  } else {
-    // std::map nodes are stable, but the op may be erased only after we read it, and only
-    // Shutdown clears the map (WaitLocked reports that before calling the predicate).
-    ++broadcast_waiters_;
-    const WaitEnd end = WaitLocked(lock, wait, [op] { return op->has_value; });
-    --broadcast_waiters_;
-    if (end == WaitEnd::kShutDown) {
-      return UnavailableError("Broadcast: controller is shutting down");
-    }
-    if (end == WaitEnd::kReset) {
-      return AbortedError("Broadcast: sync state was reset while waiting");
-    }
-    if (end != WaitEnd::kDone) {
-      // Withdraw so that a retry joins this same operation again.
-      op->participated[rank] = false;
-      --op->num_participants;
-      const std::string progress = "root " + Str(root) + " has not called yet (operation " +
-                                   Str(id) + " of " + Str(num_workers) + " ranks, " +
-                                   Str(op->num_participants) + " others waiting)";
-      if (op->num_participants == 0) broadcasts_.erase(id);
-      if (end == WaitEnd::kCancelled) {
-        return CancelledError("Broadcast: call cancelled; " + progress);
-      }
-      return DeadlineExceededError("Broadcast: deadline passed; " + progress);
-    }
-  }
-  const uint64_t result = op->value;
-  if (++op->num_reads == op->num_workers) broadcasts_.erase(id);
-  return result;
+  waiters_.clear();
+  peer_waiters_[0].clear();
+  peer_waiters_[1].clear();
+  barrier_waiting_.clear();
+  broadcasts_.clear();
+  broadcast_waiters_ = 0;
+  session_size_ = 0;
 }
 
 void SyncCoordinator::Shutdown() {
-  std::lock_guard<std::mutex> lock(mu_);
-  shut_down_ = true;
-  barrier_arrived_ = 0;
-  broadcasts_.clear();
-  cv_.notify_all();
+  Ready ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shut_down_ = true;
+    ClearLocked(UnavailableError("Barrier: controller is shutting down"),
+                UnavailableError("Broadcast: controller is shutting down"), &ready);
+  }
+  Run(ready);
 }
 
 void SyncCoordinator::Reset() {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++reset_epoch_;
-  barrier_arrived_ = 0;
-  broadcasts_.clear();
-  cv_.notify_all();
+  Ready ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ClearLocked(AbortedError("Barrier: sync state was reset while waiting"),
+                AbortedError("Broadcast: sync state was reset while waiting"), &ready);
+  }
+  Run(ready);
 }
 
 uint32_t SyncCoordinator::NumBarrierWaiters() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return barrier_arrived_;
+  return static_cast<uint32_t>(barrier_waiting_.size());
 }
 
 size_t SyncCoordinator::NumPendingBroadcasts() const {
@@ -202,7 +421,7 @@ uint32_t SyncCoordinator::NumBroadcastWaiters() const {
 
 bool SyncCoordinator::Idle() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return barrier_arrived_ == 0 && broadcast_waiters_ == 0 && broadcasts_.empty();
+  return waiters_.empty() && broadcasts_.empty();
 }
 
 }  // namespace switchml::controller

@@ -1,9 +1,11 @@
 #include "controller/sync_coordinator.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -289,12 +291,25 @@ TEST(SyncBoundsTest, BlockedCallersAreBounded) {
   Status third = sync.Barrier(5, Within(milliseconds(5000)));
   EXPECT_EQ(third.code(), StatusCode::kResourceExhausted) << third;
   EXPECT_NE(third.message().find("2 callers are already blocked"), std::string::npos) << third;
-  // A broadcast caller that would wait counts against the same bound; the root (which never
-  // waits) does not.
-  EXPECT_EQ(sync.Broadcast(0, 1, 2, 0, Within(milliseconds(5000))).status().code(),
-            StatusCode::kResourceExhausted);
+  // Broadcast callers that would wait are bounded apart (a flood of barriers cannot refuse
+  // a bootstrap's broadcast); the root (which never waits) is not counted.
+  std::vector<SyncResult> broadcast_results(2, InternalError("not run"));
+  std::vector<std::thread> broadcast_waiters;
+  for (uint32_t rank : {1u, 2u}) {
+    broadcast_waiters.emplace_back([&, rank] {
+      broadcast_results[rank - 1] = sync.Broadcast(0, rank, 3, 0, Within(milliseconds(5000)));
+    });
+  }
+  ASSERT_TRUE(Eventually([&] { return sync.NumBroadcastWaiters() == 2; }));
+  auto refused = sync.Broadcast(0, 1, 3, 0, Within(milliseconds(5000)));
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("Broadcast: 2 callers are already blocked"),
+            std::string::npos)
+      << refused.status();
   EXPECT_EQ(sync.NumBarrierWaiters(), 2u);  // the refused calls did not join
-  EXPECT_TRUE(sync.Broadcast(9, 0, 2, 0, {}).ok());
+  EXPECT_EQ(*sync.Broadcast(9, 0, 3, 0, {}), 9u);
+  for (auto& t : broadcast_waiters) t.join();
+  for (const SyncResult& r : broadcast_results) EXPECT_EQ(*r, 9u);
   // Barrier num_workers is bounded like Broadcast's.
   EXPECT_EQ(sync.Barrier(SyncCoordinator::kMaxBroadcastParticipants + 1, {}).code(),
             StatusCode::kInvalidArgument);
@@ -302,6 +317,183 @@ TEST(SyncBoundsTest, BlockedCallersAreBounded) {
   for (auto& t : waiters) t.join();
   for (const Status& r : results) EXPECT_EQ(r.code(), StatusCode::kAborted) << r;
   EXPECT_TRUE(sync.Idle());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The non-blocking API: a waiting call is a ticket and a callback, no thread.
+
+// Records each callback's result (and how often it ran).
+struct Results {
+  std::vector<std::optional<SyncResult>> got;
+  std::vector<int> calls;
+  explicit Results(size_t n) : got(n), calls(n, 0) {}
+  SyncDone For(size_t i) {
+    return [this, i](SyncResult r) {
+      ++calls[i];
+      got[i].emplace(std::move(r));
+    };
+  }
+};
+
+TEST(SyncAsyncTest, ThousandsOfWaitersOnOneThreadEachFinishExactlyOnce) {
+  SyncCoordinator sync;
+  constexpr uint32_t kN = 4000;  // within max_waiters (4096)
+  Results r(kN + 1);
+  std::vector<SyncCoordinator::Ticket> tickets;
+  for (uint32_t i = 0; i < kN; ++i) {
+    tickets.push_back(sync.StartBarrier(kN + 1, r.For(i)));
+    ASSERT_NE(tickets.back(), SyncCoordinator::kFinished);
+    ASSERT_FALSE(r.got[i].has_value());
+  }
+  EXPECT_EQ(sync.NumBarrierWaiters(), kN);
+  // One waiter gives up: it alone is answered, with the progress, and no longer counts.
+  sync.GiveUp(tickets[7], GiveUpReason::kDeadline);
+  ASSERT_TRUE(r.got[7].has_value());
+  EXPECT_EQ(r.got[7]->status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(r.got[7]->status().message(), testing::HasSubstr("4000 of 4001 workers"));
+  EXPECT_EQ(sync.NumBarrierWaiters(), kN - 1);
+  // Its retry takes its place; the last arrival completes the barrier inline.
+  EXPECT_NE(sync.StartBarrier(kN + 1, r.For(7)), SyncCoordinator::kFinished);
+  EXPECT_EQ(sync.StartBarrier(kN + 1, r.For(kN)), SyncCoordinator::kFinished);
+  for (uint32_t i = 0; i <= kN; ++i) {
+    ASSERT_TRUE(r.got[i].has_value()) << i;
+    EXPECT_TRUE(r.got[i]->ok()) << i << ": " << r.got[i]->status();
+    EXPECT_EQ(r.calls[i], i == 7 ? 2 : 1) << i;
+  }
+  // Giving up after the operation completed changes nothing.
+  sync.GiveUp(tickets[0], GiveUpReason::kCancelled);
+  EXPECT_EQ(r.calls[0], 1);
+  EXPECT_TRUE(sync.Idle());
+}
+
+TEST(SyncAsyncTest, BroadcastWaitersAreReleasedByTheRootAndCanGiveUp) {
+  SyncCoordinator sync;
+  Results r(4);
+  const auto t1 = sync.StartBroadcast(0, 1, 4, /*root=*/0, r.For(1));
+  const auto t2 = sync.StartBroadcast(0, 2, 4, 0, r.For(2));
+  const auto t3 = sync.StartBroadcast(0, 3, 4, 0, r.For(3));
+  EXPECT_EQ(sync.NumBroadcastWaiters(), 3u);
+  sync.GiveUp(t3, GiveUpReason::kCancelled);
+  EXPECT_EQ(r.got[3]->status().code(), StatusCode::kCancelled);
+  EXPECT_THAT(r.got[3]->status().message(), testing::HasSubstr("root 0 has not called yet"));
+  EXPECT_EQ(sync.StartBroadcast(55, 0, 4, 0, r.For(0)), SyncCoordinator::kFinished);
+  for (int i : {0, 1, 2}) EXPECT_EQ(*r.got[i].value(), 55u) << i;
+  // Rank 3 withdrew: its retry reads the same operation's value.
+  Results late(1);
+  EXPECT_EQ(sync.StartBroadcast(0, 3, 4, 0, late.For(0)), SyncCoordinator::kFinished);
+  EXPECT_EQ(*late.got[0].value(), 55u);
+  EXPECT_TRUE(sync.Idle());
+  sync.GiveUp(t1, GiveUpReason::kDeadline);  // finished long ago: no-op
+  sync.GiveUp(t2, GiveUpReason::kDeadline);
+  EXPECT_EQ(r.calls[1], 1);
+  EXPECT_EQ(r.calls[2], 1);
+}
+
+TEST(SyncAsyncTest, CallbacksMayCallBackIntoTheCoordinator) {
+  SyncCoordinator sync;
+  std::optional<SyncResult> inner;
+  // The first waiter's callback starts another barrier (it runs without the lock held).
+  sync.StartBarrier(2, [&](SyncResult) {
+    sync.StartBarrier(1, [&](SyncResult r) { inner.emplace(std::move(r)); });
+  });
+  sync.StartBarrier(2, [](SyncResult) {});
+  ASSERT_TRUE(inner.has_value());
+  EXPECT_TRUE(inner->ok());
+}
+
+TEST(SyncAsyncTest, CancelWaitersEndsBarrierOrAllWaiters) {
+  SyncCoordinator sync;
+  Results r(2);
+  sync.StartBarrier(3, r.For(0));
+  sync.StartBroadcast(0, 1, 2, 0, r.For(1));
+  EXPECT_EQ(sync.CancelWaiters("a registration was refused", /*broadcasts=*/false), 1u);
+  EXPECT_EQ(r.got[0]->status().code(), StatusCode::kCancelled);
+  EXPECT_THAT(r.got[0]->status().message(), testing::HasSubstr("a registration was refused"));
+  EXPECT_FALSE(r.got[1].has_value());
+  EXPECT_EQ(sync.CancelWaiters("the job ended", /*broadcasts=*/true), 1u);
+  EXPECT_EQ(r.got[1]->status().code(), StatusCode::kCancelled);
+  EXPECT_TRUE(sync.Idle());  // the withdrawn broadcast left an empty operation: erased
+}
+
+// ---------------------------------------------------------------------------------------------
+// Session size and the per-peer bound (the reference Sync service's flood limits).
+
+TEST(SyncSessionSizeTest, ASizeEvictsOtherShapesAndRefusesThemLater) {
+  SyncCoordinator sync;
+  Results r(3);
+  // A stranger's barrier of 65536 is pending, and a broadcast operation of that size too.
+  sync.StartBarrier(65536, r.For(0));
+  sync.StartBarrier(65536, r.For(1));
+  sync.StartBroadcast(0, 5, 65536, 0, r.For(2));
+  EXPECT_EQ(sync.Barrier(2, Within(milliseconds(10))).code(), StatusCode::kInvalidArgument);
+  // A session of 2 starts: the stranger's calls end, and the session's workers get through.
+  ASSERT_TRUE(sync.SetSessionSize(2).ok());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(r.got[i].has_value()) << i;
+    EXPECT_EQ(r.got[i]->status().code(), StatusCode::kInvalidArgument) << i;
+    EXPECT_THAT(r.got[i]->status().message(), testing::HasSubstr("session's 2 workers")) << i;
+  }
+  EXPECT_TRUE(sync.Idle());
+  Status later = sync.Barrier(65536, {});
+  EXPECT_EQ(later.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(later.message(),
+              testing::HasSubstr("num_workers 65536 differs from the session's 2"));
+  std::thread other([&] { EXPECT_TRUE(sync.Barrier(2, Within(milliseconds(5000))).ok()); });
+  EXPECT_TRUE(sync.Barrier(2, Within(milliseconds(5000))).ok());
+  other.join();
+  // Broadcast callers are not checked against the size (a new session's ranks may come
+  // before its rank 0), and Reset forgets the size.
+  EXPECT_EQ(*sync.Broadcast(3, 0, 3, 0, {}), 3u);
+  EXPECT_EQ(sync.session_size(), 2u);
+  sync.Reset();
+  EXPECT_EQ(sync.session_size(), 0u);
+  EXPECT_EQ(sync.SetSessionSize(SyncCoordinator::kMaxBroadcastParticipants + 1).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(SyncPeerBoundTest, OnePeerCannotTakeAllWaitingSlots) {
+  SyncLimits limits;
+  limits.max_waiters_per_peer = 2;
+  SyncCoordinator sync(limits);
+  Results r(3);
+  sync.StartBarrier(10, r.For(0), "ipv4:10.0.0.9");
+  sync.StartBarrier(10, r.For(1), "ipv4:10.0.0.9");
+  sync.StartBarrier(10, r.For(2), "ipv4:10.0.0.9");
+  ASSERT_TRUE(r.got[2].has_value());
+  EXPECT_EQ(r.got[2]->status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(r.got[2]->status().message(),
+              testing::HasSubstr("Barrier: 2 calls from ipv4:10.0.0.9 are already blocked"));
+  EXPECT_EQ(sync.NumBarrierWaiters(), 2u);
+  // Another address may wait; so may the full address's broadcasts (bounded apart), and a call
+  // of it that does not wait (the one completing the barrier) is never refused.
+  Results other(2);
+  EXPECT_NE(sync.StartBarrier(10, other.For(0), "ipv4:10.0.0.1"), SyncCoordinator::kFinished);
+  EXPECT_NE(sync.StartBroadcast(0, 1, 2, 0, other.For(1), "ipv4:10.0.0.9"),
+            SyncCoordinator::kFinished);
+  Results more(7);
+  for (int i = 0; i < 6; ++i) {
+    sync.StartBarrier(10, more.For(i), "ipv4:10.0.0." + std::to_string(20 + i));
+  }
+  EXPECT_EQ(sync.NumBarrierWaiters(), 9u);
+  EXPECT_EQ(sync.StartBarrier(10, more.For(6), "ipv4:10.0.0.9"), SyncCoordinator::kFinished);
+  EXPECT_TRUE(more.got[6]->ok());
+  EXPECT_TRUE(r.got[0]->ok());
+  EXPECT_TRUE(other.got[0]->ok());
+  // The released calls no longer count: the address may wait again.
+  Results again(1);
+  EXPECT_NE(sync.StartBarrier(10, again.For(0), "ipv4:10.0.0.9"), SyncCoordinator::kFinished);
+  EXPECT_FALSE(again.got[0].has_value());
+  sync.Reset();
+  EXPECT_EQ(again.got[0]->status().code(), StatusCode::kAborted);
+  EXPECT_EQ(other.got[1]->status().code(), StatusCode::kAborted);
+  // After Reset the counts start from zero.
+  Results fresh(3);
+  EXPECT_NE(sync.StartBarrier(10, fresh.For(0), "ipv4:10.0.0.9"), SyncCoordinator::kFinished);
+  EXPECT_NE(sync.StartBarrier(10, fresh.For(1), "ipv4:10.0.0.9"), SyncCoordinator::kFinished);
+  sync.StartBarrier(10, fresh.For(2), "ipv4:10.0.0.9");
+  EXPECT_EQ(fresh.got[2]->status().code(), StatusCode::kResourceExhausted);
+  sync.Shutdown();
+  EXPECT_EQ(fresh.got[0]->status().code(), StatusCode::kUnavailable);
 }
 
 }  // namespace

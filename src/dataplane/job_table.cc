@@ -318,10 +318,23 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
     return InvalidArgumentError("name must have at most " + Str(kMaxNameLength) +
                                 " characters, got " + Str(spec.name.size()));
   }
-  if (spec.token.empty()) spec.token = token;
+  // A token chosen by the operator must be unique among live jobs (a generated one is 128
+  // random bits, RandomToken): a token opens one job, and a second live job with it would let
+  // either job's workers (and whoever holds the token) into the other.
+  const bool chosen = !spec.token.empty();
+  if (!chosen) spec.token = token;
   SWITCHML_RETURN_IF_ERROR(ValidateToken(spec.token));
   size_t live = 0;
-  for (const Job& j : current.jobs()) live += j.state != JobState::kEnded;
+  for (const Job& j : current.jobs()) {
+    if (j.state == JobState::kEnded) continue;
+    ++live;
+    // The message does not say which job has the token.
+    if (chosen && j.spec.token == spec.token) {
+      return AlreadyExistsError(
+          "token: another live job already uses this token; choose another one (or leave it "
+          "out to get a random one)");
+    }
+  }
   if (live >= kMaxLiveJobs) {
     return ResourceExhaustedError("the switch already has " + Str(live) +
                                   " live jobs, the most it keeps (" + Str(kMaxLiveJobs) +

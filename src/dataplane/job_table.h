@@ -237,7 +237,8 @@ class JobTable {
   // unless the spec has one, its slot range the first free range that fits, and a new zeroed
   // aggregator. `now` starts its idle clock. Errors: InvalidArgument (num_workers,
   // num_slots, elements_per_packet, idle_timeout, token or name out of range — the message
-  // names the field and value), ResourceExhausted (no free range of num_slots slots; the
+  // names the field and value), AlreadyExists (spec.token was given and another live job
+  // has it; the message does not say which), ResourceExhausted (no free range of num_slots slots; the
   // message says how many are free and the largest range; or kMaxLiveJobs jobs are live) or
   // from Aggregator::Create.
   static StatusOr<std::shared_ptr<const JobTable>> Create(const JobTable& current,

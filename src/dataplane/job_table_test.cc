@@ -15,6 +15,7 @@ namespace switchml::dataplane {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::Encode;
 using testing::ExpectedResponse;
 using testing::Ip;
@@ -518,6 +519,32 @@ TEST(JobTableTest, LiveJobsAreBounded) {
   auto ended = JobTable::End(*t, id, "deleted");
   ASSERT_TRUE(ended.ok());
   EXPECT_TRUE(JobTable::Create(**ended, Spec(1, 1), kToken, kT0, &id).ok());
+}
+
+// A token chosen at create must be unique among live jobs: a duplicate is refused without
+// naming the job that holds it, and is free again once that job ended.
+TEST(JobTableTest, AChosenTokenIsUniqueAmongLiveJobs) {
+  Tables x;
+  JobSpec chosen = Spec(1, 4);
+  chosen.token = "operator-chosen-token";
+  const uint32_t a = x.Create(chosen);
+  const uint32_t b = x.Create(Spec(1, 4));  // a generated token (kToken here)
+  Status dup = x.TryCreate(chosen);
+  EXPECT_EQ(dup.code(), StatusCode::kAlreadyExists) << dup;
+  EXPECT_THAT(dup.message(), HasSubstr("token"));
+  EXPECT_THAT(dup.message(), Not(HasSubstr("job " + std::to_string(a))));
+  // Choosing the token another job was given is refused too.
+  JobSpec taken = Spec(1, 4);
+  taken.token = kToken;
+  EXPECT_EQ(x.TryCreate(taken).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(x.t->jobs().size(), 2u);  // nothing was added
+  // Once the holder ended, the token may be chosen again.
+  ASSERT_TRUE(x.End(a).ok());
+  const uint32_t c = x.Create(chosen);
+  EXPECT_NE(c, a);
+  EXPECT_EQ(x.t->FindJob(c)->spec.token, chosen.token);
+  ASSERT_TRUE(x.End(b).ok());
+  EXPECT_TRUE(x.TryCreate(taken).ok());
 }
 
 }  // namespace

@@ -242,8 +242,9 @@ inline constexpr uint32_t kReferenceJobId = 0;
 class SwitchControl {
  public:
   virtual ~SwitchControl() = default;
-  // Errors: InvalidArgument (a spec field out of range, named), ResourceExhausted (no free
-  // range of num_slots slots; the message gives the largest free range).
+  // Errors: InvalidArgument (a spec field out of range, named), AlreadyExists (spec.token was
+  // given and another live job has it), ResourceExhausted (no free range of num_slots slots;
+  // the message gives the largest free range).
   virtual StatusOr<JobInfo> CreateJob(const JobSpec& spec) = 0;
   // Frees the job's slots at once; its workers' later datagrams are dropped (job_ended).
   // Errors: NotFound, PermissionDenied (wrong token), FailedPrecondition (already ended).
