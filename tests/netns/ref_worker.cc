@@ -609,6 +609,20 @@ class Worker {
   Counters c_;
 };
 
+// Registration as the reference client does it (Broadcast of the session id, UdpSession,
+// Barriers), with MAC and IPv4 as given, each controller call bounded by a quarter of
+// --timeout-s (0.5 .. 10 s).
+StatusOr<controller::SwitchInfo> RegisterAsReference(const Args& a, const transport::MacAddress& mac, uint32_t ipv4) {
+  const auto rpc_timeout = std::chrono::milliseconds(int64_t(std::clamp(a.timeout_s / 4, 0.5, 10.0) * 1000));
+  SWITCHML_ASSIGN_OR_RETURN(auto client, controller::SessionClient::Connect(a.controller, rpc_timeout));
+  controller::WorkerRegistration reg;
+  reg.rank = a.rank;
+  reg.num_workers = a.num_workers;
+  reg.mac = MacToUint(mac);
+  reg.ipv4 = ipv4;
+  return controller::Bootstrap(*client, reg);
+}
+
 // --register-only: the session sequence with the given (or --iface's) IPv4 and MAC, then exit.
 template <typename Fail>
 int RegisterOnly(const Args& a, nlohmann::json& out, const Fail& fail) {
@@ -632,16 +646,7 @@ int RegisterOnly(const Args& a, nlohmann::json& out, const Fail& fail) {
   }
   out["mac"] = transport::MacToString(ifc.mac);
   out["ipv4"] = Ipv4ToString(ifc.ipv4);
-  const auto rpc_timeout = std::chrono::milliseconds(
-      int64_t(std::clamp(a.timeout_s / 4, 0.5, 10.0) * 1000));
-  auto client = controller::SessionClient::Connect(a.controller, rpc_timeout);
-  if (!client.ok()) return fail(client.status().ToString());
-  controller::WorkerRegistration reg;
-  reg.rank = a.rank;
-  reg.num_workers = a.num_workers;
-  reg.mac = MacToUint(ifc.mac);
-  reg.ipv4 = ifc.ipv4;
-  auto info = controller::Bootstrap(**client, reg);
+  auto info = RegisterAsReference(a, ifc.mac, ifc.ipv4);
   if (!info.ok()) return fail(info.status().ToString());
   out["switch_mac"] = transport::MacToString(UintToMac(info->mac));
   out["switch"] = Endpoint{info->ipv4, uint16_t(info->udp_port)}.ToString();
@@ -733,17 +738,7 @@ int Main(int argc, char** argv) {
   auto sockets = OpenSockets(*ifc, a.iface, me);
   if (!sockets.ok()) return fail(sockets.status().ToString());
 
-  // Registration: the reference sequence (Broadcast of the session id, UdpSession, Barriers).
-  const auto rpc_timeout = std::chrono::milliseconds(
-      int64_t(std::clamp(a.timeout_s / 4, 0.5, 10.0) * 1000));
-  auto client = controller::SessionClient::Connect(a.controller, rpc_timeout);
-  if (!client.ok()) return fail(client.status().ToString());
-  controller::WorkerRegistration reg;
-  reg.rank = a.rank;
-  reg.num_workers = a.num_workers;
-  reg.mac = MacToUint(ifc->mac);
-  reg.ipv4 = ifc->ipv4;
-  auto info = controller::Bootstrap(**client, reg);
+  auto info = RegisterAsReference(a, ifc->mac, ifc->ipv4);
   if (!info.ok()) return fail(info.status().ToString());
   out["switch_mac"] = transport::MacToString(UintToMac(info->mac));
   out["switch"] = Endpoint{info->ipv4, uint16_t(info->udp_port)}.ToString();
