@@ -5,7 +5,9 @@
 //                        places the job on K switches, each serving a share of its threads)
 //       prints SWITCHML_JOB_ID=<id> and SWITCHML_JOB_TOKEN=<token> (shell syntax, so a launch
 //       script can `eval "$(switchml jobs create ...)"`), or JSON with --json
-//   switchml jobs list   --controller H:P [--json]      jobs, free slots, switch drop counters
+//   switchml jobs list   --controller H:P [--json]      jobs (job 0, the reference session,
+//                                                        first), free slots, switch drop
+//                                                        counters by reason, transport counters
 //   switchml jobs show   ID --controller H:P [--token T]  one job: workers, counters, state
 //   switchml jobs delete ID --token T --controller H:P  frees the job's slots at once
 //   switchml jobs slots  ID [--first S] [--count N]     bitmaps/counters per slot and set (like
@@ -21,6 +23,7 @@
 #include <string>
 
 #include "controller/job_client.h"
+#include "dataplane/switch_counters.h"
 #include "commands.h"
 #include "job_flags.h"
 
@@ -89,13 +92,17 @@ nlohmann::json ToJson(const controller::JobInfo& j) {
             {"wrong_io_thread", c.wrong_io_thread}}}};
 }
 
-void PrintJobLine(const controller::JobInfo& j) {
+void PrintJobLine(const controller::JobInfo& j, bool reference = false) {
   std::string what = j.state == controller::JobState::kEnded ? j.end_reason : j.spec.name;
   if (j.spec.switches > 1) what += " [on " + std::to_string(j.spec.switches) + " switches]";
-  std::printf("%6u  %-20s %4u/%-4u %6u  [%u, %u)  %5u  %10llu  %s\n", j.job_id,
-              controller::JobStateName(j.state), j.num_registered, j.spec.num_workers,
-              j.spec.num_slots, j.slot_base, j.slot_base + j.spec.num_slots,
-              j.spec.elements_per_packet, (unsigned long long)j.counters.received, what.c_str());
+  // Job 0 before any rank 0 registered has no session at all.
+  const char* state = reference && j.spec.num_workers == 0 ? "no_session"
+                                                            : controller::JobStateName(j.state);
+  if (reference) what = "REFERENCE SESSION (job 0: reference clients, Session/UdpSession, no token)";
+  std::printf("%6u  %-20s %4u/%-4u %6u  [%u, %u)  %5u  %10llu  %s\n", j.job_id, state,
+              j.num_registered, j.spec.num_workers, j.spec.num_slots, j.slot_base,
+              j.slot_base + j.spec.num_slots, j.spec.elements_per_packet,
+              (unsigned long long)j.counters.received, what.c_str());
 }
 
 int Fail(const std::string& what, const Status& s) {
@@ -160,20 +167,30 @@ int Run(const std::string& cmd, const JobsArgs& a) {
       for (const auto& j : list->jobs) jobs.push_back(ToJson(j));
       nlohmann::json sw;
       for (const auto& [k, v] : counters) sw[k] = v;
-      std::cout << nlohmann::json{{"pool_slots", list->pool_slots},
-                                  {"free_slots", list->free_slots},
-                                  {"largest_free_range", list->largest_free_range},
-                                  {"jobs", jobs},
-                                  {"switch_counters", sw}}
-                       .dump(2)
-                << "\n";
+      nlohmann::json out{{"pool_slots", list->pool_slots},
+                         {"free_slots", list->free_slots},
+                         {"largest_free_range", list->largest_free_range},
+                         {"jobs", jobs},
+                         {"switch_counters", sw}};
+      if (list->reference_session) out["reference_session"] = ToJson(*list->reference_session);
+      std::cout << out.dump(2) << "\n";
       return 0;
     }
     std::printf("slot pool: %u slots, %u free (largest free range %u)\n", list->pool_slots,
                 list->free_slots, list->largest_free_range);
     std::printf("%6s  %-20s %9s %6s  %-10s %5s  %10s  %s\n", "job", "state", "workers", "slots",
                 "range", "elems", "received", "name / end reason");
+    if (list->reference_session) PrintJobLine(*list->reference_session, /*reference=*/true);
     for (const auto& j : list->jobs) PrintJobLine(j);
+    if (const auto& ref = list->reference_session) {
+      // Its counters in full: an operator looking at a stuck reference session starts here.
+      std::printf("job 0 (reference session) counters:");
+      const nlohmann::json job0 = ToJson(*ref)["counters"];
+      for (const auto& [name, value] : job0.items()) {
+        std::printf(" %s=%llu", name.c_str(), (unsigned long long)value.get<uint64_t>());
+      }
+      std::printf("\n");
+    }
     // A standalone controller reports "switch<i>.reachable"; the jobs of a switch that did
     // not answer are missing above.
     for (const auto& [name, v] : counters) {
@@ -182,15 +199,25 @@ int Run(const std::string& cmd, const JobsArgs& a) {
                     name.substr(0, name.size() - 10).c_str());
       }
     }
-    std::printf("switch drops by reason:\n");
+    // A standalone controller prefixes each switch's counters with "switch<i>.".
+    auto base = [](const std::string& name) {
+      const size_t dot = name.rfind('.');
+      return dot == std::string::npos ? name : name.substr(dot + 1);
+    };
+    std::printf("switch drops by reason (every job, job 0 included):\n");
     for (const auto& [name, v] : counters) {
-      // A standalone controller prefixes each switch's counters with "switch<i>.".
-      const std::string k = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
-      if (k == "unknown_sender" || k == "job_ended" || k == "job_not_running" ||
-          k == "job_slot_out_of_range" || k == "slot_out_of_range" || k == "too_large" ||
-          k == "size_mismatch" || k.rfind("decode_", 0) == 0) {
+      if (dataplane::IsDropCounter(base(name))) {
         std::printf("  %-36s %llu\n", name.c_str(), (unsigned long long)v);
       }
+    }
+    // The transport's own counters (switch --io raw: raw_*, kernel UDP: udp_*), drops or not.
+    bool header = false;
+    for (const auto& [name, v] : counters) {
+      const std::string k = base(name);
+      if (dataplane::IsDropCounter(k) || (!k.starts_with("raw_") && !k.starts_with("udp_"))) continue;
+      if (!header) std::printf("switch transport counters:\n");
+      header = true;
+      std::printf("  %-36s %llu\n", name.c_str(), (unsigned long long)v);
     }
     return 0;
   }
@@ -277,7 +304,9 @@ Runner AddJobsCommand(CLI::App& app) {
                      "(ALREADY_EXISTS)");
   create->add_option("--name", a->name, "Informative name");
   create->add_flag("--json", a->json, "Print the job as JSON");
-  auto* list = app.add_subcommand("list", "List jobs, free slots and switch drop counters");
+  auto* list = app.add_subcommand(
+      "list", "List jobs (job 0, the reference session, first), free slots, every drop reason "
+              "and the transport counters of the switch");
   common(list);
   list->add_flag("--json", a->json, "Print JSON");
   auto* show = app.add_subcommand("show", "Show one job (workers, counters, state)");

@@ -22,6 +22,13 @@
 // generates one, writes it to a new private file (/tmp/switchml-switch.XXXXXX/operator-token,
 // mode 0600) that it names in its log and in the ready file ("operator_token_file"), and
 // removes that file when it exits.
+//
+// What operators see (issue #18): --stats-interval prints every counter that moved (the
+// switch's, the channels' raw_* / udp_socket_drops, and in kernel-UDP mode the kernel's receive
+// errors of this network namespace, kernel_*); in kernel-UDP mode a rise of those while workers
+// are registered is warned about once. The raw receive ring is sized for the largest first
+// burst (--raw-ring-frames), and a gratuitous ARP at start and every --announce-interval-s
+// teaches bridges the switch's MAC before workers send.
 #include <signal.h>
 #include <unistd.h>
 
@@ -30,13 +37,17 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "controller/session_service.h"
 #include "dataplane/switch_server.h"
+#include "wire/packet.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "job_flags.h"
+#include "transport/arp_announce.h"
+#include "transport/kernel_counters.h"
 #include "transport/netif.h"
 #include "transport/raw_channel.h"
 #include "transport/udp_channel.h"
@@ -68,21 +79,43 @@ struct SwitchArgs {
   bool neighbours = false;  // --neighbour-entries / --no-neighbour-entries
   OperatorTokenFlag operator_token;
   double job_idle_timeout_s = 600;
+  // Raw receive ring and gratuitous ARP (issue #18).
+  uint32_t raw_ring_frames = 0;  // 0 = LargestBurstDatagrams, at most kDefaultRawRingFramesCap
+  double announce_interval_s = 10;
 };
 
-// A raw channel's counters by name, checksum verdicts as "frames_<verdict>".
-std::vector<std::pair<std::string, uint64_t>> RawCounters(const transport::RawChannelStats& st) {
-  std::vector<std::pair<std::string, uint64_t>> out = {
-      {"frames", st.frames}, {"received", st.received}, {"truncated", st.truncated},
-      {"udp_checksum_offloaded", st.udp_checksum_offloaded}, {"refused_checksum", st.refused_checksum},
-      {"not_for_us", st.not_for_us}, {"ring_drops", st.ring_drops}, {"sent", st.sent},
-      {"send_no_mac", st.send_no_mac}, {"gso_frames_split", st.gso_frames_split},
-      {"gso_datagrams", st.gso_datagrams}, {"copied_frames", st.copied_frames}};
-  for (int v = 0; v < transport::kNumFrameVerdicts; ++v) {
-    out.emplace_back(std::string("frames_") + transport::FrameVerdictName(transport::FrameVerdict(v)),
-                     st.verdicts[v]);
+// The default raw ring holds at most this many frames per I/O thread (64 workers x a window of
+// 256; about 66 MiB of pinned kernel memory with 1024-element packets, 18 MiB with 256).
+constexpr uint32_t kDefaultRawRingFramesCap = 16384;
+
+// Every counter of the switch by name: the server's, its channels' (raw_*, udp_*) and, in
+// kernel-UDP mode, the kernel's receive errors in this network namespace since `kernel_base`
+// (kernel_*).
+std::vector<std::pair<std::string, uint64_t>> AllCounters(
+    const dataplane::SwitchServer& server,
+    const std::vector<std::pair<std::string, uint64_t>>* kernel_base) {
+  std::vector<std::pair<std::string, uint64_t>> out = server.counters().Named();
+  for (auto& c : server.transport_counters()) out.push_back(std::move(c));
+  if (kernel_base != nullptr) {
+    for (auto& [name, value] : transport::ReadKernelDropCounters()) {
+      uint64_t base = 0;
+      for (const auto& [n, v] : *kernel_base) {
+        if (n == name) base = v;
+      }
+      out.emplace_back(name, value >= base ? value - base : 0);
+    }
   }
   return out;
+}
+
+// Workers registered in every live job, the reference session's included.
+uint32_t RegisteredWorkers(const dataplane::SwitchServer& server) {
+  const auto jobs = server.jobs();
+  uint32_t n = jobs->reference().num_registered;
+  for (const auto& j : jobs->jobs()) {
+    if (j.state != dataplane::JobState::kEnded) n += j.num_registered;
+  }
+  return n;
 }
 
 // Removes a generated token file and its private directory at exit.
@@ -175,6 +208,31 @@ int Run(const SwitchArgs& a) {
     cfg.mac = transport::MacToUint64(*mac);
   }
   if (a.busy_poll_us > 1000000) return fail("--busy-poll-us must be in [0, 1000000], got " + std::to_string(a.busy_poll_us));
+  // Raw receive ring of each I/O thread: room for the largest first burst (LargestBurstDatagrams)
+  // unless that is more than the default cap or --raw-ring-frames says otherwise; slots for the
+  // largest packet the switch accepts.
+  const uint64_t largest_burst = cfg.LargestBurstDatagrams();
+  const uint32_t raw_ring_frames =
+      a.raw_ring_frames != 0 ? a.raw_ring_frames
+                             : uint32_t(std::min<uint64_t>(largest_burst, kDefaultRawRingFramesCap));
+  const uint32_t raw_max_payload = uint32_t(wire::PacketBytes(cfg.max_elements_per_packet));
+  if (raw && a.raw_ring_frames > transport::RawChannel::kMaxRingFrames) {
+    return fail("--raw-ring-frames must be in [1, " +
+                std::to_string(transport::RawChannel::kMaxRingFrames) + "], got " +
+                std::to_string(a.raw_ring_frames));
+  }
+  if (raw && transport::RawChannel::RingBytes(raw_ring_frames, raw_max_payload) >
+                 transport::RawChannel::kMaxRingBytes) {
+    return fail("--raw-ring-frames " + std::to_string(raw_ring_frames) + " with --max-elements " +
+                std::to_string(cfg.max_elements_per_packet) + " needs a receive ring of " +
+                std::to_string(transport::RawChannel::RingBytes(raw_ring_frames, raw_max_payload) >> 20) +
+                " MiB per I/O thread, more than the " +
+                std::to_string(transport::RawChannel::kMaxRingBytes >> 20) + " MiB allowed");
+  }
+  if (!(a.announce_interval_s >= 0) || a.announce_interval_s > 3600) {
+    return fail("--announce-interval-s must be in [0, 3600], got " +
+                std::to_string(a.announce_interval_s));
+  }
   // I/O thread i takes --port + i (each a free port with --port 0, kernel UDP only).
   std::vector<std::unique_ptr<transport::Channel>> channels;
   std::vector<uint16_t> udp_ports;
@@ -185,6 +243,8 @@ int Run(const SwitchArgs& a) {
       ro.interface = iface;
       ro.local = transport::Endpoint{bind->ipv4, uint16_t(a.port + i)};
       ro.accept_bad_checksums = !a.refuse_bad_checksums;
+      ro.max_payload = raw_max_payload;
+      ro.ring_frames = raw_ring_frames;
       auto ch = transport::RawChannel::Create(ro);
       if (ch.ok()) channel = std::unique_ptr<transport::Channel>(std::move(*ch));
       else channel = ch.status();
@@ -280,6 +340,30 @@ int Run(const SwitchArgs& a) {
     }
   }
   if (Status s = (*server)->Start(); !s.ok()) return fail(s.ToString());
+  // Gratuitous ARP on the data interface at start and every --announce-interval-s, so that
+  // bridges learn the switch's MAC before the first request (transport/arp_announce.h).
+  std::unique_ptr<transport::ArpAnnouncer> announcer;
+  std::string announce_note;
+  if (a.announce_interval_s > 0 && !iface.empty() && bind->ipv4 != 0) {
+    auto an = transport::ArpAnnouncer::Create(iface, bind->ipv4);
+    Status first = an.ok() ? (*an)->Announce() : an.status();
+    if (first.ok()) {
+      announcer = std::move(*an);
+      char every[32];
+      std::snprintf(every, sizeof(every), "%g s", a.announce_interval_s);
+      announce_note = "gratuitous ARP for " + a.bind + " (MAC " +
+                      transport::MacToString(announcer->mac()) + ") on " + iface +
+                      " at start and every " + every;
+    } else if (first.code() == StatusCode::kFailedPrecondition) {
+      // Not Ethernet (loopback): no bridge to teach.
+    } else if (raw) {
+      return fail("--announce-interval-s: " + first.message());
+    } else {
+      std::fprintf(stderr, "switchml switch: warning: no gratuitous ARP (%s); bridges between the "
+                   "switch and its workers flood frames to its MAC until they see one from it\n",
+                   first.message().c_str());
+    }
+  }
 
   controller::ServerOptions so;
   so.listen_address = a.bind + ":" + std::to_string(a.controller_port);
@@ -301,6 +385,19 @@ int Run(const SwitchArgs& a) {
                     : (neighbours ? "; neighbour entries (proto 83) for workers that register their MAC"
                                   : "; no neighbour entries (--neighbour-entries: for reference clients)"));
   }
+  if (raw) {
+    std::printf("switchml switch: raw receive ring: %u frames (at least) of up to %u bytes per I/O thread (%llu MiB)",
+                raw_ring_frames, raw_max_payload,
+                (unsigned long long)(transport::RawChannel::RingBytes(raw_ring_frames, raw_max_payload) >> 20));
+    if (raw_ring_frames < largest_burst) {
+      std::printf("; fewer than the largest first burst (--slots %u x --max-workers %u = %llu): "
+                  "sessions with more packets in flight at once (workers x window) may lose frames "
+                  "to a full ring (raw_ring_drops); --raw-ring-frames sizes it",
+                  cfg.num_slots, cfg.max_workers, (unsigned long long)largest_burst);
+    }
+    std::printf("\n");
+  }
+  if (!announce_note.empty()) std::printf("switchml switch: %s\n", announce_note.c_str());
   if (cfg.io_threads > 1) {
     std::string ports;
     for (uint16_t p : udp_ports) ports += (ports.empty() ? "" : ", ") + std::to_string(p);
@@ -331,7 +428,17 @@ int Run(const SwitchArgs& a) {
   }
 
   const auto start = std::chrono::steady_clock::now();
+  // Kernel-UDP mode: the kernel's receive errors, counted from here (kernel_* = the increase).
+  std::vector<std::pair<std::string, uint64_t>> kernel_base;
+  if (!raw) kernel_base = transport::ReadKernelDropCounters();
+  const auto* kernel = raw ? nullptr : &kernel_base;
   auto last_stats = start;
+  auto last_announce = start;
+  auto last_kernel_check = start;
+  std::vector<std::pair<std::string, uint64_t>> last_kernel = kernel_base;
+  bool kernel_warned = false;
+  std::map<std::string, uint64_t> shown;  // values at the last --stats-interval print
+  for (const auto& [name, value] : AllCounters(**server, kernel)) shown[name] = value;
   while (true) {
     timespec ts{0, 200 * 1000 * 1000};
     int sig = sigtimedwait(&sigs, nullptr, &ts);
@@ -339,14 +446,54 @@ int Run(const SwitchArgs& a) {
       std::printf("switchml switch: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
       break;
     }
-    if (a.stats_interval_s > 0 &&
-        std::chrono::steady_clock::now() - last_stats > std::chrono::duration<double>(a.stats_interval_s)) {
-      last_stats = std::chrono::steady_clock::now();
-      auto c = (*server)->counters();
-      std::printf("switchml switch: %llu received, %llu multicast rounds, %llu unicasts, %llu sent\n",
-                  (unsigned long long)c.core.datagrams_received, (unsigned long long)c.core.multicast_rounds,
-                  (unsigned long long)c.core.unicast_replies, (unsigned long long)c.core.datagrams_sent);
+    const auto now = std::chrono::steady_clock::now();
+    if (announcer && now - last_announce >= std::chrono::duration<double>(a.announce_interval_s)) {
+      last_announce = now;
+      (void)announcer->Announce();  // best effort: the interface may be down for a moment
+    }
+    // Kernel-UDP mode, once a second: datagrams the kernel dropped before the switch's socket
+    // (checksums, headers, a full buffer) while workers are registered get one warning.
+    if (!raw && !kernel_warned && now - last_kernel_check >= std::chrono::seconds(1)) {
+      last_kernel_check = now;
+      const auto current = transport::ReadKernelDropCounters();
+      std::string rose;
+      for (const auto& [name, value] : current) {
+        for (const auto& [n, before] : last_kernel) {
+          if (n == name && value > before && name != "kernel_ip_in_addr_errors" &&
+              name != "kernel_ip_in_discards") {
+            rose += (rose.empty() ? "" : ", ") + name + " +" + std::to_string(value - before);
+          }
+        }
+      }
+      if (!rose.empty() && RegisteredWorkers(**server) > 0) {
+        kernel_warned = true;
+        std::fprintf(stderr,
+                     "switchml switch: warning: the kernel dropped UDP/IP datagrams in this network "
+                     "namespace while workers are registered (%s): they never reach the switch. "
+                     "Reference DPDK clients leave their checksums to NIC offload: serve them with "
+                     "--io raw (docs/operations.md, \"Serving reference clients\")\n",
+                     rose.c_str());
+      }
+      last_kernel = current;
+    }
+    if (a.stats_interval_s > 0 && now - last_stats > std::chrono::duration<double>(a.stats_interval_s)) {
+      // Every counter that moved since the last print: total and change.
+      std::string lines;
+      for (const auto& [name, value] : AllCounters(**server, kernel)) {
+        uint64_t& before = shown[name];
+        if (value == before) continue;
+        char line[160];
+        std::snprintf(line, sizeof(line), "  %-36s %14llu  %+lld\n", name.c_str(),
+                      (unsigned long long)value, (long long)(value - before));
+        lines += line;
+        before = value;
+      }
+      std::printf("switchml switch: stats at %.1f s: %s\n%s",
+                  std::chrono::duration<double>(now - start).count(),
+                  lines.empty() ? "no counter moved" : "counters that moved (total, change):",
+                  lines.c_str());
       std::fflush(stdout);
+      last_stats = now;
     }
   }
   (*ctl)->Shutdown();
@@ -355,21 +502,18 @@ int Run(const SwitchArgs& a) {
   std::printf("switchml switch: counters after %.1f s:\n%s", 
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
               counters.FormatTable().c_str());
-  // Raw frames: what the channels saw, summed over the I/O threads ("raw_" + name).
-  std::vector<std::pair<std::string, uint64_t>> raw_counters;
-  if (raw) {
-    for (uint32_t i = 0; i < cfg.io_threads; ++i) {
-      auto* ch = dynamic_cast<transport::RawChannel*>(&(*server)->channel(i));
-      if (ch == nullptr) continue;
-      size_t k = 0;
-      for (const auto& [name, value] : RawCounters(ch->stats())) {
-        if (raw_counters.size() <= k) raw_counters.emplace_back("raw_" + name, 0);
-        raw_counters[k++].second += value;
-      }
+  // The channels' own counters (raw_*, udp_*) summed over the I/O threads, and in kernel-UDP
+  // mode the kernel's receive errors while the switch ran (kernel_*); the non-zero ones here,
+  // all of them in --counters-json.
+  std::vector<std::pair<std::string, uint64_t>> raw_counters = (*server)->transport_counters();
+  if (kernel != nullptr) {
+    const auto all = AllCounters(**server, kernel);
+    for (const auto& c : all) {
+      if (c.first.starts_with("kernel_")) raw_counters.push_back(c);
     }
-    for (const auto& [name, value] : raw_counters) {
-      if (value != 0) std::printf("  %-36s %llu\n", name.c_str(), (unsigned long long)value);
-    }
+  }
+  for (const auto& [name, value] : raw_counters) {
+    if (value != 0) std::printf("  %-36s %llu\n", name.c_str(), (unsigned long long)value);
   }
   if (cfg.io_threads > 1) {
     for (uint32_t i = 0; i < cfg.io_threads; ++i) {
@@ -432,7 +576,10 @@ Runner AddSwitchCommand(CLI::App& app) {
                  "Write {\"udp_port\",\"udp_ports\",\"controller_port\"} (and "
                  "\"operator_token_file\" when the credential was generated) as JSON to FILE once "
                  "serving; udp_port is I/O thread 0's, udp_ports every I/O thread's");
-  app.add_option("--stats-interval", a->stats_interval_s, "Print counters every N seconds (0 = only at exit)")
+  app.add_option("--stats-interval", a->stats_interval_s,
+                 "Every N seconds print every counter that moved since the last print (total and "
+                 "change): the switch's, its transport's (raw_*, udp_socket_drops) and in kernel-UDP "
+                 "mode the kernel's receive errors since start (kernel_*); 0 = only at exit")
       ->capture_default_str();
   app.add_option("--counters-json", a->counters_json, "Write the final counters as JSON to FILE at exit");
   app.add_flag("--late-duplicate-guard", a->late_duplicate_guard,
@@ -446,6 +593,17 @@ Runner AddSwitchCommand(CLI::App& app) {
                  "Interface of the data plane: its MAC is advertised to workers, raw mode reads "
                  "it, neighbour entries go on it (default: the one holding --bind; with 0.0.0.0 "
                  "the first one up with an IPv4 address)");
+  app.add_option("--raw-ring-frames", a->raw_ring_frames,
+                 "--io raw: frames the receive ring of each I/O thread holds (slots sized for "
+                 "--max-elements). 0 = room for the largest first burst, --slots x --max-workers, "
+                 "at most " + std::to_string(kDefaultRawRingFramesCap) + "; a fuller ring drops "
+                 "frames (raw_ring_drops). At most 1 GiB of ring per I/O thread")
+      ->capture_default_str();
+  app.add_option("--announce-interval-s", a->announce_interval_s,
+                 "Send a gratuitous ARP for --bind from --iface at start and every S seconds, so "
+                 "that bridges learn the switch's MAC before workers send (needs CAP_NET_RAW; "
+                 "0 = never; needs --bind IP)")
+      ->capture_default_str();
   app.add_flag("--refuse-bad-checksums", a->refuse_bad_checksums,
                "--io raw: drop frames whose IPv4 or UDP checksum is zero, partial or wrong "
                "(counted) instead of accepting them");

@@ -179,6 +179,7 @@ StatusOr<JobList> JobClient::ListJobs(
       impl_->MapError("ListJobs", impl_->stub->ListJobs(&context, request, &response)));
   JobList list;
   for (const v1::JobInfo& j : response.jobs()) list.jobs.push_back(FromProto(j));
+  if (response.has_reference_session()) list.reference_session = FromProto(response.reference_session());
   list.pool_slots = response.pool_slots();
   list.free_slots = response.free_slots();
   list.largest_free_range = response.largest_free_range();

@@ -187,6 +187,7 @@ class JobService::Impl final : public JobServiceBase {
     SWITCHML_RETURN_IF_ERROR_GRPC(CheckOperator(*context, "ListJobs"));
     const JobList list = sink_->ListJobs();
     for (const JobInfo& j : list.jobs) ToProto(j, response->add_jobs());
+    if (list.reference_session) ToProto(*list.reference_session, response->mutable_reference_session());
     response->set_pool_slots(list.pool_slots);
     response->set_free_slots(list.free_slots);
     response->set_largest_free_range(list.largest_free_range);

@@ -157,6 +157,13 @@ TEST_F(JobServiceTest, Job0IsNotAJobServiceJob) {
   // Nothing reached job 0: no session was started.
   EXPECT_EQ(switch_->jobs()->reference().epoch, 0u);
   EXPECT_EQ(client_->ListJobs().value().jobs.size(), 0u);
+  // ... but the list shows it, as the reference session (no session yet: 0 workers).
+  const auto listed = client_->ListJobs().value().reference_session;
+  ASSERT_TRUE(listed.has_value());
+  EXPECT_EQ(listed->job_id, 0u);
+  EXPECT_EQ(listed->spec.name, "reference session");
+  EXPECT_EQ(listed->spec.num_workers, 0u);
+  EXPECT_EQ(listed->spec.num_slots, kPoolSlots);
 }
 
 TEST_F(JobServiceTest, CreateListGetDeleteAndErrorsAreGrpcCodes) {

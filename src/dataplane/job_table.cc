@@ -571,6 +571,7 @@ JobInfo JobTable::Describe(const Job& job, TimePoint now) const {
 JobList JobTable::List(TimePoint now) const {
   JobList list;
   for (const Job& j : jobs()) list.jobs.push_back(Describe(j, now));
+  list.reference_session = Describe(reference(), now);
   list.pool_slots = pool_slots_;
   list.free_slots = free_slots();
   list.largest_free_range = largest_free_range();

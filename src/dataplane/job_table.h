@@ -283,7 +283,7 @@ class JobTable {
   // Info as the controller reports it (token cleared). `now` gives idle_for; the caller must
   // be the table writer (it reads JobRuntime::activity).
   JobInfo Describe(const Job& job, TimePoint now) const;
-  JobList List(TimePoint now) const;  // service jobs only
+  JobList List(TimePoint now) const;  // service jobs in `jobs`, job 0 in reference_session
 
   // The hot-path lookup by source address, for every job: one probe for a (host, port)
   // entry, a second one for a reference-mode host only when the first misses and job 0 has

@@ -455,6 +455,15 @@ TEST(SwitchCoreJobsTest, TheReferenceSessionIsJobZeroOfTheOneTable) {
   EXPECT_EQ(t.CheckAccess(0, "").code(), StatusCode::kNotFound);
   EXPECT_EQ(JobTable::End(t, 0, "no").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(t.List(kT0).jobs.size(), 1u);
+  // Listed on its own (issue #18: operators could not see it): the reference session.
+  const std::optional<JobInfo> ref = t.List(kT0).reference_session;
+  ASSERT_TRUE(ref.has_value());
+  EXPECT_EQ(ref->job_id, 0u);
+  EXPECT_EQ(ref->spec.name, "reference session");
+  EXPECT_EQ(ref->state, JobState::kRunning);
+  EXPECT_EQ(ref->num_registered, 2u);
+  EXPECT_EQ(ref->workers.size(), 2u);
+  EXPECT_EQ(ref->spec.num_slots, 64u);
   EXPECT_EQ(t.free_slots(), 60u);  // job 0 reserves nothing
   JobTable::Sender s;
   ASSERT_TRUE(t.Find({kB0, 7100}, &s));
@@ -488,6 +497,11 @@ TEST(SwitchCoreJobsTest, TheReferenceSessionIsJobZeroOfTheOneTable) {
   EXPECT_EQ(c0.multicast_rounds, 1u);
   EXPECT_EQ(c0.datagrams_sent, 2u);
   EXPECT_EQ(rt.rank_received[1].load(), 1u);
+  // The list reports the same counters for job 0.
+  const JobCounters listed = h.tables().t->List(kT0).reference_session->counters;
+  EXPECT_EQ(listed.received, 3u);
+  EXPECT_EQ(listed.multicast_rounds, 1u);
+  EXPECT_EQ(listed.slot_out_of_range, 1u);
 
   // Rank 0 starts a new session: once adopted, job 0's state and per-rank counts are clear.
   EXPECT_TRUE(h.Burst({{Encode({.slot = 5, .values = v}), {kA0, 7000}}}).empty());

@@ -45,6 +45,13 @@ struct SwitchConfig {
 
   // InvalidArgument naming the first bad field and its value.
   Status Validate() const;
+
+  // The most request datagrams that can be in flight towards one I/O thread at once, e.g. every
+  // worker's first window sent together: a worker has at most num_slots packets in flight (its
+  // window is at most the slots it was given) and a session at most max_workers workers, and
+  // the reference session sends all of them to I/O thread 0. What a receive queue that must
+  // never overflow (a raw channel's ring) has to hold.
+  uint64_t LargestBurstDatagrams() const { return uint64_t{num_slots} * max_workers; }
 };
 
 }  // namespace switchml::dataplane

@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -196,7 +197,11 @@ struct JobInfo {
 };
 
 struct JobList {
-  std::vector<JobInfo> jobs;  // live jobs, then recently ended ones
+  std::vector<JobInfo> jobs;  // live jobs, then recently ended ones (JobService jobs only)
+  // Job 0, the reference session of a switch (spec.name "reference session"; num_workers 0
+  // until a rank 0 registers; its slots are the whole pool, shared with the jobs above). Absent
+  // from a standalone controller's list (each of its switches has its own).
+  std::optional<JobInfo> reference_session;
   uint32_t pool_slots = 0;
   uint32_t free_slots = 0;
   uint32_t largest_free_range = 0;

@@ -23,6 +23,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -94,6 +95,13 @@ struct SwitchCounters {
   // Two aligned columns, one counter per line.
   std::string FormatTable() const;
 };
+
+// Whether the counter `name` counts datagrams or frames the switch dropped: a reason above
+// (decode_*, unknown_sender, ..., duplicates, the drop simulator's), a server's send_dropped,
+// or a transport's drops (Channel::TransportCounters: raw_ring_drops, raw_refused_checksum,
+// raw_not_for_us, raw_truncated, raw_send_no_mac, raw_frames_<malformed verdict>,
+// udp_socket_drops). One list for `switchml jobs list` and `switchml switch --stats-interval`.
+bool IsDropCounter(std::string_view name);
 
 // Formats (name, value) pairs as two aligned columns, one per line.
 std::string FormatCounterTable(const std::vector<std::pair<std::string, uint64_t>>& rows);

@@ -64,6 +64,7 @@ SwitchServer::IoThread::IoThread(uint32_t index, std::unique_ptr<transport::Chan
     rx[i].data = rx_bytes.get() + i * wire::kMaxPacketBytes;
     rx[i].capacity = uint32_t(wire::kMaxPacketBytes);
   }
+  transport = this->channel->TransportCounters();  // not started: this thread may use it
 }
 
 SwitchServer::SwitchServer(const SwitchConfig& config, std::vector<std::unique_ptr<IoThread>> io)
@@ -132,6 +133,28 @@ ServerCounters SwitchServer::io_thread_counters(uint32_t i) const {
     v = io_[i]->published[k++].load(std::memory_order_relaxed);
   });
   return c;
+}
+
+std::vector<std::pair<std::string, uint64_t>> SwitchServer::transport_counters() const {
+  std::vector<std::pair<std::string, uint64_t>> sum;
+  for (const auto& io : io_) {
+    std::lock_guard<std::mutex> lock(io->transport_mu);
+    for (const auto& [name, value] : io->transport) {
+      auto it = std::find_if(sum.begin(), sum.end(), [&](const auto& p) { return p.first == name; });
+      if (it == sum.end()) {
+        sum.emplace_back(name, value);
+      } else {
+        it->second += value;
+      }
+    }
+  }
+  return sum;
+}
+
+void SwitchServer::PublishTransportCounters(IoThread& io) {
+  std::vector<std::pair<std::string, uint64_t>> now = io.channel->TransportCounters();
+  std::lock_guard<std::mutex> lock(io.transport_mu);
+  io.transport = std::move(now);
 }
 
 ServerCounters SwitchServer::counters() const {
@@ -212,6 +235,10 @@ void SwitchServer::Run(IoThread& io) {
       last_sweep = now;
       ExpireIdleJobs(now);
     }
+    if (now - io.transport_read >= kSweepInterval) {
+      io.transport_read = now;
+      PublishTransportCounters(io);
+    }
     // In place where the channel stages datagrams itself (UDP GRO): no copy per datagram. The
     // views stay valid through ProcessBurst, which copies what it keeps into the aggregators.
     transport::PointAt(io.rx, io.rx_bytes.get(), uint32_t(wire::kMaxPacketBytes));
@@ -235,6 +262,7 @@ void SwitchServer::Run(IoThread& io) {
     ++io.io_counters.bursts;
     PublishCounters(io);
   }
+  PublishTransportCounters(io);
 }
 
 // ---- Jobs ----
@@ -329,7 +357,9 @@ Status SwitchServer::CheckJobAccess(uint32_t job_id, const std::string& token) c
 }
 
 std::vector<std::pair<std::string, uint64_t>> SwitchServer::CounterValues() const {
-  return counters().Named();
+  std::vector<std::pair<std::string, uint64_t>> out = counters().Named();
+  for (auto& c : transport_counters()) out.push_back(std::move(c));
+  return out;
 }
 
 std::vector<uint32_t> SwitchServer::ExpireIdleJobs(TimePoint now) {

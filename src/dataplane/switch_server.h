@@ -37,6 +37,8 @@
 //    I/O threads the table carries fresh state instead, JobTable::RegisterSessionWorker). The check
 //    runs after RecvBurst returns and before the burst is processed, so a datagram a worker
 //    sends after its registration returned is matched against a table that includes it.
+//  * transport_counters() too: each I/O thread copies its channel's TransportCounters under a
+//    mutex of its own every kSweepInterval (they may cost a system call).
 //  * counters() may be called from any thread: each I/O thread mirrors its core's counters
 //    into its own relaxed atomics after every burst (a few dozen stores per burst, no lock);
 //    counters() sums the threads. A snapshot is per-counter exact but not taken at one instant.
@@ -154,6 +156,10 @@ class SwitchServer final : public SwitchControl {
 
   // Summed over the I/O threads.
   ServerCounters counters() const;
+  // The channels' own counters (transport::Channel::TransportCounters, e.g. raw_ring_drops,
+  // udp_socket_drops), summed by name over the I/O threads in first-seen order; as of each I/O
+  // thread's last refresh (every kSweepInterval while running, and when it stops).
+  std::vector<std::pair<std::string, uint64_t>> transport_counters() const;
   // I/O thread `i`'s own (i < io_threads()).
   ServerCounters io_thread_counters(uint32_t i) const;
   // Where reference clients send data: I/O thread 0's channel address (cached at Create).
@@ -162,8 +168,8 @@ class SwitchServer final : public SwitchControl {
   std::vector<transport::Endpoint> local_endpoints() const;
   // The most recent channel error seen by the I/O thread (OK if none).
   Status last_error() const;
-  // I/O thread `i`'s channel (i < io_threads()), e.g. for its own statistics; only while the
-  // switch is stopped (a Channel is used by one thread at a time).
+  // I/O thread `i`'s channel (i < io_threads()); only while the switch is stopped (a Channel
+  // is used by one thread at a time). Its counters: transport_counters().
   transport::Channel& channel(uint32_t i) const { return *io_[i]->channel; }
 
   // The registered workers that gave a MAC (reference clients do), of every live job, job 0
@@ -207,6 +213,11 @@ class SwitchServer final : public SwitchControl {
     std::mutex inspect_mu;
     std::vector<std::shared_ptr<InspectRequest>> inspect_queue;  // guarded by inspect_mu
     std::atomic<bool> inspect_pending{false};
+    // The channel's TransportCounters, read by this thread every kSweepInterval and when it
+    // stops (a system call: never per burst), for other threads.
+    TimePoint transport_read{};
+    mutable std::mutex transport_mu;
+    std::vector<std::pair<std::string, uint64_t>> transport;  // guarded by transport_mu
     std::thread thread;
   };
 
@@ -217,6 +228,7 @@ class SwitchServer final : public SwitchControl {
   void PublishJobs(std::shared_ptr<const JobTable> jobs);  // table_mu_ held
   void SendAll(IoThread& io, std::span<const transport::TxDatagram> all);
   void PublishCounters(IoThread& io);
+  void PublishTransportCounters(IoThread& io);
   void RecordError(const Status& s);
   void StopLocked();  // lifecycle_mu_ held
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dataplane/test_packets.h"
+#include "transport/frame.h"
 
 namespace switchml::dataplane {
 namespace {
@@ -44,6 +45,7 @@ struct FakeNet {
   int fail_next_recvs = 0;
   uint64_t send_calls = 0;
   uint64_t recv_calls = 0;
+  uint64_t transport_drops = 0;  // what TransportCounters reports as raw_ring_drops
 
   void Inject(std::vector<uint8_t> bytes, Endpoint from) {
     {
@@ -114,6 +116,11 @@ class FakeChannel : public transport::Channel {
   }
 
   std::string Describe() const override { return "fake"; }
+
+  std::vector<std::pair<std::string, uint64_t>> TransportCounters() override {
+    std::lock_guard<std::mutex> lock(net_->mu);
+    return {{"raw_frames", 1}, {"raw_ring_drops", net_->transport_drops}};
+  }
 
  private:
   std::shared_ptr<FakeNet> net_;
@@ -237,6 +244,66 @@ TEST(SwitchServerTest, AggregatesAndMulticastsThroughTheChannel) {
   EXPECT_THAT(c.FormatTable(), HasSubstr("sessions_adopted"));
   server->Stop();
   EXPECT_FALSE(server->running());
+}
+
+TEST(SwitchServerTest, TransportCountersAreSummedOverIoThreadsAndListed) {
+  auto net = std::make_shared<FakeNet>();
+  SwitchConfig config = SmallConfig();
+  config.io_threads = 2;
+  std::vector<std::unique_ptr<transport::Channel>> channels;
+  channels.push_back(std::make_unique<FakeChannel>(net, kSwitch));
+  channels.push_back(std::make_unique<FakeChannel>(net, Endpoint{kSwitch.ipv4, uint16_t(kSwitch.port + 1)}));
+  auto s = SwitchServer::Create(config, std::move(channels));
+  ASSERT_TRUE(s.ok()) << s.status();
+  using Counters = std::vector<std::pair<std::string, uint64_t>>;
+  // Read at Create, before any thread runs.
+  EXPECT_EQ((*s)->transport_counters(), (Counters{{"raw_frames", 2}, {"raw_ring_drops", 0}}));
+  {
+    std::lock_guard<std::mutex> lock(net->mu);
+    net->transport_drops = 5;
+  }
+  ASSERT_TRUE((*s)->Start().ok());
+  // Refreshed by each I/O thread every kSweepInterval.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while ((*s)->transport_counters() != Counters{{"raw_frames", 2}, {"raw_ring_drops", 10}} &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ((*s)->transport_counters(), (Counters{{"raw_frames", 2}, {"raw_ring_drops", 10}}));
+  // What the controller lists (jobs list): the switch's counters, then the transport's.
+  const Counters values = (*s)->CounterValues();
+  ASSERT_GE(values.size(), 2u);
+  EXPECT_EQ(values.front().first, "datagrams_received");
+  EXPECT_EQ(values[values.size() - 2], (std::pair<std::string, uint64_t>{"raw_frames", 2}));
+  EXPECT_EQ(values.back(), (std::pair<std::string, uint64_t>{"raw_ring_drops", 10}));
+  (*s)->Stop();
+}
+
+TEST(IsDropCounterTest, EveryDropReasonAndNothingElse) {
+  // Every switch counter is a drop reason except the datagrams it took in or sent and the
+  // outcomes of aggregation.
+  const std::vector<std::string> not_drops = {"datagrams_received", "consumed", "multicast_rounds",
+                                              "unicast_replies", "datagrams_sent", "bursts",
+                                              "recv_errors", "send_errors", "sessions_adopted"};
+  for (const auto& [name, v] : ServerCounters{}.Named()) {
+    const bool expected = std::find(not_drops.begin(), not_drops.end(), name) == not_drops.end();
+    EXPECT_EQ(IsDropCounter(name), expected) << name;
+  }
+  // The raw channel's: malformed frames are drops; checksum verdicts of accepted frames are not.
+  for (int v = 0; v < transport::kNumFrameVerdicts; ++v) {
+    const auto verdict = transport::FrameVerdict(v);
+    EXPECT_EQ(IsDropCounter(std::string("raw_frames_") + transport::FrameVerdictName(verdict)),
+              transport::IsStructuralError(verdict))
+        << transport::FrameVerdictName(verdict);
+  }
+  for (const char* name : {"raw_ring_drops", "raw_refused_checksum", "raw_not_for_us",
+                           "raw_send_no_mac", "udp_socket_drops", "sim_egress_drops"}) {
+    EXPECT_TRUE(IsDropCounter(name)) << name;
+  }
+  for (const char* name : {"raw_frames", "raw_received", "raw_sent", "raw_udp_checksum_offloaded",
+                           "raw_gso_datagrams"}) {
+    EXPECT_FALSE(IsDropCounter(name)) << name;
+  }
 }
 
 TEST(SwitchServerTest, StopIsPromptAndIdempotent) {

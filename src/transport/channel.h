@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "switchml/status.h"
@@ -97,6 +98,12 @@ class Channel {
 
   // "udp 127.0.0.1:40001" — for logs and error messages.
   virtual std::string Describe() const = 0;
+
+  // What the transport itself counted or dropped, below the datagrams it hands out, by stable
+  // snake_case name prefixed with the transport ("raw_ring_drops", "udp_socket_drops"), for
+  // operators. Called by the thread that uses the channel (it may make a system call); not for
+  // the packet path. Default: none.
+  virtual std::vector<std::pair<std::string, uint64_t>> TransportCounters() { return {}; }
 };
 
 // Points batch[i] at storage + i * capacity with that capacity: the caller's own receive

@@ -63,6 +63,15 @@ uint32_t AlignUp(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
 
 uint64_t EndpointKey(Endpoint e) { return uint64_t{e.ipv4} << 16 | e.port; }
 
+// One ring slot: the tpacket header (`header`: tpacket2_hdr or tpacket3_hdr with the
+// sockaddr_ll after it), room for the MAC header at 16-byte alignment, the virtio_net_hdr, then
+// the IPv4/UDP datagram (with slack for IPv4 options).
+uint32_t SlotBytes(uint32_t header, uint32_t max_payload) {
+  return AlignUp(TPACKET_ALIGN(header + 16) + kVnetHdrBytes + 20 + 8 + max_payload + 60,
+                 TPACKET_ALIGNMENT);
+}
+constexpr uint32_t kV2Header = TPACKET_ALIGN(sizeof(tpacket2_hdr)) + sizeof(sockaddr_ll);
+
 // Classic BPF for a SOCK_RAW packet socket (offsets from the Ethernet header): accept IPv4 UDP
 // to ip:port that is not a non-first fragment (those carry no UDP header and stay with the
 // kernel); everything else is left to the kernel alone.
@@ -96,6 +105,15 @@ Status AttachFilter(int fd, std::vector<sock_filter> program, const std::string&
 
 }  // namespace
 
+uint32_t RawChannel::RingSlotBytes(uint32_t max_payload) { return SlotBytes(kV2Header, max_payload); }
+
+uint64_t RawChannel::RingBytes(uint32_t ring_frames, uint32_t max_payload) {
+  const uint32_t slot = RingSlotBytes(max_payload);
+  const uint64_t block = std::max(kBlockBytes, AlignUp(slot, 4096));
+  const uint64_t per_block = block / slot;
+  return (ring_frames + per_block - 1) / per_block * block;
+}
+
 StatusOr<std::unique_ptr<RawChannel>> RawChannel::Create(const RawChannelOptions& options) {
   if (options.interface.empty() || options.interface.size() >= IFNAMSIZ) {
     return InvalidArgumentError("raw channel: interface name '" + options.interface +
@@ -117,6 +135,19 @@ StatusOr<std::unique_ptr<RawChannel>> RawChannel::Create(const RawChannelOptions
   if (options.block_timeout_ms < 1 || options.block_timeout_ms > 1000) {
     return InvalidArgumentError("block_timeout_ms must be in [1, 1000], got " +
                                 std::to_string(options.block_timeout_ms));
+  }
+  if (options.ring_frames < 1 || options.ring_frames > kMaxRingFrames) {
+    return InvalidArgumentError("ring_frames must be in [1, " + std::to_string(kMaxRingFrames) +
+                                "], got " + std::to_string(options.ring_frames));
+  }
+  if (const uint64_t bytes = RingBytes(options.ring_frames, options.max_payload);
+      bytes > kMaxRingBytes) {
+    return InvalidArgumentError(
+        "raw channel on " + options.interface + ": a receive ring of " +
+        std::to_string(options.ring_frames) + " frames of " +
+        std::to_string(RingSlotBytes(options.max_payload)) + " bytes needs " +
+        std::to_string(bytes >> 20) + " MiB, more than the " +
+        std::to_string(kMaxRingBytes >> 20) + " MiB a channel may pin; ask for fewer frames");
   }
   const std::string where = "raw " + options.interface + " " + options.local.ToString();
 
@@ -188,14 +219,10 @@ StatusOr<std::unique_ptr<RawChannel>> RawChannel::Create(const RawChannelOptions
   const uint32_t header = options.ring == RawRing::kTpacketV2
                               ? TPACKET_ALIGN(sizeof(tpacket2_hdr)) + sizeof(sockaddr_ll)
                               : TPACKET_ALIGN(sizeof(tpacket3_hdr)) + sizeof(sockaddr_ll);
-  // Header, room for the MAC header at 16-byte alignment, the virtio_net_hdr, then the IPv4/UDP
-  // datagram.
-  ch->frame_bytes_ = AlignUp(TPACKET_ALIGN(header + 16) + kVnetHdrBytes + 20 + 8 +
-                                 options.max_payload + 60,
-                             TPACKET_ALIGNMENT);
+  ch->frame_bytes_ = SlotBytes(header, options.max_payload);
   ch->block_bytes_ = std::max(kBlockBytes, AlignUp(ch->frame_bytes_, 4096));
-  ch->ring_blocks_ = std::max(1u, options.ring_bytes / ch->block_bytes_);
   ch->frames_per_block_ = ch->block_bytes_ / ch->frame_bytes_;
+  ch->ring_blocks_ = (options.ring_frames + ch->frames_per_block_ - 1) / ch->frames_per_block_;
   if (options.ring == RawRing::kTpacketV2) {
     tpacket_req req{};
     req.tp_block_size = ch->block_bytes_;
@@ -289,6 +316,28 @@ const RawChannelStats& RawChannel::stats() {
   socklen_t len = sizeof(st);
   if (getsockopt(fd_, SOL_PACKET, PACKET_STATISTICS, &st, &len) == 0) stats_.ring_drops += st.tp_drops;
   return stats_;
+}
+
+std::vector<std::pair<std::string, uint64_t>> RawChannel::TransportCounters() {
+  const RawChannelStats& st = stats();
+  std::vector<std::pair<std::string, uint64_t>> out = {
+      {"raw_frames", st.frames},
+      {"raw_received", st.received},
+      {"raw_truncated", st.truncated},
+      {"raw_udp_checksum_offloaded", st.udp_checksum_offloaded},
+      {"raw_refused_checksum", st.refused_checksum},
+      {"raw_not_for_us", st.not_for_us},
+      {"raw_ring_drops", st.ring_drops},
+      {"raw_sent", st.sent},
+      {"raw_send_no_mac", st.send_no_mac},
+      {"raw_send_eagain", st.send_eagain},
+      {"raw_gso_frames_split", st.gso_frames_split},
+      {"raw_gso_datagrams", st.gso_datagrams},
+      {"raw_copied_frames", st.copied_frames}};
+  for (int v = 0; v < kNumFrameVerdicts; ++v) {
+    out.emplace_back(std::string("raw_frames_") + FrameVerdictName(FrameVerdict(v)), st.verdicts[v]);
+  }
+  return out;
 }
 
 bool RawChannel::NextFrame(RingFrame* out) {

@@ -20,6 +20,10 @@
 //   SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<RawChannel> ch, RawChannel::Create(opt));
 //   ... ch->RecvBurst(rx, 1ms) ... ch->SendBurst(tx) ...   // as any Channel (channel.h)
 //
+// The ring's size (RawChannelOptions::ring_frames) bounds the burst the channel takes while its
+// owner is busy: a frame that finds every slot full is dropped by the kernel and counted
+// (ring_drops; issue seen with 4 reference workers at a window of 256 on a ring of 912 slots).
+//
 // Receive: a TPACKET_V2 ring (default; one slot per frame, the kernel signals every frame) or a
 // TPACKET_V3 ring (variable-size frames packed in blocks that the kernel hands over when full
 // or after `block_timeout_ms`, which batches wake-ups but adds up to that much latency at low
@@ -88,8 +92,13 @@ struct RawChannelOptions {
   // a `truncated` verdict). TPACKET_V3 blocks hold any frame. Also the largest payload SendBurst
   // accepts (besides the MTU).
   uint32_t max_payload = 9000;
-  // Receive ring size in bytes (rounded to whole blocks of 1 MiB, at least 1).
-  uint32_t ring_bytes = 8 << 20;
+  // Frames of max_payload the receive ring holds at least, in [1, kMaxRingFrames] (TPACKET_V2:
+  // that many slots; TPACKET_V3: blocks with room for that many such frames), rounded up to
+  // whole blocks of 1 MiB. The kernel drops a frame that finds the ring full (ring_drops): size
+  // it for the largest burst that can arrive while the owner is busy, e.g. a first window of
+  // every worker (workers x window frames, all at once). Memory (pinned kernel pages): about
+  // ring_frames x (max_payload + 200) bytes; more than kMaxRingBytes is refused.
+  uint32_t ring_frames = 2048;
   // TPACKET_V3 only: a partly filled block is handed over after this many milliseconds.
   uint32_t block_timeout_ms = 1;
   // Most datagrams one sendmmsg carries; must be in [1, 1024].
@@ -130,6 +139,13 @@ struct RawChannelStats {
 
 class RawChannel final : public Channel {
  public:
+  static constexpr uint32_t kMaxRingFrames = 1u << 22;
+  static constexpr uint64_t kMaxRingBytes = uint64_t{1} << 30;  // 1 GiB per channel
+  // Bytes one ring slot takes for frames of `max_payload` (TPACKET_V2; V3's differ by 16).
+  static uint32_t RingSlotBytes(uint32_t max_payload);
+  // The ring Create maps for these options (TPACKET_V2): whole 1 MiB blocks of ring_frames slots.
+  static uint64_t RingBytes(uint32_t ring_frames, uint32_t max_payload);
+
   // Errors: InvalidArgument (an option out of range, named), PermissionDenied (no
   // CAP_NET_RAW), NotFound (no such interface), Unavailable (a socket call failed; the message
   // names the call, the interface or endpoint and the errno text).
@@ -161,6 +177,10 @@ class RawChannel final : public Channel {
   // Updates ring_drops from the kernel (PACKET_STATISTICS, which resets on read) and returns the
   // counters.
   const RawChannelStats& stats();
+  // stats() by name, "raw_" + field, the verdicts as "raw_frames_<verdict>" (frame.h).
+  std::vector<std::pair<std::string, uint64_t>> TransportCounters() override;
+  uint32_t ring_frames() const { return frames_per_block_ * ring_blocks_; }
+  uint64_t ring_bytes() const { return ring_size_; }
   const MacAddress& local_mac() const { return local_mac_; }
 
  private:

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
@@ -592,6 +593,16 @@ StatusOr<uint32_t> LocalIpv4For(Endpoint remote) {
     return ErrnoError(what + ": getsockname", errno);
   }
   return ntohl(local.sin_addr.s_addr);
+}
+
+std::vector<std::pair<std::string, uint64_t>> UdpChannel::TransportCounters() {
+  uint32_t meminfo[SK_MEMINFO_VARS] = {};
+  socklen_t len = sizeof(meminfo);
+  if (getsockopt(fd_, SOL_SOCKET, SO_MEMINFO, meminfo, &len) != 0 ||
+      len < sizeof(uint32_t) * (SK_MEMINFO_DROPS + 1)) {
+    return {};
+  }
+  return {{"udp_socket_drops", meminfo[SK_MEMINFO_DROPS]}};
 }
 
 }  // namespace switchml::transport

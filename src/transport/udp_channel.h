@@ -170,6 +170,10 @@ class UdpChannel final : public Channel {
 
   const UdpChannelStats& stats() const { return stats_; }
 
+  // "udp_socket_drops": datagrams the kernel dropped at this socket (receive buffer full, or a
+  // filter), from SO_MEMINFO; absent if the kernel does not say.
+  std::vector<std::pair<std::string, uint64_t>> TransportCounters() override;
+
   // Whether GSO / GRO are in use: asked for in the options and supported by the kernel. GSO
   // stays on after a fallback; only datagrams of the refused size and larger are sent singly.
   bool gso_enabled() const { return gso_enabled_; }

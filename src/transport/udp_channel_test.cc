@@ -821,3 +821,30 @@ TEST(UdpChannelTest, LocalIpv4ForLoopbackIsLoopback) {
 
 }  // namespace
 }  // namespace switchml::transport
+
+namespace switchml::transport {
+namespace {
+
+// What the kernel dropped at the socket (a full receive buffer) is the channel's
+// udp_socket_drops (switchml switch lists it; issue #18).
+TEST(UdpChannelTest, TransportCountersReportTheSocketsDrops) {
+  UdpChannelOptions no_gso;
+  no_gso.gso = false;
+  auto a = MakeChannel(no_gso);
+  auto b = MakeChannel();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  using Counters = std::vector<std::pair<std::string, uint64_t>>;
+  EXPECT_EQ(b->TransportCounters(), (Counters{{"udp_socket_drops", 0}}));
+  const int small = 4096;  // the kernel's minimum, about two such datagrams
+  ASSERT_EQ(setsockopt(b->native_handle(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+  SendAll(*a, b->local_endpoint(), 1, 64, kDatagramBytes);  // loopback: delivered at once
+  const Counters after = b->TransportCounters();
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].first, "udp_socket_drops");
+  EXPECT_GE(after[0].second, 32u);  // most of the 64 found the buffer full
+  EXPECT_LE(after[0].second, 64u);
+}
+
+}  // namespace
+}  // namespace switchml::transport

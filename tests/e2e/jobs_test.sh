@@ -74,6 +74,15 @@ pass "duplicate rank: $(head -1 "$WORK/r.log")"
 
 jobs list --controller $CTL > "$WORK/list.log"
 grep -q "A" "$WORK/list.log" && grep -q "B" "$WORK/list.log" || { cat "$WORK/list.log"; fail "jobs list lacks the jobs"; }
+# Job 0, the reference session, is listed too (no reference client here: no session), with its
+# counters; so are every drop reason and the transport's counters.
+grep -Eq "^ +0 +no_session +0/0 .*REFERENCE SESSION" "$WORK/list.log" &&
+  grep -Eq "^job 0 \(reference session\) counters: .*received=0" "$WORK/list.log" ||
+  { cat "$WORK/list.log"; fail "jobs list does not list job 0 (the reference session) with its counters"; }
+for k in duplicates_dropped late_duplicates_dropped sim_ingress_drops sim_egress_drops unknown_sender udp_socket_drops; do
+  grep -Eq "^ +$k +[0-9]+$" "$WORK/list.log" || { cat "$WORK/list.log"; fail "jobs list lacks the counter $k"; }
+done
+pass "jobs list: job 0 listed as the reference session with its counters; every drop reason listed"
 jobs delete --controller $CTL $A_ID --token $A_TOKEN > /dev/null || fail "delete failed"
 out=$(jobs create --controller $CTL --workers 2 --slots 256 --name C) || fail "slots of the deleted job were not freed: $out"
 eval "$out"

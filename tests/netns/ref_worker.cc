@@ -21,6 +21,7 @@
 //    goes to slot p % window, set (p / window) % 2 (docs/protocol.md#pool-index); packet
 //    p + window is sent only after p's result came back; a packet whose result has not come
 //    back after --retransmit-ms is sent again, byte for byte;
+//  - with --hold-file F, sends its first window only once F exists (tests of a whole first burst);
 //  - never answers ARP and needs no neighbour entry: the test turns ARP off on --iface. A UDP
 //    socket bound to the worker's IPv4 and port with a drop-everything filter keeps the kernel
 //    from answering the switch's datagrams with ICMP port unreachable (as a DPDK port would: the
@@ -58,6 +59,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -129,6 +131,7 @@ struct Args {
   bool register_only = false;
   std::string register_ipv4;  // empty: --iface's
   std::string register_mac;   // empty: --iface's
+  std::string hold_file;  // see --hold-file
 };
 
 // "02:00:00:00:00:01" -> the MAC; InvalidArgument naming the text otherwise.
@@ -260,6 +263,12 @@ StatusOr<Sockets> OpenSockets(const Interface& ifc, const std::string& name, End
   if (setsockopt(s.rx.get(), SOL_PACKET, PACKET_VNET_HDR, &one, sizeof one) != 0) {
     return Errno("PACKET_VNET_HDR", errno);
   }
+  // Room for a whole window of results arriving at once (a DPDK port's receive ring holds
+  // thousands of frames); the default socket buffer holds about a hundred.
+  const int rcvbuf = 16 << 20;
+  if (setsockopt(s.rx.get(), SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf) != 0) {
+    setsockopt(s.rx.get(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  }
   SWITCHML_RETURN_IF_ERROR(AttachFilter(
       s.rx.get(),
       {
@@ -359,7 +368,9 @@ class Worker {
   }
 
   Status Run(Clock::time_point deadline) {
+    if (!a_.hold_file.empty()) SWITCHML_RETURN_IF_ERROR(Hold(deadline));
     for (uint64_t p = 0; p < packets_ && p < a_.window; ++p) SWITCHML_RETURN_IF_ERROR(Launch(p));
+    if (!a_.hold_file.empty()) SWITCHML_RETURN_IF_ERROR(Touch(a_.hold_file + ".sent." + std::to_string(a_.rank)));
     std::vector<uint8_t> buf(sizeof(VnetHdr) + 70000);
     const auto rto = std::chrono::milliseconds(a_.retransmit_ms);
     while (c_.responses < packets_) {
@@ -444,6 +455,25 @@ class Worker {
     std::vector<uint8_t> frame;
     Clock::time_point sent_at;
   };
+
+  static Status Touch(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return Errno("create " + path, errno);
+    ::close(fd);
+    return OkStatus();
+  }
+
+  // --hold-file F: says "registered" (creates F.ready.<rank>) and waits until F exists.
+  Status Hold(Clock::time_point deadline) {
+    SWITCHML_RETURN_IF_ERROR(Touch(a_.hold_file + ".ready." + std::to_string(a_.rank)));
+    while (::access(a_.hold_file.c_str(), F_OK) != 0) {
+      if (Clock::now() >= deadline) {
+        return DeadlineExceededError("--hold-file " + a_.hold_file + " did not appear before --timeout-s");
+      }
+      ::poll(nullptr, 0, 5);
+    }
+    return OkStatus();
+  }
 
   // Builds packet p's frame (kept for retransmissions) and sends it.
   Status Launch(uint64_t p) {
@@ -685,6 +715,10 @@ int Main(int argc, char** argv) {
   app.add_option("--retransmit-ms", a.retransmit_ms, "Retransmission timeout (1..10000)")->capture_default_str();
   app.add_option("--timeout-s", a.timeout_s, "Deadline for everything, registration included")
       ->capture_default_str();
+  app.add_option("--hold-file", a.hold_file,
+                 "After registering, create FILE.ready.<rank> and wait until FILE exists before "
+                 "sending the first window; create FILE.sent.<rank> once it is sent (a test can "
+                 "stop the switch in between and have every worker's first window arrive at once)");
   CLI11_PARSE(app, argc, argv);
 
   const auto start = Clock::now();
