@@ -47,6 +47,15 @@
 #   sml_stop PID [SECONDS [WHAT]]  SIGTERM to PID, waits up to SECONDS (default 10) for it to
 #                           exit and returns its exit status; if it does not exit, SIGKILLs it and
 #                           its descendants, says so and returns 124
+#   sml_deadline SECONDS [WHAT]  a watchdog (tracked; SML_DEADLINE_PID): once SECONDS have passed
+#                           it says "FAIL: WHAT: deadline of SECONDS s passed" on stderr and sends
+#                           SIGTERM to this script, which exits 130 through the exit trap (so its
+#                           processes stop and its logs stay); if the script is blocked in a
+#                           foreground command, that command gets SIGTERM too, after 2 s. Installs
+#                           the exit trap (which stops the watchdog when the script ends in time).
+#                           Give a test one below its CTest TIMEOUT: CTest kills a test without
+#                           running its trap. The watchdog is a child of the script: wait for
+#                           PIDs, never a bare `wait` (which would wait for the watchdog too).
 # Waiting (SECONDS may be fractional)
 #   sml_wait_for SECONDS WHAT CMD...   runs CMD every $SML_POLL_S (0.05) s until it succeeds; after
 #                           SECONDS returns 1 and, unless WHAT is empty, prints
@@ -232,6 +241,29 @@ sml_stop() {
   wait "$pid" 2>/dev/null || rc=$?
   sml_untrack "$pid"
   return "$rc"
+}
+
+sml_deadline() {
+  local secs=$1 what=${2:-${SML_PROG:-${0##*/}}} main=$BASHPID
+  (
+    trap - EXIT INT TERM
+    sleep "$secs"
+    echo "FAIL: $what: deadline of $secs s passed; stopping the test" >&2
+    kill -TERM "$main" 2>/dev/null || exit 0
+    sleep 2
+    sml_alive "$main" || exit 0
+    # The script defers its trap until a foreground command ends: end that command (every
+    # child of the script but this watchdog; its exit trap then stops the rest).
+    local f p kids=()
+    for f in /proc/[0-9]*; do
+      p=${f#/proc/}
+      [[ $p != "$BASHPID" ]] && _sml_stat "$p" && [[ $_SML_PPID == "$main" ]] && kids+=("$p")
+    done
+    ((${#kids[@]} == 0)) || kill -TERM "${kids[@]}" 2>/dev/null || true
+  ) &
+  SML_DEADLINE_PID=$!
+  sml_track "$SML_DEADLINE_PID"
+  sml_exit_trap
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 SWITCHML=${1:-}
 sml_work_dir switchml-lib-test
+[[ -z ${SML_DEADLINE_S:-} ]] || sml_deadline "$SML_DEADLINE_S" "${0##*/}"
 T=$WORK/t
 mkdir -p "$T"
 LIB="$SML_LIB_DIR/lib.sh"
@@ -42,7 +43,7 @@ took=$(( (${EPOCHREALTIME/./} - start) / 1000 ))
 grep -q "timed out after 0.3 s waiting for the never file" "$T/wait.err" || fail "no clear message: $(cat "$T/wait.err")"
 (sleep 0.2; echo x > "$T/later") &
 sml_wait_file "$T/later" 5 || fail "sml_wait_file missed a file written after 0.2 s"
-wait
+wait $!
 port=$(sml_free_port tcp)
 [[ $port =~ ^[0-9]+$ ]] && ((port > 0)) || fail "sml_free_port printed '$port'"
 rc=0; sml_wait_port tcp "$port" 0.2 2>/dev/null || rc=$?
@@ -104,6 +105,29 @@ for want in 0 1; do
   fi
 done
 pass "exit trap: own processes and descendants stopped (SIGKILL after SIGTERM was ignored), hooks run, logs kept on failure only"
+
+# --- sml_deadline: a script past its deadline fails (130) and cleans up, even when blocked in a
+# foreground command; a script that ends in time leaves no watchdog behind
+start=${EPOCHREALTIME/./}
+run_bash "$T/deadline.log" "sml_work_dir switchml-lib-test-dl; echo \$WORK > '$T/dl-work'
+    sleep 60 & echo \$! > '$T/dl-child'; sml_track \$!
+    sml_deadline 0.5 'the slow test'
+    sleep 30; echo 'not stopped'"
+took=$(( (${EPOCHREALTIME/./} - start) / 1000 ))
+((RC == 130)) || fail "sml_deadline: exit $RC, expected 130: $(cat "$T/deadline.log")"
+grep -q "FAIL: the slow test: deadline of 0.5 s passed" "$T/deadline.log" || fail "sml_deadline: $(cat "$T/deadline.log")"
+! grep -q "not stopped" "$T/deadline.log" || fail "sml_deadline: the script went on past its deadline"
+((took < 10000)) || fail "sml_deadline 0.5 with a blocked script took $took ms"
+q=$(cat "$T/dl-child")
+sml_wait_gone "$q" 5 "the tracked child of the timed-out script" || fail "sml_deadline left tracked pid $q running"
+dl_work=$(cat "$T/dl-work")
+[[ -d $dl_work ]] || fail "sml_deadline: the work directory of the failed script was removed"
+rm -rf "$dl_work"
+run_bash "$T/deadline2.log" "sml_deadline 30; echo \$SML_DEADLINE_PID > '$T/dl-watchdog'; echo done"
+((RC == 0)) && grep -qx done "$T/deadline2.log" || fail "sml_deadline in a script that ends in time: exit $RC"
+q=$(cat "$T/dl-watchdog")
+sml_wait_gone "$q" 5 "the watchdog of a finished script" || fail "sml_deadline's watchdog $q outlived its script"
+pass "sml_deadline: exit 130 within $took ms of a 0.5 s deadline (blocked in a foreground command), processes stopped, logs kept; no watchdog left after a script that ends in time"
 
 # --- a switch
 if [[ -n "$SWITCHML" ]]; then

@@ -1,10 +1,15 @@
 // `switchml allreduce`: one worker of a job. Fills a deterministic input whose sum is known
 // exactly, all-reduces it (optionally several times), verifies every element and reports.
+// --start-file and --hold-file let a test act at a known point of the job (before it streams,
+// while it streams) instead of racing it: the ranks wait, or keep all-reducing, until a file the
+// test creates exists.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <thread>
 #include <vector>
 
 #include "switchml/switchml.h"
@@ -34,7 +39,36 @@ struct AllReduceArgs {
   std::string job_token;
   bool no_udp_offload = false;
   uint32_t busy_poll_us = 0;
+  std::string start_file;
+  std::string hold_file;
+  double file_timeout_s = 120;
 };
+
+using Clock = std::chrono::steady_clock;
+
+bool FileExists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
+// Waits until PATH exists, polling every 20 ms; false once DEADLINE passes without it.
+bool WaitForFile(const std::string& path, Clock::time_point deadline) {
+  while (!FileExists(path)) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+std::string Secs(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+Clock::duration Seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
 
 // FNV-1a over the output bytes: lets tests compare results of two runs (e.g. with and
 // without loss) without shipping the tensors around.
@@ -57,6 +91,8 @@ int Run(const AllReduceArgs& a) {
   };
   auto job = a.job.Parse();
   if (!job.ok()) return fail(job.status().message());
+  if (!(a.file_timeout_s > 0) || a.file_timeout_s > 86400)
+    return fail("--file-timeout-s must be in (0, 86400], got " + Secs(a.file_timeout_s));
   const DataType type = job->type;
   const std::vector<uint64_t>& counts = job->counts;
 
@@ -81,6 +117,14 @@ int Run(const AllReduceArgs& a) {
   opt.advertise_ip = a.advertise_ip;
   auto ctx = Context::Create(opt);
   if (!ctx.ok()) return fail(ctx.status().ToString());
+  // Registered (every rank has: Create returns after the job's barrier); nothing sent yet.
+  if (!a.start_file.empty()) {
+    std::printf("rank %u/%u: registered, waiting for --start-file %s\n", a.rank, a.workers, a.start_file.c_str());
+    std::fflush(stdout);
+    if (!WaitForFile(a.start_file, Clock::now() + Seconds(a.file_timeout_s)))
+      return fail("--start-file " + a.start_file + " did not appear within --file-timeout-s " +
+                  Secs(a.file_timeout_s) + " s");
+  }
 
   report["type"] = a.job.type;
   report["results"] = nlohmann::json::array();
@@ -97,15 +141,38 @@ int Run(const AllReduceArgs& a) {
     std::vector<double> times;
     testing::Verification worst;
     uint64_t checksum = 0;
-    for (uint32_t it = 0; it < a.job.warmup + a.job.iters; ++it) {
-      if (a.inplace && it > 0) fill();
-      // Barrier (a one-element all-reduce completes only after every worker contributed): a
-      // worker still verifying the previous iteration must not steal CPU from the others'
-      // timed iteration on a shared host, nor count as their time.
-      int32_t one = 1, ready = 0;
-      if (Status s = (*ctx)->AllReduce(&one, &ready, 1, DataType::kInt32); !s.ok() || ready != int32_t(a.workers))
+    const uint32_t planned = a.job.warmup + a.job.iters;
+    const bool hold = !a.hold_file.empty();
+    Clock::time_point hold_deadline{};
+    uint32_t it = 0;
+    for (;; ++it) {
+      const bool holding = it >= planned;
+      if (holding && !hold) break;
+      const bool released = hold && FileExists(a.hold_file);
+      if (holding && it == planned) {
+        hold_deadline = Clock::now() + Seconds(a.file_timeout_s);
+        if (!released) {
+          std::printf("rank %u/%u: holding: repeating the %llu-element all-reduce until --hold-file %s exists\n",
+                      a.rank, a.workers, (unsigned long long)count, a.hold_file.c_str());
+          std::fflush(stdout);
+        }
+      }
+      // Barrier (an all-reduce completes only after every worker contributed): a worker still
+      // verifying the previous iteration must not steal CPU from the others' timed iteration on
+      // a shared host, nor count as their time. With --hold-file it also decides, the same way
+      // on every rank, whether to repeat past the planned iterations: each rank votes
+      // {1, it sees the file, its hold deadline passed}.
+      int32_t vote[3] = {1, released ? 1 : 0, holding && !released && Clock::now() >= hold_deadline ? 1 : 0};
+      int32_t sum[3] = {0, 0, 0};
+      if (Status s = (*ctx)->AllReduce(vote, sum, hold ? 3 : 1, DataType::kInt32); !s.ok() || sum[0] != int32_t(a.workers))
         return fail("barrier before iteration " + std::to_string(it) + ": " +
-                    (s.ok() ? "sum " + std::to_string(ready) + ", want " + std::to_string(a.workers) : s.ToString()));
+                    (s.ok() ? "sum " + std::to_string(sum[0]) + ", want " + std::to_string(a.workers) : s.ToString()));
+      if (holding && sum[1] > 0) break;
+      if (holding && sum[2] > 0)
+        return fail("--hold-file " + a.hold_file + " did not appear within --file-timeout-s " +
+                    Secs(a.file_timeout_s) + " s (deadline passed on " + std::to_string(sum[2]) + " of " +
+                    std::to_string(a.workers) + " ranks) after " + std::to_string(it) + " iterations");
+      if (a.inplace && it > 0) fill();
       const auto t0 = std::chrono::steady_clock::now();
       Status s = (*ctx)->AllReduce(in.data(), out, count, type);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -126,6 +193,7 @@ int Run(const AllReduceArgs& a) {
     for (double t : times) { best = std::min(best, t); total += t; }
     nlohmann::json r;
     r["num_elements"] = count;
+    r["iterations"] = it;  // warm-up, timed and held (--hold-file)
     r["bytes"] = count * 4;
     r["times_s"] = times;
     r["wrong"] = worst.wrong;
@@ -184,6 +252,16 @@ Runner AddAllReduceCommand(CLI::App& app) {
                  "Poll the data socket this long before sleeping when waiting for results (0 = off, max 1000000)")
       ->capture_default_str();
   app.add_option("--advertise-ip", a->advertise_ip, "IPv4 to register with the switch (default: route to controller)");
+  app.add_option("--start-file", a->start_file,
+                 "After registering, wait until this file exists before the first all-reduce (for tests: act "
+                 "while every rank is registered and nothing streams)");
+  app.add_option("--hold-file", a->hold_file,
+                 "After the iterations of each tensor size, keep repeating that all-reduce (verified, timed) until "
+                 "this file exists on some rank (for tests: act while the job is known to stream); give it to every rank "
+                 "or to none");
+  app.add_option("--file-timeout-s", a->file_timeout_s,
+                 "How long --start-file and --hold-file may take to appear before the worker fails")
+      ->capture_default_str();
   return [a] { return Run(*a); };
 }
 

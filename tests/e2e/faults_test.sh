@@ -18,13 +18,17 @@
 #      and frees its slots, and the restarted worker plus the survivors run a new job exact.
 # (jobs_test.sh covers a killed worker's survivor and teardown; (c) adds the rejoin.)
 # Prints every error the user sees and how long it took, for docs/reliability.md.
+# Nothing races the jobs: a job that must be streaming when something is killed repeats its
+# all-reduce until the test releases it (--hold-file), however fast or slow it runs. Under CTest
+# the test fails on its own deadline (SML_DEADLINE_S, tests/e2e/lib.sh), below its TIMEOUT,
+# stopping what it started.
 source "$(dirname "$0")/../../scripts/lib.sh"
 if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
   echo "usage: $0 path/to/switchml"; sml_help_header "$0"; exit 0
 fi
 source "$(dirname "$0")/lib.sh"
 
-JOB_TIMEOUT_MS=2000
+JOB_TIMEOUT_MS=2000 RPC_TIMEOUT_MS=3000
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 jobs() { "$SWITCHML" jobs "$@"; }
 
@@ -51,21 +55,24 @@ expect_failure() {
 run_rank() {
   local log=$7
   exec "$SWITCHML" allreduce --controller "$1" --job-id "$2" --job-token "$3" --rank "$4" --workers "$5" \
-      --type int32 --counts "$6" --job-timeout-ms $JOB_TIMEOUT_MS --rpc-timeout-ms 3000 \
+      --type int32 --counts "$6" --job-timeout-ms $JOB_TIMEOUT_MS --rpc-timeout-ms $RPC_TIMEOUT_MS \
       --json "$WORK/$log.json" "${@:8}" > "$WORK/$log.log" 2>&1
 }
 
-# wait_streaming CTL ID MIN: waits (10 s at most) until the job is running and has received at
+# A worker started with HOLD (--hold-file) streams until the test creates the file: it repeats
+# its all-reduce after its --iters, so a fault can be injected while it is known to stream. A
+# job whose workers are meant to die is never released (its file never appears).
+hold() { echo "--hold-file $WORK/release-$1 --file-timeout-s 120"; }
+release() { touch "$WORK/release-$1"; }
+
+# wait_streaming CTL ID MIN: waits (30 s at most) until the job is running and has received at
 # least MIN datagrams at the switch.
+streaming() {
+  jobs show --controller "$1" "$2" > "$WORK/show.json" 2>/dev/null &&
+    [ "$(json_get "$WORK/show.json" "j['state'] == 'running' and j['counters']['received'] >= $3")" = True ]
+}
 wait_streaming() {
-  local i
-  for i in $(seq 1 100); do
-    jobs show --controller "$1" "$2" > "$WORK/show.json" 2>/dev/null &&
-      [ "$(json_get "$WORK/show.json" "j['state']")" = running ] &&
-      [ "$(json_get "$WORK/show.json" "j['counters']['received']")" -ge "$3" ] && return 0
-    sleep 0.1
-  done
-  cat "$WORK/show.json"; fail "job $2 did not start streaming within 10 s"
+  sml_wait_for 30 "job $2 to stream" streaming "$@" || { cat "$WORK/show.json"; fail "job $2 did not start streaming within 30 s"; }
 }
 
 # expect_exact NAME FILES...: every rank's JSON says ok (all elements verified).
@@ -95,14 +102,14 @@ start_switch
 CTL=127.0.0.1:$CTL_PORT
 create_job $CTL 2
 A_ID=$JOB_ID; A_TOKEN=$JOB_TOKEN
-# 200 all-reduces of 2M elements: streams for far longer than the test waits. A longer job
-# timeout here, so that the workers still retransmit (at least every max_rto = 2 s) after the
-# switch is back even if the restart is slow on a loaded machine.
+# All-reduces of 2M elements, held (never released): the job streams until the switch dies. A
+# longer job timeout here, so that the workers still retransmit (at least every max_rto = 2 s)
+# after the switch is back even if the restart is slow on a loaded machine.
 JOB_TIMEOUT_MS=4000
-run_rank $CTL $A_ID $A_TOKEN 0 2 2000000 a0 --iters 200 & PA0=$!; sml_track $!
-run_rank $CTL $A_ID $A_TOKEN 1 2 2000000 a1 --iters 200 & PA1=$!; sml_track $!
+run_rank $CTL $A_ID $A_TOKEN 0 2 2000000 a0 $(hold a) & PA0=$!; sml_track $!
+run_rank $CTL $A_ID $A_TOKEN 1 2 2000000 a1 $(hold a) & PA1=$!; sml_track $!
 wait_streaming $CTL $A_ID 2000
-kill -0 $PA0 && kill -0 $PA1 || fail "(a) a worker ended before the switch was killed"
+sml_alive $PA0 && sml_alive $PA1 || { cat "$WORK"/a?.log; fail "(a) a held worker exited before the switch was killed"; }
 kill -9 "$SW_PID"
 t0=$(now_ms)
 wait "$SW_PID" 2>/dev/null || true
@@ -173,24 +180,29 @@ start_controller
 CTL=127.0.0.1:$C_PORT
 create_job $CTL 2
 B_ID=$JOB_ID; B_TOKEN=$JOB_TOKEN
-run_rank $CTL $B_ID $B_TOKEN 0 2 2000000 b0 --iters 40 & PB0=$!; sml_track $!
-run_rank $CTL $B_ID $B_TOKEN 1 2 2000000 b1 --iters 40 & PB1=$!; sml_track $!
+# Held until the controller is back: the job streams through the kill and the restart.
+run_rank $CTL $B_ID $B_TOKEN 0 2 2000000 b0 $(hold b) & PB0=$!; sml_track $!
+run_rank $CTL $B_ID $B_TOKEN 1 2 2000000 b1 $(hold b) & PB1=$!; sml_track $!
 wait_streaming $CTL $B_ID 2000
 kill -9 $C_PID
 t0=$(now_ms)
 wait $C_PID 2>/dev/null || true
-kill -0 $PB0 && kill -0 $PB1 || fail "(b) a worker ended before the controller was killed (test too short)"
+sml_alive $PB0 && sml_alive $PB1 || { cat "$WORK"/b?.log; fail "(b) a held worker exited before the controller was killed"; }
 jobs list --controller $CTL --rpc-timeout-ms 1000 > "$WORK/down.log" 2>&1 && fail "(b) a killed controller answered"
 pass "(b) while the controller is down, operators see: $(grep -m1 -oE 'error: .*' "$WORK/down.log" | cut -c1-200)"
 sleep 0.5
 start_controller $C_PORT
 pass "(b) controller restarted on port $C_PORT after $(( $(now_ms) - t0 )) ms"
+sml_alive $PB0 && sml_alive $PB1 || { cat "$WORK"/b?.log; fail "(b) a held worker exited while the controller was down"; }
+release b
 wait_child $PB0 60; [ $RC -eq 0 ] || { cat "$WORK/b0.log"; fail "(b) rank 0 of the running job failed (rc $RC)"; }
 wait_child $PB1 60; [ $RC -eq 0 ] || { cat "$WORK/b1.log"; fail "(b) rank 1 of the running job failed (rc $RC)"; }
 expect_exact "(b) the job that streamed through the controller restart completed ($(( $(now_ms) - t0 )) ms after the kill)" b0 b1
 jobs show --controller $CTL $B_ID > "$WORK/b.json" || fail "(b) restarted controller cannot show job $B_ID"
 [ "$(json_get "$WORK/b.json" "j['state']")" = running ] || fail "(b) job $B_ID not seen as running"
-[ "$(json_get "$WORK/b.json" "j['counters']['received']")" -ge $((2 * 40 * 7813)) ] || fail "(b) job $B_ID counters lost"
+B_ITERS=$(json_get "$WORK/b0.json" "j['results'][0]['iterations']")
+[ "$(json_get "$WORK/b.json" "j['counters']['received']")" -ge $((2 * B_ITERS * 7813)) ] ||
+  fail "(b) job $B_ID counters lost: fewer than 2 ranks x $B_ITERS all-reduces x 7813 datagrams"
 pass "(b) the restarted controller sees job $B_ID: $(json_get "$WORK/b.json" "j['state'], j['counters']['received']") datagrams"
 jobs delete --controller $CTL $B_ID --token $B_TOKEN > /dev/null || fail "(b) delete of the old job via the new controller"
 create_job $CTL 2
@@ -204,14 +216,19 @@ jobs delete --controller $CTL $JOB_ID --token $JOB_TOKEN > /dev/null || fail "(b
 # The job barrier lives in the controller: a rank waiting in it when the controller dies fails
 # at once; a rank arriving after the restart waits for a peer that left and fails at its RPC
 # deadline; the job keeps both ranks registered, so it must be deleted and created again.
+# Rank 0's barrier call waits up to its RPC timeout, 30 s here: far longer than the test takes
+# to see it registered and kill the controller, however slow the machine. The controller does
+# not show who waits in a barrier; a rank makes its barrier call right after its registration
+# is answered (nothing runs between the two), and the test kills 1 s after seeing it registered.
 create_job $CTL 2
-run_rank $CTL $JOB_ID $JOB_TOKEN 0 2 1000 bb0 & P0=$!; sml_track $!
-for _ in $(seq 1 100); do
-  jobs show --controller $CTL $JOB_ID > "$WORK/show.json" && [ "$(json_get "$WORK/show.json" "j['num_registered']")" = 1 ] && break
-  sleep 0.05
-done
-[ "$(json_get "$WORK/show.json" "j['num_registered']")" = 1 ] || fail "(b) rank 0 did not register"
-sleep 0.3
+RPC_TIMEOUT_MS=30000 run_rank $CTL $JOB_ID $JOB_TOKEN 0 2 1000 bb0 & P0=$!; sml_track $!
+registered() {
+  jobs show --controller $CTL $JOB_ID > "$WORK/show.json" 2>/dev/null &&
+    [ "$(json_get "$WORK/show.json" "j['num_registered']")" = 1 ]
+}
+sml_wait_for 30 "rank 0 to register" registered || { cat "$WORK/show.json" "$WORK/bb0.log"; fail "(b) rank 0 did not register"; }
+sleep 1
+sml_alive $P0 || { cat "$WORK/bb0.log"; fail "(b) rank 0 left the barrier before the controller was killed"; }
 kill -9 $C_PID
 t0=$(now_ms)
 wait $C_PID 2>/dev/null || true
@@ -277,12 +294,13 @@ start_switch --slots 1024
 CTL=127.0.0.1:$CTL_PORT
 create_job $CTL 3 --idle-timeout-s 3
 C_ID=$JOB_ID; C_TOKEN=$JOB_TOKEN
-# Many all-reduces of a tensor that is quick to fill: the job's idle clock (3 s here) counts the
-# time a worker spends preparing its input before the first datagram, so one huge tensor
-# (30M elements take over a second to fill on a loaded 2-core machine) gets the job torn down
-# before it streams.
-for r in 0 1 2; do run_rank $CTL $C_ID $C_TOKEN $r 3 2000000 c$r --iters 60 & eval "PC$r=$!"; sml_track $!; done
+# A tensor that is quick to fill, all-reduced again and again (held, never released) until rank 2
+# dies: the job's idle clock (3 s here) counts the time a worker spends preparing its input
+# before the first datagram, so one huge tensor (30M elements take over a second to fill on a
+# loaded 2-core machine) gets the job torn down before it streams.
+for r in 0 1 2; do run_rank $CTL $C_ID $C_TOKEN $r 3 2000000 c$r $(hold c) & eval "PC$r=$!"; sml_track $!; done
 wait_streaming $CTL $C_ID 3000
+sml_alive $PC0 && sml_alive $PC1 && sml_alive $PC2 || { cat "$WORK"/c?.log; fail "(c) a held worker exited before rank 2 was killed"; }
 kill -9 $PC2
 t0=$(now_ms)
 wait $PC2 2>/dev/null || true

@@ -9,6 +9,9 @@
 # class must be counted by the switch under its own drop reason (read through the JobService:
 # `switchml jobs list --json` / `jobs show`), less at most what the kernel dropped at the
 # switch's socket; no other drop counter may move. At exit the switch's counters must add up.
+# Nothing races the job: the workers register and wait (--start-file) until both floods run, so
+# the floods cover the whole job however fast or slow it runs. Under CTest the test fails on its
+# own deadline (SML_DEADLINE_S, tests/e2e/lib.sh), below its TIMEOUT, stopping what it started.
 # HOSTILE_RATE sets the forged datagrams per second (default 8000).
 source "$(dirname "$0")/../../scripts/lib.sh"
 if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
@@ -46,7 +49,7 @@ forge() {
       --report "$WORK/forge-$name.json" --started-file "$WORK/forge-$name.started" "$@" \
       > "$WORK/forge-$name.log" 2>&1 &
   eval "FORGER_$name=$!"; sml_track $!
-  sml_wait_for 10 "forger $name to start" test -e "$WORK/forge-$name.started" ||
+  sml_wait_for 30 "forger $name to start" test -e "$WORK/forge-$name.started" ||
     { cat "$WORK/forge-$name.log"; fail "forger $name did not start"; }
 }
 # The unregistered classes flood from before the job starts to after it ends.
@@ -54,27 +57,30 @@ forge open
 echo "flooding the switch (port $UDP_PORT) from unregistered sockets"
 
 COUNT=4000000 ITERS=20
+START="$WORK/start"
 for r in 0 1 2; do
   "$SWITCHML" allreduce --controller $CTL --job-id $SWITCHML_JOB_ID --job-token $SWITCHML_JOB_TOKEN \
       --rank $r --workers 3 --type int32 --counts $COUNT --iters $ITERS --job-timeout-ms 20000 \
-      --json "$WORK/w$r.json" > "$WORK/w$r.log" 2>&1 &
+      --start-file "$START" --file-timeout-s 60 --json "$WORK/w$r.json" > "$WORK/w$r.log" 2>&1 &
   eval "W$r=$!"; sml_track $!
 done
-start=$SECONDS
-# Once it streams, learn rank 0's registered port and spoof it.
-for _ in $(seq 1 200); do
+# job_ready: the job runs (every rank registered) and the switch knows rank 0's port; the ranks
+# now wait for $START, sending nothing.
+job_ready() {
   jobs show --controller $CTL $SWITCHML_JOB_ID > "$WORK/show.json" 2>/dev/null &&
-    [ "$(json_get "$WORK/show.json" "j['counters']['received']")" -ge 1000 ] && break
-  sleep 0.05
-done
-[ "$(json_get "$WORK/show.json" "j['counters']['received']")" -ge 1000 ] || { cat "$WORK/show.json"; fail "job did not start streaming within 10 s"; }
+    [ "$(json_get "$WORK/show.json" "j['state'] == 'running' and j['num_registered'] == 3")" = True ]
+}
+sml_wait_for 30 "the 3 ranks to register" job_ready ||
+  { cat "$WORK/show.json" "$WORK"/w?.log; fail "the job did not start within 30 s"; }
 RANK0_PORT=$(json_get "$WORK/show.json" "[w for w in j['workers'] if w['rank'] == 0][0]['udp_ports'][0]")
 forge spoof --spoof-port "$RANK0_PORT" --job-slots 256 --job-elements 256 --classes spoof_slot,spoof_too_large
 for r in 0 1 2; do
   eval "p=\$W$r"
-  kill -0 "$p" 2>/dev/null || fail "rank $r finished before the spoofed flood started (make the job longer: ITERS)"
+  sml_alive "$p" || { cat "$WORK/w$r.log"; fail "rank $r exited while waiting for its start file"; }
 done
-echo "spoofing rank 0 (127.0.0.1:$RANK0_PORT) while the job streams"
+echo "spoofing rank 0 (127.0.0.1:$RANK0_PORT); starting the job"
+touch "$START"
+start=$SECONDS
 
 for r in 0 1 2; do
   eval "p=\$W$r"

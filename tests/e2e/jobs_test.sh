@@ -47,9 +47,25 @@ pass "job needing more slots than free: $(head -1 "$WORK/c.log")"
 
 # Always started in the background (&): exec makes the background job the switchml process itself,
 # so that its $! can be killed.
-run_rank() {  # job id token rank workers type counts log [iterations]
+run_rank() {  # job id token rank workers type counts log [allreduce flags...]
   exec "$SWITCHML" allreduce --controller $CTL --job-id $1 --job-token $2 --rank $3 --workers $4 --type $5 \
-      --counts $6 ${8:+--iters $8} --job-timeout-ms 3000 --json "$WORK/$7.json" > "$WORK/$7.log" 2>&1
+      --counts $6 --job-timeout-ms 3000 --json "$WORK/$7.json" "${@:8}" > "$WORK/$7.log" 2>&1
+}
+# A job whose workers run --hold-file that never appears streams until the test ends it (a
+# worker killed, the job deleted), however fast or slow it runs.
+HOLD=(--hold-file "$WORK/never" --file-timeout-s 120)
+# wait_streaming ID: until the job runs and the switch has received 1000 of its datagrams (30 s).
+streaming() {
+  jobs show --controller $CTL "$1" > "$WORK/show.json" 2>/dev/null &&
+    [ "$(json_get "$WORK/show.json" "j['state'] == 'running' and j['counters']['received'] >= 1000")" = True ]
+}
+wait_streaming() {
+  sml_wait_for 30 "job $1 to stream" streaming "$1" || { cat "$WORK/show.json"; fail "job $1 did not stream within 30 s"; }
+}
+# wait_rc PID SECONDS: waits for a background child to exit (failing after SECONDS); sets rc.
+wait_rc() {
+  sml_wait_gone "$1" "$2" "process $1 to exit" || fail "process $1 still running after $2 s (hang)"
+  rc=0; wait "$1" || rc=$?
 }
 run_rank $A_ID $A_TOKEN 0 2 int32 1,65,300000 a0 & PA0=$!; sml_track $!
 run_rank $A_ID $A_TOKEN 1 2 int32 1,65,300000 a1 & PA1=$!; sml_track $!
@@ -60,7 +76,9 @@ if "$SWITCHML" allreduce --controller $CTL --job-id $A_ID --job-token wrong --ra
     --rpc-timeout-ms 3000 > "$WORK/t.log" 2>&1; then fail "wrong token accepted"; fi
 grep -q "PERMISSION_DENIED" "$WORK/t.log" || { cat "$WORK/t.log"; fail "wrong token: no PERMISSION_DENIED"; }
 pass "wrong token: $(grep -m1 PERMISSION "$WORK/t.log")"
-for p in $PA0 $PA1 $PB0 $PB1 $PB2; do wait $p || { tail -n 5 "$WORK"/*.log; fail "a worker of the concurrent jobs failed"; }; done
+for p in $PA0 $PA1 $PB0 $PB1 $PB2; do
+  wait_rc $p 60; [ $rc -eq 0 ] || { tail -n 5 "$WORK"/*.log; fail "a worker of the concurrent jobs failed"; }
+done
 for f in a0 a1 b0 b1 b2; do
   [ "$(json_get "$WORK/$f.json" "j['ok']")" = True ] || fail "$f: not ok"
 done
@@ -94,28 +112,29 @@ jobs delete --controller $CTL $B_ID --token $B_TOKEN > /dev/null || fail "delete
 out=$(jobs create --controller $CTL --workers 2 --slots 256 --idle-timeout-s 1 --name D) || fail "create D: $out"
 eval "$out"
 D_ID=$SWITCHML_JOB_ID; D_TOKEN=$SWITCHML_JOB_TOKEN
-# Many 2M-element all-reduces rather than one huge tensor: filling a huge one can take longer
-# than the 1 s idle timeout, and the job would be torn down before it streamed at all.
-run_rank $D_ID $D_TOKEN 0 2 int32 2000000 d0 60 & PD0=$!; sml_track $!
-run_rank $D_ID $D_TOKEN 1 2 int32 2000000 d1 60 & PD1=$!; sml_track $!
-for _ in $(seq 1 100); do grep -q '"state": "running"' <(jobs show --controller $CTL $D_ID) && break; sleep 0.1; done
-sleep 0.5  # let it stream
+# 2M-element all-reduces repeated (held) rather than one huge tensor: filling a huge one can take
+# longer than the 1 s idle timeout, and the job would be torn down before it streamed at all.
+run_rank $D_ID $D_TOKEN 0 2 int32 2000000 d0 "${HOLD[@]}" & PD0=$!; sml_track $!
+run_rank $D_ID $D_TOKEN 1 2 int32 2000000 d1 "${HOLD[@]}" & PD1=$!; sml_track $!
+wait_streaming $D_ID
+sml_alive $PD0 && sml_alive $PD1 || { cat "$WORK"/d?.log; fail "a held worker of job $D_ID exited before the kill"; }
 kill -9 $PD1
 start=$SECONDS
-rc=0; wait $PD0 || rc=$?
+wait_rc $PD0 30
 [ $rc -eq 1 ] || { cat "$WORK/d0.log"; fail "survivor of a killed worker: exit code $rc"; }
 (( SECONDS - start <= 15 )) || fail "survivor took $((SECONDS - start)) s to fail"
 grep -q "DEADLINE_EXCEEDED" "$WORK/d0.log" || { cat "$WORK/d0.log"; fail "survivor: no DEADLINE_EXCEEDED"; }
 pass "worker killed mid-job: survivor failed in $((SECONDS - start)) s: $(grep -m1 -o 'DEADLINE_EXCEEDED.*' "$WORK/d0.log" | cut -c1-120)"
-for _ in $(seq 1 50); do grep -q '"state": "ended"' <(jobs show --controller $CTL $D_ID) && break; sleep 0.1; done
-jobs show --controller $CTL $D_ID | grep -q '"state": "ended"' || fail "the killed job was not torn down"
+ended() { grep -q '"state": "ended"' <(jobs show --controller $CTL "$1"); }
+sml_wait_for 20 "job $D_ID to be torn down" ended $D_ID || fail "the killed job was not torn down within 20 s"
 pass "killed job torn down: $(jobs show --controller $CTL $D_ID | grep -m1 end_reason | cut -c1-110)"
 out=$(jobs create --controller $CTL --workers 2 --slots 256 --name E) || fail "create E: $out"
 eval "$out"
 E_ID=$SWITCHML_JOB_ID; E_TOKEN=$SWITCHML_JOB_TOKEN
 run_rank $E_ID $E_TOKEN 0 2 float32 100000 e0 & PE0=$!; sml_track $!
 run_rank $E_ID $E_TOKEN 1 2 float32 100000 e1 & PE1=$!; sml_track $!
-wait $PE0 && wait $PE1 || fail "a new job on the freed slots failed"
+wait_rc $PE0 60; [ $rc -eq 0 ] || { cat "$WORK/e0.log"; fail "a new job on the freed slots failed (rank 0)"; }
+wait_rc $PE1 60; [ $rc -eq 0 ] || { cat "$WORK/e1.log"; fail "a new job on the freed slots failed (rank 1)"; }
 pass "a new job runs on the freed slots"
 
 # A job deleted while its workers stream: each of them fails within its job timeout, and the
@@ -124,13 +143,13 @@ jobs delete --controller $CTL $E_ID --token $E_TOKEN > /dev/null || fail "delete
 out=$(jobs create --controller $CTL --workers 2 --slots 256 --name F 2>&1) || fail "create F: $out"
 eval "$out"
 F_ID=$SWITCHML_JOB_ID; F_TOKEN=$SWITCHML_JOB_TOKEN
-run_rank $F_ID $F_TOKEN 0 2 int32 2000000 f0 200 & PF0=$!; sml_track $!
-run_rank $F_ID $F_TOKEN 1 2 int32 2000000 f1 200 & PF1=$!; sml_track $!
-for _ in $(seq 1 100); do grep -q '"state": "running"' <(jobs show --controller $CTL $F_ID) && break; sleep 0.1; done
-sleep 0.5
+run_rank $F_ID $F_TOKEN 0 2 int32 2000000 f0 "${HOLD[@]}" & PF0=$!; sml_track $!
+run_rank $F_ID $F_TOKEN 1 2 int32 2000000 f1 "${HOLD[@]}" & PF1=$!; sml_track $!
+wait_streaming $F_ID
+sml_alive $PF0 && sml_alive $PF1 || { cat "$WORK"/f?.log; fail "a held worker of job $F_ID exited before the delete"; }
 jobs delete --controller $CTL $F_ID --token $F_TOKEN > /dev/null || fail "delete F failed"
 start=$SECONDS
-for p in $PF0 $PF1; do rc=0; wait $p || rc=$?; [ $rc -eq 1 ] || fail "worker of a deleted job: exit code $rc"; done
+for p in $PF0 $PF1; do wait_rc $p 30; [ $rc -eq 1 ] || fail "worker of a deleted job: exit code $rc"; done
 (( SECONDS - start <= 15 )) || fail "workers of a deleted job took $((SECONDS - start)) s to fail"
 for f in f0 f1; do
   grep -q "DEADLINE_EXCEEDED.*job $F_ID has ended: deleted through the controller" "$WORK/$f.log" ||

@@ -5,12 +5,14 @@
 # failure or with KEEP=1; tracked processes stopped at exit) and exports a random
 # SWITCHML_OPERATOR_TOKEN: the operator credential of every switch and controller these tests
 # start and of every `switchml jobs` call (job administration needs it; docs/operations.md,
-# "Access control").
+# "Access control"). Under CTest it fails the test once SML_DEADLINE_S seconds have passed (set
+# by tests/CMakeLists.txt below the test's TIMEOUT; sml_deadline), stopping what it started.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 [ -x "${1:-}" ] || die "argument 1 must be the switchml binary, got '${1:-}'"
 SWITCHML=$1
 sml_work_dir switchml-e2e
+[[ -z ${SML_DEADLINE_S:-} ]] || sml_deadline "$SML_DEADLINE_S" "${0##*/}"
 sml_operator_token
 
 # start_switch_on UDP_PORT CTL_PORT LOG [extra flags...]: starts a switch on 127.0.0.1 on the given
