@@ -329,7 +329,8 @@ pass "(c) job torn down $(( $(now_ms) - t0 )) ms after the kill: $(json_get "$WO
 jobs list --controller $CTL --json > "$WORK/list.json"
 [ "$(json_get "$WORK/list.json" "j['free_slots'] == j['pool_slots'] == 1024")" = True ] ||
   { cat "$WORK/list.json"; fail "(c) slots not freed"; }
-jobs list --controller $CTL | grep -qE "^ +$C_ID +ended" || fail "(c) jobs list does not show job $C_ID as ended"
+listed=$(jobs list --controller $CTL)  # not piped into grep -q: SIGPIPE + pipefail
+grep -qE "^ +$C_ID +ended" <<<"$listed" || fail "(c) jobs list does not show job $C_ID as ended"
 pass "(c) all 1024 slots free again; jobs list shows job $C_ID ended"
 t1=$(now_ms); rc=0
 "$SWITCHML" allreduce --controller $CTL --job-id $C_ID --job-token $C_TOKEN --rank 2 --workers 3 \

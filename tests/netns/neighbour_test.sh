@@ -38,7 +38,8 @@ command -v python3 >/dev/null || skip "python3 is not installed (tests/netns/net
 probe="smlnbrp$$"
 ip netns add "$probe" 2>/dev/null || skip "cannot create network namespaces here"
 ip netns del "$probe"
-"$SWITCHML" switch --help 2>&1 | grep -q -- '--neighbour-entries' || fail "$SWITCHML switch has no --neighbour-entries"
+switch_help=$("$SWITCHML" switch --help 2>&1)  # not piped into grep -q: SIGPIPE + pipefail
+grep -q -- '--neighbour-entries' <<<"$switch_help" || fail "$SWITCHML switch has no --neighbour-entries"
 
 # Namespaces of earlier runs of this test that were killed before their cleanup (their pid is gone).
 for ns in $(ip netns list | awk '{print $1}' | grep -E '^smlnbr[0-9]+-' || true); do

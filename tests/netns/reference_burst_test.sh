@@ -107,7 +107,10 @@ for h in "${HOSTS[@]}"; do
   [[ $h == sw ]] || ip -n "$ns" route add "$SW_IP/32" via "$MGMT.254" dev mgmt0
 done
 in_sw() { exec ip netns exec "$SW" "$@"; }
-fdb_has_switch() { bridge -n "$BR" fdb show br brdata | grep -qi "^$SW_MAC dev d-sw "; }
+fdb_has_switch() {  # captured first: grep -q on a pipe + pipefail fails on SIGPIPE
+  local fdb; fdb=$(bridge -n "$BR" fdb show br brdata) || return 1
+  grep -qi "^$SW_MAC dev d-sw " <<<"$fdb"
+}
 ! fdb_has_switch || fail "the data bridge knows the switch's MAC before the switch started: $(bridge -n "$BR" fdb show br brdata)"
 pass "topology: switch $SW_IP ($SW_MAC) and $N workers on one data bridge, which does not know the switch's MAC yet"
 

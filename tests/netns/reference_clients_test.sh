@@ -35,7 +35,10 @@ command -v ip >/dev/null || skip "ip (iproute2) is not installed"
 probe="smlrefp$$"
 ip netns add "$probe" 2>/dev/null || skip "cannot create network namespaces here"
 ip netns del "$probe"
-"$SWITCHML" switch --help 2>&1 | grep -q -- '--io' || fail "$SWITCHML switch has no --io option"
+# Captured first: `grep -q` stops reading at its first match, and the rest of the help then gets
+# SIGPIPE, which pipefail would report as a missing option.
+switch_help=$("$SWITCHML" switch --help 2>&1)
+grep -q -- '--io' <<<"$switch_help" || fail "$SWITCHML switch has no --io option"
 
 sml_work_dir switchml-ref-clients
 sml_operator_token
