@@ -139,12 +139,12 @@ std::vector<std::pair<std::string, uint64_t>> SwitchServer::transport_counters()
   std::vector<std::pair<std::string, uint64_t>> sum;
   for (const auto& io : io_) {
     std::lock_guard<std::mutex> lock(io->transport_mu);
-    for (const auto& [name, value] : io->transport) {
-      auto it = std::find_if(sum.begin(), sum.end(), [&](const auto& p) { return p.first == name; });
+    for (const auto& counter : io->transport) {  // not a structured binding: clang 14 cannot capture one
+      auto it = std::find_if(sum.begin(), sum.end(), [&](const auto& p) { return p.first == counter.first; });
       if (it == sum.end()) {
-        sum.emplace_back(name, value);
+        sum.push_back(counter);
       } else {
-        it->second += value;
+        it->second += counter.second;
       }
     }
   }
