@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "dataplane/switch_config.h"
-#include "dataplane/switch_control.h"
+#include "control/switch_control.h"
 #include "dataplane/switch_core.h"
 #include "switchml/status.h"
 #include "transport/channel.h"
@@ -58,7 +58,7 @@ inline StatusOr<dataplane::SwitchCore> MakeSwitch(uint8_t flags) {
   config.late_duplicate_guard = (flags & 2) != 0;
   SWITCHML_ASSIGN_OR_RETURN(dataplane::SwitchCore core, dataplane::SwitchCore::Create(config));
   for (uint32_t rank = 0; rank < kWorkers; ++rank) {
-    dataplane::WorkerRegistration reg;
+    control::WorkerRegistration reg;
     reg.session_id = 1;
     reg.rank = rank;
     reg.num_workers = kWorkers;

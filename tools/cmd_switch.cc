@@ -113,7 +113,7 @@ uint32_t RegisteredWorkers(const dataplane::SwitchServer& server) {
   const auto jobs = server.jobs();
   uint32_t n = jobs->reference().num_registered;
   for (const auto& j : jobs->jobs()) {
-    if (j.state != dataplane::JobState::kEnded) n += j.num_registered;
+    if (j.state != control::JobState::kEnded) n += j.num_registered;
   }
   return n;
 }
@@ -272,7 +272,7 @@ int Run(const SwitchArgs& a) {
   // registered its MAC, if CheckNeighbourEntry allows it (else its registration is refused);
   // removed when it is forgotten, and at exit. A raw channel learns MACs from the frames.
   std::unique_ptr<transport::NeighbourEntries> neighbours;
-  auto registrant = [](const dataplane::JobRegistration& r) {
+  auto registrant = [](const control::JobRegistration& r) {
     return "job " + std::to_string(r.job_id) + " rank " + std::to_string(r.worker.rank);
   };
   if (a.neighbours) {
@@ -292,7 +292,7 @@ int Run(const SwitchArgs& a) {
                   neighbours->removed_at_open(), unsigned(transport::kSwitchNeighbourProtocol), iface.c_str());
     }
     (*server)->SetRegistrationCheck([n = neighbours.get(), registrant](
-                                        const dataplane::JobRegistration& r) -> Status {
+                                        const control::JobRegistration& r) -> Status {
       if (r.worker.mac == 0) return OkStatus();
       const auto allowed = n->Check(r.worker.ipv4, transport::MacFromUint64(r.worker.mac));
       if (allowed.ok()) return OkStatus();
@@ -326,7 +326,7 @@ int Run(const SwitchArgs& a) {
     }
     if (!raw) {
       (*server)->SetRegistrationCheck([registrant, noted = false](
-                                          const dataplane::JobRegistration& r) mutable -> Status {
+                                          const control::JobRegistration& r) mutable -> Status {
         if (r.worker.mac != 0 && !noted) {
           noted = true;  // once (registrations are serialised under the table lock)
           std::printf("switchml switch: note: %s registered a MAC (%s): a worker that never answers "

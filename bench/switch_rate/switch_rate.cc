@@ -68,6 +68,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "control/job_layout.h"
 #include "dataplane/switch_config.h"
 #include "dataplane/switch_server.h"
 #include "switchml/status.h"
@@ -109,9 +110,17 @@ struct Options {
   uint32_t cbpf_pool_offset = 6;   // testing aid: where the cBPF program reads the pool index
 };
 
-// The DUT thread that owns slot s: contiguous ranges of the window, owner(s) = s * T / W.
-inline uint32_t OwnerOf(uint32_t slot, uint32_t threads, uint32_t window) {
-  return uint32_t(uint64_t{slot} * threads / window);
+// The slot ownership of a window W over T threads: the switch's (control::JobLayout of one
+// worker's T threads, each owning W/T slots, I/O thread i serving worker thread i), which the
+// forwarder mimics. W must be a multiple of T (checked in main).
+inline control::JobLayout WindowLayout(uint32_t threads, uint32_t window) {
+  StatusOr<control::JobLayout> l = control::JobLayout::Make(
+      {.job_slots = window, .worker_threads = threads, .window_packets = window});
+  return l.ok() ? *l : control::JobLayout::Whole(window);
+}
+// The DUT thread that owns slot s.
+inline uint32_t OwnerOf(uint32_t slot, const control::JobLayout& layout) {
+  return layout.ThreadOfSlot(slot);
 }
 
 // ---- Thread CPU time ----
@@ -204,26 +213,26 @@ class SwitchDut final : public DeviceUnderTest {
                               dataplane::SwitchServer::Create(config, std::move(channels)));
     const uint32_t n = uint32_t(worker_ports.size());
     for (uint32_t k = 0; k < n; ++k) {
-      dataplane::WorkerRegistration reg;
+      control::WorkerRegistration reg;
       reg.rank = k;
       reg.num_workers = n;
       reg.ipv4 = kLocalhost;
       reg.udp_ports = {worker_ports[k]};
       if (threads > 1) {
-        reg.protocol_version = dataplane::kClientProtocolVersion;
+        reg.protocol_version = control::kClientProtocolVersion;
         reg.num_worker_threads = threads;
         reg.window_packets = window;
         reg.elements_per_packet = elements;
       }
-      dataplane::JobRegistration job0;  // the reference session: job 0, no token
-      job0.job_id = dataplane::kReferenceJobId;
+      control::JobRegistration job0;  // the reference session: job 0, no token
+      job0.job_id = control::kReferenceJobId;
       job0.worker = reg;
-      SWITCHML_ASSIGN_OR_RETURN(dataplane::JobWorkerGrant grant, server->RegisterJobWorker(job0));
+      SWITCHML_ASSIGN_OR_RETURN(control::JobWorkerGrant grant, server->RegisterJobWorker(job0));
       if (threads > 1) {
         const std::vector<transport::Endpoint> eps = server->local_endpoints();
-        bool same = grant.switch_info.thread_udp_ports.size() == threads;
+        bool same = grant.switch_info.thread_routes.size() == threads;
         for (uint32_t i = 0; same && i < threads; ++i) {
-          same = grant.switch_info.thread_udp_ports[i] == eps[i].port;
+          same = grant.switch_info.thread_routes[i].udp_port == eps[i].port;
         }
         if (!same) {
           return InternalError("the switch's grant does not map worker thread i to I/O thread i");
@@ -435,7 +444,8 @@ class ForwarderDut final : public DeviceUnderTest {
     std::vector<uint8_t> slots_seen;  // per slot of the window: 1 if a request arrived here
   };
 
-  ForwarderDut(uint32_t threads, uint32_t window) : num_threads_(threads), window_(window) {}
+  ForwarderDut(uint32_t threads, uint32_t window)
+      : num_threads_(threads), window_(window), layout_(WindowLayout(threads, window)) {}
 
   void Run(Thread& t, uint32_t index) {
     t.tid.store(GetTid(), std::memory_order_release);
@@ -466,7 +476,7 @@ class ForwarderDut final : public DeviceUnderTest {
         const uint32_t slot = rx[i].size >= 8 ? ((uint32_t(d[6]) << 8 | d[7]) & 0x3fff) : window_;
         if (slot < window_) {
           seen[slot] = 1;
-          misrouted += OwnerOf(slot, num_threads_, window_) != index ? 1 : 0;
+          misrouted += OwnerOf(slot, layout_) != index ? 1 : 0;
         } else {
           ++misrouted;
         }
@@ -500,6 +510,7 @@ class ForwarderDut final : public DeviceUnderTest {
   }
 
   const uint32_t num_threads_;
+  const control::JobLayout layout_;
   const uint32_t window_;
   std::vector<std::unique_ptr<Thread>> threads_;
   std::atomic<bool> stop_{false};
@@ -730,11 +741,12 @@ class Senders {
     const size_t bytes = wire::PacketBytes(opt_.elements);
     const uint8_t size_code = *wire::SizeCodeForElements(opt_.elements);
     const uint32_t threads = opt_.dut_threads;
+    const control::JobLayout layout = WindowLayout(threads, opt_.window);
     if (threads > 1) {
       w.scratch.clear();
       for (uint32_t o = 0; o < threads; ++o) {
         for (uint16_t s : w.pending) {
-          if (OwnerOf(s, threads, opt_.window) == o) w.scratch.push_back(s);
+          if (OwnerOf(s, layout) == o) w.scratch.push_back(s);
         }
       }
       w.pending.swap(w.scratch);
@@ -742,12 +754,12 @@ class Senders {
     size_t accepted = 0;  // a prefix of w.pending
     size_t begin = 0;
     while (begin < w.pending.size()) {
-      const uint32_t owner = OwnerOf(w.pending[begin], threads, opt_.window);
+      const uint32_t owner = OwnerOf(w.pending[begin], layout);
       size_t end = begin + 1;
       if (opt_.no_owner_split) {
         end = w.pending.size();
       } else {
-        while (end < w.pending.size() && OwnerOf(w.pending[end], threads, opt_.window) == owner) ++end;
+        while (end < w.pending.size() && OwnerOf(w.pending[end], layout) == owner) ++end;
       }
       w.tx.clear();
       for (size_t i = begin; i < end; ++i) {
@@ -759,7 +771,7 @@ class Senders {
         h.slot = s;
         h.set = uint8_t(w.round[s] & 1);
         wire::EncodePrefix(h, p);
-        const Endpoint to = targets.size() > 1 ? targets[OwnerOf(s, threads, opt_.window)] : targets[0];
+        const Endpoint to = targets.size() > 1 ? targets[OwnerOf(s, layout)] : targets[0];
         w.tx.push_back({p, uint32_t(bytes), to});
       }
       StatusOr<size_t> sent = w.channel->SendBurst(w.tx);
@@ -1114,9 +1126,9 @@ int main(int argc, char** argv) {
               << ": the switch's I/O threads each have their own port (--mode switch: ports)\n";
     return 2;
   }
-  if (opt.mode == "switch" && opt.window % opt.dut_threads != 0) {
+  if (opt.window % opt.dut_threads != 0) {
     std::cerr << "switch_rate: --window " << opt.window << " must be a multiple of --dut-threads "
-              << opt.dut_threads << " in --mode switch (each I/O thread owns window/T slots)\n";
+              << opt.dut_threads << " (each I/O thread owns window/T slots)\n";
     return 2;
   }
   if (opt.corrupt_worker >= int(opt.workers)) {

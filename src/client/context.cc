@@ -1,10 +1,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "client/context_impl.h"
+#include "control/switch_control.h"
 #include "quant/quantizer.h"
 #include "transport/channel.h"
 #include "wire/packet.h"
@@ -124,28 +126,30 @@ ContextImpl::ContextImpl(const Options& options, transport::Endpoint switch_endp
 std::unique_ptr<Context> ContextImpl::CreateWithChannels(
     const Options& options, std::vector<std::unique_ptr<transport::Channel>> channels,
     transport::Endpoint switch_endpoint, FailureExplainer explain_failure) {
-  return CreateWithChannels(options, std::move(channels),
-                            std::vector<transport::Endpoint>{switch_endpoint},
+  StatusOr<control::JobLayout> layout = control::JobLayout::Make(
+      {.job_slots = options.window_packets, .worker_threads = options.num_worker_threads,
+       .window_packets = options.window_packets});
+  if (!layout.ok()) std::abort();  // `options` must be valid (Options::Validate)
+  return CreateWithChannels(options, std::move(channels), Routes{{switch_endpoint}, {}, *layout},
                             std::move(explain_failure));
 }
 
 std::unique_ptr<Context> ContextImpl::CreateWithChannels(
     const Options& options, std::vector<std::unique_ptr<transport::Channel>> channels,
-    std::vector<transport::Endpoint> switch_endpoints, FailureExplainer explain_failure,
-    std::vector<std::string> switch_names) {
-  auto impl = std::unique_ptr<ContextImpl>(new ContextImpl(options, switch_endpoints.at(0)));
+    Routes routes, FailureExplainer explain_failure) {
+  auto impl = std::unique_ptr<ContextImpl>(new ContextImpl(options, routes.endpoints.at(0)));
   impl->explain_failure_ = std::move(explain_failure);
-  const uint32_t threads = options.num_worker_threads;
-  const uint32_t window = options.window_packets / threads;
-  for (uint32_t t = 0; t < threads; ++t) {
+  const control::JobLayout& layout = routes.layout;
+  for (uint32_t t = 0; t < options.num_worker_threads; ++t) {
     EngineConfig c;
-    c.slot_base = t * window;
-    c.window = window;
+    const control::SlotRange slots = layout.ThreadSlots(t);
+    c.slot_base = slots.first;
+    c.window = slots.count;
     c.elements_per_packet = options.elements_per_packet;
     c.num_workers = options.num_workers;
-    const size_t e = switch_endpoints.size() > t ? t : 0;
-    c.switch_endpoint = switch_endpoints[e];
-    if (switch_names.size() > e) c.switch_name = switch_names[e];
+    const size_t e = routes.endpoints.size() > t ? t : 0;
+    c.switch_endpoint = routes.endpoints[e];
+    if (routes.names.size() > e) c.switch_name = routes.names[e];
     c.initial_rto = options.initial_rto;
     c.min_rto = options.min_rto;
     c.max_rto = options.max_rto;
@@ -154,6 +158,54 @@ std::unique_ptr<Context> ContextImpl::CreateWithChannels(
   }
   for (auto& w : impl->workers_) w->Start();
   return std::unique_ptr<Context>(new Context(std::move(impl)));
+}
+
+// Where each worker thread sends and which slots it uses, from the registration's answer:
+// the job's layout (its slots and shards, our threads and window) and one route per thread.
+StatusOr<ContextImpl::Routes> ContextImpl::RoutesFor(const Options& options,
+                                                     const control::SwitchInfo& info,
+                                                     uint32_t default_switch_ip) {
+  const uint32_t switch_ip = info.ipv4 != 0 ? info.ipv4 : default_switch_ip;
+  // num_slots 0: an older switch that does not say; our window is all we need.
+  StatusOr<control::JobLayout> layout = control::JobLayout::Make(
+      {.job_slots = info.num_slots != 0 ? info.num_slots : options.window_packets,
+       .num_shards = std::max<uint32_t>(1, info.num_shards),
+       .worker_threads = options.num_worker_threads,
+       .window_packets = options.window_packets});
+  if (!layout.ok()) {
+    return FailedPreconditionError(layout.status().message() + " (the switch has " +
+                                   std::to_string(info.num_slots) + " slots for this job)");
+  }
+  Routes routes{{}, {}, *layout};
+  if (info.thread_routes.empty()) {
+    // A reference or older switch: every thread sends to udp_port.
+    routes.endpoints.push_back({switch_ip, info.udp_port});
+    return routes;
+  }
+  if (info.thread_routes.size() != options.num_worker_threads) {
+    return InternalError("the switch gave " + std::to_string(info.thread_routes.size()) +
+                         " per-thread routes for num_worker_threads=" +
+                         std::to_string(options.num_worker_threads) + "; expected one per thread");
+  }
+  for (size_t t = 0; t < info.thread_routes.size(); ++t) {
+    const control::ThreadRoute& r = info.thread_routes[t];
+    if (r.udp_port == 0) {
+      return InternalError("the switch gave no UDP port for worker thread " + std::to_string(t));
+    }
+    if (r.shard != layout->ShardOf(uint32_t(t))) {
+      return InternalError("the switch routes worker thread " + std::to_string(t) + " to shard " +
+                           std::to_string(r.shard) + " but the job's layout (" +
+                           layout->ToString() + ") puts it on shard " +
+                           std::to_string(layout->ShardOf(uint32_t(t))));
+    }
+    routes.endpoints.push_back({r.ipv4 != 0 ? r.ipv4 : switch_ip, r.udp_port});
+    if (layout->num_shards() > 1) {
+      routes.names.push_back("switch shard " + std::to_string(r.shard) + " of " +
+                             std::to_string(layout->num_shards()) + " (" +
+                             routes.endpoints.back().ToString() + ")");
+    }
+  }
+  return routes;
 }
 
 ContextImpl::~ContextImpl() {

@@ -31,12 +31,6 @@ StatusOr<controller::SwitchInfo> JoinJob(const Options& options,
         std::to_string(options.job_id) + "'s elements_per_packet " +
         std::to_string(grant.elements_per_packet) + " (set when the job was created)");
   }
-  if (options.window_packets > grant.switch_info.num_slots) {
-    return FailedPreconditionError(
-        "window_packets=" + std::to_string(options.window_packets) + " needs that many slots "
-        "but job " + std::to_string(options.job_id) + " has " +
-        std::to_string(grant.switch_info.num_slots) + " (set when the job was created)");
-  }
   return grant.switch_info;
 }
 
@@ -126,51 +120,14 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options) {
     SWITCHML_ASSIGN_OR_RETURN(info, controller::Bootstrap(*session, reg));
   }
 
-  const uint32_t slots_needed = options.window_packets;  // threads × (window / threads)
-  if (info.num_slots != 0 && slots_needed > info.num_slots) {
-    return FailedPreconditionError("window_packets=" + std::to_string(options.window_packets) +
-                                   " needs that many switch slots but the switch has " +
-                                   std::to_string(info.num_slots));
-  }
   if (info.max_workers != 0 && options.num_workers > info.max_workers) {
     return FailedPreconditionError("num_workers=" + std::to_string(options.num_workers) +
                                    " exceeds the switch's maximum of " + std::to_string(info.max_workers));
   }
-  // A switch bound to the wildcard address reports IP 0: it is reached where the controller is.
-  const uint32_t switch_ip = info.ipv4 != 0 ? info.ipv4 : controller.ipv4;
-  // A switch with several I/O threads says which port serves each worker thread; otherwise
-  // (one I/O thread, an older or a reference switch) every thread sends to udp_port.
-  // A job on several switches (shards) also gives each thread's switch address and shard.
-  std::vector<transport::Endpoint> sw{{switch_ip, info.udp_port}};
-  std::vector<std::string> names;
-  if (!info.thread_udp_ports.empty()) {
-    const size_t n = info.thread_udp_ports.size();
-    if (n != options.num_worker_threads ||
-        (!info.thread_ipv4s.empty() && info.thread_ipv4s.size() != n) ||
-        (!info.thread_shards.empty() && info.thread_shards.size() != n)) {
-      return InternalError("the switch gave " + std::to_string(n) + " per-thread UDP ports (" +
-                           std::to_string(info.thread_ipv4s.size()) + " addresses, " +
-                           std::to_string(info.thread_shards.size()) +
-                           " shards) for num_worker_threads=" +
-                           std::to_string(options.num_worker_threads) + "; expected one per thread");
-    }
-    sw.clear();
-    for (size_t t = 0; t < n; ++t) {
-      const uint16_t port = info.thread_udp_ports[t];
-      const uint32_t ip = info.thread_ipv4s.empty() || info.thread_ipv4s[t] == 0 ? switch_ip
-                                                                                 : info.thread_ipv4s[t];
-      if (port == 0) {
-        return InternalError("the switch gave no UDP port for worker thread " + std::to_string(t));
-      }
-      sw.push_back({ip, port});
-      if (info.num_shards > 1 && !info.thread_shards.empty()) {
-        names.push_back("switch shard " + std::to_string(info.thread_shards[t]) + " of " +
-                        std::to_string(info.num_shards) + " (" + sw.back().ToString() + ")");
-      }
-    }
-  }
-  return client::ContextImpl::CreateWithChannels(options, std::move(channels), std::move(sw),
-                                                 JobFailureExplainer(options), std::move(names));
+  SWITCHML_ASSIGN_OR_RETURN(client::ContextImpl::Routes routes,
+                            client::ContextImpl::RoutesFor(options, info, controller.ipv4));
+  return client::ContextImpl::CreateWithChannels(options, std::move(channels), std::move(routes),
+                                                 JobFailureExplainer(options));
 }
 
 }  // namespace switchml

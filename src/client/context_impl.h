@@ -34,6 +34,8 @@
 #include "client/job_state.h"
 #include "client/worker.h"
 #include "switchml/context.h"
+#include "control/job_layout.h"
+#include "control/switch_control.h"
 #include "transport/channel.h"
 
 namespace switchml::client {
@@ -48,20 +50,34 @@ class ContextImpl {
   using FailureExplainer = std::function<std::string(const Status&)>;
 
   // Builds a context over already-open channels (one per worker thread) talking to a switch
-  // at `switch_endpoint`: used by Context::Create after session setup, and by tests with the
-  // loopback fabric. `options` must be valid.
+  // at `switch_endpoint`: used by tests with the loopback fabric. `options` must be valid.
+  // Thread t uses the slots of the one-switch layout of the options' threads and window.
   static std::unique_ptr<Context> CreateWithChannels(
       const Options& options, std::vector<std::unique_ptr<transport::Channel>> channels,
       transport::Endpoint switch_endpoint, FailureExplainer explain_failure = {});
-  // The same with one switch endpoint per worker thread (a switch with several I/O threads
-  // serves each worker thread at its own port); switch_endpoints.size() must be
-  // num_worker_threads, or 1 (every thread sends there). `switch_names`, when not empty, has
-  // one entry per endpoint naming it in errors (e.g. "switch shard 1 of 2 (10.0.0.2:48864)";
-  // default "switch <endpoint>").
+  // Where each worker thread sends and which slots it uses: what a registration gives.
+  struct Routes {
+    // One per worker thread, or one for every thread (a switch with several I/O threads, or
+    // the shards of a job, serve each thread at its own endpoint).
+    std::vector<transport::Endpoint> endpoints;
+    // When not empty, one per endpoint naming it in errors (e.g. "switch shard 1 of 2
+    // (10.0.0.2:48864)"; default "switch <endpoint>").
+    std::vector<std::string> names;
+    // Which slots each thread uses (JobLayout::ThreadSlots); must have the options' threads
+    // and window.
+    control::JobLayout layout;
+  };
+  // The routes a registration's answer gives: the job's layout (its slots and shards, the
+  // options' threads and window) and one route per thread. default_switch_ip stands for a
+  // switch that reports IP 0 (bound to the wildcard address: reached where the controller
+  // is). FailedPrecondition when the window does not fit the job's slots, Internal when the
+  // answer contradicts the layout.
+  static StatusOr<Routes> RoutesFor(const Options& options, const control::SwitchInfo& info,
+                                    uint32_t default_switch_ip);
+  // Used by Context::Create after registration and by the loopback cluster.
   static std::unique_ptr<Context> CreateWithChannels(
       const Options& options, std::vector<std::unique_ptr<transport::Channel>> channels,
-      std::vector<transport::Endpoint> switch_endpoints, FailureExplainer explain_failure = {},
-      std::vector<std::string> switch_names = {});
+      Routes routes, FailureExplainer explain_failure = {});
 
   ~ContextImpl();
   AllReduceHandle Submit(const void* in, void* out, size_t n, DataType type, ReduceOp op);

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "dataplane/switch_control.h"
+#include "control/switch_control.h"
 #include "dataplane/switch_core.h"
 #include "quant/quantizer.h"
 #include "testing/exact_inputs.h"
@@ -47,7 +47,7 @@ class Sim {
     sc.max_elements_per_packet = 1024;
     core_.emplace(std::move(dataplane::SwitchCore::Create(sc)).value());
     for (uint32_t r = 0; r < n; ++r) {
-      dataplane::WorkerRegistration reg;
+      control::WorkerRegistration reg;
       reg.rank = r;
       reg.num_workers = n;
       reg.ipv4 = WorkerEp(r).ipv4;

@@ -161,13 +161,13 @@ std::vector<std::unique_ptr<Context>> Join(SwitchServer& server, transport::Loop
     Options o = base;
     o.rank = r;
     o.num_workers = workers;
-    dataplane::JobRegistration reg;
+    control::JobRegistration reg;
     reg.job_id = job_id;
     reg.token = token;
     reg.worker.rank = r;
     reg.worker.num_workers = workers;
     reg.worker.ipv4 = 0x0A000001 + r;
-    reg.worker.protocol_version = dataplane::kClientProtocolVersion;
+    reg.worker.protocol_version = control::kClientProtocolVersion;
     reg.worker.num_worker_threads = o.num_worker_threads;
     reg.worker.window_packets = o.window_packets;
     reg.worker.elements_per_packet = o.elements_per_packet;
@@ -180,10 +180,11 @@ std::vector<std::unique_ptr<Context>> Join(SwitchServer& server, transport::Loop
     auto grant = server.RegisterJobWorker(reg);
     EXPECT_TRUE(grant.ok()) << grant.status();
     if (!grant.ok()) return {};
-    EXPECT_EQ(grant->switch_info.thread_udp_ports.size(), o.num_worker_threads);
-    std::vector<transport::Endpoint> eps;
-    for (uint16_t p : grant->switch_info.thread_udp_ports) eps.push_back({0x7F000001, p});
-    out.push_back(client::ContextImpl::CreateWithChannels(o, std::move(channels), eps));
+    EXPECT_EQ(grant->switch_info.thread_routes.size(), o.num_worker_threads);
+    auto routes = client::ContextImpl::RoutesFor(o, grant->switch_info, 0x7F000001);
+    EXPECT_TRUE(routes.ok()) << routes.status();
+    if (!routes.ok()) return {};
+    out.push_back(client::ContextImpl::CreateWithChannels(o, std::move(channels), *routes));
   }
   return out;
 }
@@ -216,7 +217,7 @@ std::vector<Context*> Ptrs(const std::vector<std::unique_ptr<Context>>& v) {
 TEST(IoThreadsServiceJobTest, ExactAndCountedPerJob) {
   for (uint32_t worker_threads : {1u, 3u}) {
     Switch s = StartSwitch(2);
-    dataplane::JobSpec spec;
+    control::JobSpec spec;
     spec.num_workers = 3;
     spec.num_slots = 64;
     spec.elements_per_packet = 64;
@@ -260,7 +261,7 @@ TEST(IoThreadsSessionTest, NewSessionWithAnotherThreadCountMovesTheSlots) {
   ASSERT_EQ(second.size(), 2u);
   EXPECT_NE(s.server->jobs()->reference().runtime, runtime1);
   const auto& ref = s.server->jobs()->reference();
-  EXPECT_EQ(ref.io_split_threads, 4u);
+  EXPECT_EQ(ref.layout.worker_threads(), 4u);
   EXPECT_EQ(ref.io_slot_begin[1], 16u);  // worker threads 2, 3 (8 slots each) at I/O thread 1
   AllReduceAndVerify(Ptrs(second), 64 * 8 * 4 * 2, 2);
   EXPECT_GT(s.server->io_thread_counters(1).core.datagrams_received, 0u);
@@ -269,7 +270,7 @@ TEST(IoThreadsSessionTest, NewSessionWithAnotherThreadCountMovesTheSlots) {
   second.clear();
   auto third = Join(*s.server, *s.fabric, 2, FastOptions(1), 0, "", 6200);
   AllReduceAndVerify(Ptrs(third), 1500, 3);
-  EXPECT_EQ(s.server->jobs()->reference().io_split_threads, 1u);
+  EXPECT_EQ(s.server->jobs()->reference().layout.worker_threads(), 1u);
   EXPECT_EQ(s.server->counters().core.wrong_io_thread, 0u);
   // InspectSlots answers through the owning threads: every slot of the window comes back.
   auto slots = s.server->InspectSlots(0, 0, 32);
@@ -292,12 +293,12 @@ TEST(IoThreadsCoreTest, MisroutedDatagramIsDroppedAndCounted) {
   SwitchCore core0 = SwitchCore::Create(config).value();
   SwitchCore core1 = SwitchCore::CreateForIoThread(config, core0.jobs_ptr(), 1).value();
   EXPECT_FALSE(SwitchCore::CreateForIoThread(config, core0.jobs_ptr(), 2).ok());
-  dataplane::WorkerRegistration reg;
+  control::WorkerRegistration reg;
   reg.rank = 0;
   reg.num_workers = 1;
   reg.ipv4 = 0x0A000001;
   reg.udp_ports = {5000, 5001};
-  reg.protocol_version = dataplane::kClientProtocolVersion;
+  reg.protocol_version = control::kClientProtocolVersion;
   reg.num_worker_threads = 2;
   reg.window_packets = 8;  // worker thread 1 uses slots [4, 8): I/O thread 1's
   auto table = JobTable::RegisterSessionWorker(core0.jobs(), reg).value();
@@ -328,7 +329,7 @@ TEST(IoThreadsCoreTest, MisroutedDatagramIsDroppedAndCounted) {
   EXPECT_TRUE(out.empty());
   EXPECT_EQ(core1.counters().wrong_io_thread, 1u);
   // Counters: each core counts its own; the job's sum over both.
-  const dataplane::JobCounters jc = table->reference().runtime->Counters();
+  const control::JobCounters jc = table->reference().runtime->Counters();
   EXPECT_EQ(jc.received, 3u);
   EXPECT_EQ(jc.wrong_io_thread, 2u);
   EXPECT_EQ(jc.multicast_rounds, 1u);

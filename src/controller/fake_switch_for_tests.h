@@ -12,23 +12,23 @@
 #include <utility>
 #include <vector>
 
-#include "dataplane/switch_control.h"
+#include "control/switch_control.h"
 
 namespace switchml::controller {
 
-class UnimplementedSwitchForTests : public dataplane::SwitchControl {
+class UnimplementedSwitchForTests : public control::SwitchControl {
  public:
-  StatusOr<dataplane::JobInfo> CreateJob(const dataplane::JobSpec&) override {
+  StatusOr<control::JobInfo> CreateJob(const control::JobSpec&) override {
     return Unimplemented("CreateJob");
   }
   Status DeleteJob(uint32_t, const std::string&) override { return Unimplemented("DeleteJob"); }
-  StatusOr<dataplane::JobWorkerGrant> RegisterJobWorker(
-      const dataplane::JobRegistration&) override {
+  StatusOr<control::JobWorkerGrant> RegisterJobWorker(
+      const control::JobRegistration&) override {
     return Unimplemented("RegisterJobWorker");
   }
-  StatusOr<dataplane::JobInfo> GetJob(uint32_t) const override { return Unimplemented("GetJob"); }
-  dataplane::JobList ListJobs() const override { return {}; }
-  StatusOr<std::vector<dataplane::SlotInfo>> InspectSlots(uint32_t, uint32_t,
+  StatusOr<control::JobInfo> GetJob(uint32_t) const override { return Unimplemented("GetJob"); }
+  control::JobList ListJobs() const override { return {}; }
+  StatusOr<std::vector<control::SlotInfo>> InspectSlots(uint32_t, uint32_t,
                                                           uint32_t) const override {
     return Unimplemented("InspectSlots");
   }

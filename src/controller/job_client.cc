@@ -220,17 +220,9 @@ StatusOr<JobWorkerGrant> JobClient::RegisterWorker(const JobRegistration& reg) {
   grant.switch_info.udp_port = static_cast<uint16_t>(response.switch_udp_port());
   grant.switch_info.mac = response.switch_mac();
   grant.switch_info.num_slots = response.num_slots();
-  // Port 0 only from a shard (a thread another shard serves); the standalone controller
-  // merges the shards' answers (remote_switches.cc) and checks every port.
-  for (int i = 0; i < response.switch_udp_ports_size(); ++i) {
-    const uint32_t p = response.switch_udp_ports(i);
-    if (p > std::numeric_limits<uint16_t>::max()) {
-      return InternalError("controller " + impl_->address +
-                           " (RegisterWorker): reply has switch_udp_ports[" + Str(uint32_t(i)) +
-                           "] " + Str(p) + ", not in [0, 65535]");
-    }
-    grant.switch_info.thread_udp_ports.push_back(static_cast<uint16_t>(p));
-  }
+  // The routes come as parallel lists (switchml_v1.proto). Port 0 only from a shard (a thread
+  // another shard serves); the standalone controller merges the shards' answers
+  // (remote_switches.cc) and checks every port.
   const int threads = response.switch_udp_ports_size();
   if ((response.switch_thread_ipv4s_size() != 0 && response.switch_thread_ipv4s_size() != threads) ||
       (response.switch_thread_shards_size() != 0 && response.switch_thread_shards_size() != threads)) {
@@ -240,13 +232,22 @@ StatusOr<JobWorkerGrant> JobClient::RegisterWorker(const JobRegistration& reg) {
                          Str(uint32_t(threads)) + " thread ports");
   }
   grant.switch_info.num_shards = std::max<uint32_t>(1, response.switch_shards());
-  for (uint32_t ip : response.switch_thread_ipv4s()) grant.switch_info.thread_ipv4s.push_back(ip);
-  for (uint32_t shard : response.switch_thread_shards()) {
-    if (shard >= grant.switch_info.num_shards) {
-      return InternalError("controller " + impl_->address + " (RegisterWorker): reply names shard " +
-                           Str(shard) + " of " + Str(grant.switch_info.num_shards));
+  for (int i = 0; i < threads; ++i) {
+    const uint32_t p = response.switch_udp_ports(i);
+    if (p > std::numeric_limits<uint16_t>::max()) {
+      return InternalError("controller " + impl_->address +
+                           " (RegisterWorker): reply has switch_udp_ports[" + Str(uint32_t(i)) +
+                           "] " + Str(p) + ", not in [0, 65535]");
     }
-    grant.switch_info.thread_shards.push_back(static_cast<uint16_t>(shard));
+    ThreadRoute r;
+    r.udp_port = static_cast<uint16_t>(p);
+    if (response.switch_thread_ipv4s_size() != 0) r.ipv4 = response.switch_thread_ipv4s(i);
+    if (response.switch_thread_shards_size() != 0) r.shard = response.switch_thread_shards(i);
+    if (r.shard >= grant.switch_info.num_shards) {
+      return InternalError("controller " + impl_->address + " (RegisterWorker): reply names shard " +
+                           Str(r.shard) + " of " + Str(grant.switch_info.num_shards));
+    }
+    grant.switch_info.thread_routes.push_back(r);
   }
   grant.job_id = reg.job_id;
   grant.num_workers = response.num_workers();

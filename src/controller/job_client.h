@@ -16,7 +16,7 @@
 // token.
 //
 // Every RPC has a deadline of rpc_timeout and waits for the channel to (re)connect until then.
-// Errors are switchml::Status with the controller's code (dataplane/switch_control.h lists them) and a message
+// Errors are switchml::Status with the controller's code (control/switch_control.h lists them) and a message
 // prefixed with the controller address and the RPC; "not connected" becomes Unavailable,
 // an operation that did not complete in time DeadlineExceeded (as in session_client.h).
 //
@@ -29,28 +29,29 @@
 #include <string>
 #include <vector>
 
-#include "dataplane/switch_control.h"
+#include "control/switch_control.h"
 #include "switchml/status.h"
 
 namespace switchml::controller {
 
-// The job values the JobService exchanges (dataplane/switch_control.h documents them).
-using dataplane::JobCounters;
-using dataplane::JobDataType;
-using dataplane::JobDataTypeName;
-using dataplane::JobInfo;
-using dataplane::JobList;
-using dataplane::JobRegistration;
-using dataplane::JobSpec;
-using dataplane::JobState;
-using dataplane::JobStateName;
-using dataplane::JobWorkerGrant;
-using dataplane::JobWorkerInfo;
-using dataplane::kClientProtocolVersion;
-using dataplane::SlotInfo;
-using dataplane::SlotSetInfo;
-using dataplane::SwitchInfo;
-using dataplane::WorkerRegistration;
+// The job values the JobService exchanges (control/switch_control.h documents them).
+using control::JobCounters;
+using control::JobDataType;
+using control::JobDataTypeName;
+using control::JobInfo;
+using control::JobList;
+using control::JobRegistration;
+using control::JobSpec;
+using control::JobState;
+using control::JobStateName;
+using control::JobWorkerGrant;
+using control::JobWorkerInfo;
+using control::kClientProtocolVersion;
+using control::SlotInfo;
+using control::SlotSetInfo;
+using control::SwitchInfo;
+using control::ThreadRoute;
+using control::WorkerRegistration;
 
 class JobClient {
  public:

@@ -25,16 +25,16 @@ namespace {
 
 namespace v1 = ::switchml::v1;
 
-using dataplane::JobDataType;
-using dataplane::JobInfo;
-using dataplane::JobList;
-using dataplane::JobRegistration;
-using dataplane::JobSpec;
-using dataplane::JobState;
-using dataplane::JobWorkerGrant;
-using dataplane::JobWorkerInfo;
-using dataplane::SlotInfo;
-using dataplane::SlotSetInfo;
+using control::JobDataType;
+using control::JobInfo;
+using control::JobList;
+using control::JobRegistration;
+using control::JobSpec;
+using control::JobState;
+using control::JobWorkerGrant;
+using control::JobWorkerInfo;
+using control::SlotInfo;
+using control::SlotSetInfo;
 
 v1::JobState ToProto(JobState s) {
   switch (s) {
@@ -219,7 +219,7 @@ class JobService::Impl final : public JobServiceBase {
       }
       reg.worker.udp_ports.push_back(static_cast<uint16_t>(port));
     }
-    if (reg.job_id == dataplane::kReferenceJobId) {
+    if (reg.job_id == control::kReferenceJobId) {
       // Job 0, the reference session, is not a JobService job: it registers through the
       // reference UdpSession (session_service.h). Answer as for any job that does not exist.
       const Status access = sink_->CheckJobAccess(reg.job_id, reg.token);
@@ -239,9 +239,12 @@ class JobService::Impl final : public JobServiceBase {
     response->set_num_workers(grant->num_workers);
     response->set_elements_per_packet(grant->elements_per_packet);
     response->set_state(ToProto(grant->state));
-    for (uint16_t p : grant->switch_info.thread_udp_ports) response->add_switch_udp_ports(p);
-    for (uint32_t ip : grant->switch_info.thread_ipv4s) response->add_switch_thread_ipv4s(ip);
-    for (uint16_t s : grant->switch_info.thread_shards) response->add_switch_thread_shards(s);
+    // The proto carries the routes as parallel lists (switchml_v1.proto).
+    for (const control::ThreadRoute& r : grant->switch_info.thread_routes) {
+      response->add_switch_udp_ports(r.udp_port);
+      response->add_switch_thread_ipv4s(r.ipv4);
+      response->add_switch_thread_shards(r.shard);
+    }
     response->set_switch_shards(grant->switch_info.num_shards);
     return grpc::Status::OK;
   }
@@ -462,7 +465,7 @@ class JobService::Impl final : public JobServiceBase {
   }
 
   // A registration refused with FailedPrecondition for a live job (a worker that disagrees
-  // with the job's first registration, dataplane/switch_control.h) means the job's barrier can never
+  // with the job's first registration, control/switch_control.h) means the job's barrier can never
   // complete: its waiting and later Barrier/Broadcast calls fail with the refusal's message
   // (JobCall, Explain). Only a caller with the job's token can cause this, and only callers
   // with that token see it (a standalone controller's job ids repeat when a switch restarts;

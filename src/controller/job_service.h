@@ -2,7 +2,7 @@
 //
 // Internal to the controller: ControllerServer (session_service.h) registers it next to the
 // reference Session/Sync services. Each RPC is a thin shell over the switch's SwitchControl
-// (dataplane/switch_control.h), whose Status errors become gRPC status codes with the same
+// (control/switch_control.h), whose Status errors become gRPC status codes with the same
 // code and message. Job 0, the reference session, is not a JobService job: RegisterWorker,
 // Barrier and Broadcast for it answer NOT_FOUND as for a job that does not exist. Barrier and
 // Broadcast are job-scoped: each job has its own SyncCoordinator in the one JobSyncTable
@@ -14,7 +14,7 @@
 //
 // Agreement: a RegisterWorker the switch refuses with FAILED_PRECONDITION while the job is live
 // (the worker disagrees with the job's first registration: num_workers or an agreed parameter,
-// dataplane/switch_control.h) means the job can never start, so the job's Barrier/Broadcast callers with its
+// control/switch_control.h) means the job can never start, so the job's Barrier/Broadcast callers with its
 // token, blocked and later ones, get FAILED_PRECONDITION "<rpc>: job J cannot start: a
 // registration was refused: <the refusal>" (within one poll interval). At most 1024 refused
 // jobs are remembered, the lowest ids forgotten first.
@@ -54,7 +54,7 @@
 #include <string>
 
 #include "controller/job_sync_table.h"
-#include "dataplane/switch_control.h"
+#include "control/switch_control.h"
 
 namespace grpc {
 class Service;
@@ -74,7 +74,7 @@ struct JobServiceOptions {
   SyncLimits reference_limits;
 };
 
-using dataplane::SwitchControl;
+using control::SwitchControl;
 
 class JobService {
  public:

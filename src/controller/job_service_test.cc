@@ -291,7 +291,8 @@ TEST_F(JobServiceTest, JobNeedingMoreSlotsThanTheWindowIsRefusedAtCreate) {
   Options o = WorkerOptions(small, 0);  // window 8 > 4 slots
   auto ctx = Context::Create(o);
   EXPECT_EQ(ctx.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(ctx.status().message(), HasSubstr("window_packets=8 needs that many slots but job"));
+  EXPECT_THAT(ctx.status().message(), HasSubstr("job 1: window_packets=8 (1 threads x 8 slots) does not fit the job's 4 "
+                                "slots; the largest window that fits is 4"));
   o.job_token = "wrong-token-789";
   ctx = Context::Create(o);
   EXPECT_EQ(ctx.status().code(), StatusCode::kPermissionDenied);

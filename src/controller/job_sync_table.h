@@ -44,7 +44,7 @@ namespace switchml::controller {
 
 class JobSyncTable {
  public:
-  // The reference session's job id (dataplane::kReferenceJobId).
+  // The reference session's job id (control::kReferenceJobId).
   static constexpr uint32_t kReferenceJob = 0;
   // Most service jobs with sync state at once.
   static constexpr size_t kMaxSyncStates = 4096;

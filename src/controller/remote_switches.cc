@@ -6,6 +6,7 @@
 #include <random>
 
 #include "controller/operator_auth.h"
+#include "control/job_layout.h"
 #include "dataplane/job_table.h"
 
 namespace switchml::controller {
@@ -93,7 +94,7 @@ StatusOr<JobWorkerGrant> RemoteSwitches::RegisterInReferenceSession(
   JobWorkerGrant grant;
   grant.switch_info = *reply;
   if (grant.switch_info.ipv4 == 0) grant.switch_info.ipv4 = HostIpv4(switches_[0].address);
-  grant.job_id = dataplane::kReferenceJobId;
+  grant.job_id = control::kReferenceJobId;
   grant.num_workers = reg.worker.num_workers;
   grant.state = JobState::kRunning;
   return grant;
@@ -135,7 +136,7 @@ StatusOr<JobInfo> RemoteSwitches::CreateJob(const JobSpec& spec) {
                                    " configured)");
   }
   const size_t best = reachable[0].second;
-  // Our JobService already applied its default: 0 here means "none" (dataplane/switch_control.h), which the
+  // Our JobService already applied its default: 0 here means "none" (control/switch_control.h), which the
   // switch's JobService must not read as "its default".
   JobSpec remote_spec = spec;
   if (remote_spec.idle_timeout.count() == 0) remote_spec.idle_timeout = JobClient::kNoIdleTimeout;
@@ -161,7 +162,7 @@ Status RemoteSwitches::DeleteJob(uint32_t job_id, const std::string& token) {
 }
 
 StatusOr<JobWorkerGrant> RemoteSwitches::RegisterJobWorker(const JobRegistration& reg) {
-  if (reg.job_id == dataplane::kReferenceJobId) return RegisterInReferenceSession(reg);
+  if (reg.job_id == control::kReferenceJobId) return RegisterInReferenceSession(reg);
   if (std::shared_ptr<ShardedJob> job = FindSharded(reg.job_id)) {
     SWITCHML_RETURN_IF_ERROR(CheckShardedAccess(*job, reg.token));
     return RegisterSharded(*job, reg);
@@ -226,8 +227,8 @@ StatusOr<std::vector<SlotInfo>> RemoteSwitches::InspectSlots(uint32_t job_id,
                                                              uint32_t first_slot,
                                                              uint32_t count) const {
   if (std::shared_ptr<ShardedJob> job = FindSharded(job_id)) {
-    // Each slot is aggregated by the one shard that serves its worker thread; the others
-    // never touch it (its state there stays zero): take the shard where it is not idle.
+    // Each shard holds its own share of the job's slots (control::JobLayout::ShardSlots) and
+    // answers only for those: the shards' answers, in shard order, are the slots asked for.
     std::vector<SlotInfo> merged;
     for (size_t shard = 0; shard < job->shards.size(); ++shard) {
       const auto& [index, local_id] = job->shards[shard];
@@ -235,17 +236,7 @@ StatusOr<std::vector<SlotInfo>> RemoteSwitches::InspectSlots(uint32_t job_id,
       if (!slots.ok()) {
         return SwitchError(switches_[index], slots.status()).WithContext(ShardName(*job, shard));
       }
-      if (shard == 0) {
-        merged = std::move(*slots);
-        continue;
-      }
-      for (size_t k = 0; k < merged.size() && k < slots->size(); ++k) {
-        const SlotInfo& s = (*slots)[k];
-        const bool busy = s.sets[0].counter != 0 || s.sets[1].counter != 0 ||
-                          s.sets[0].num_elements != 0 || s.sets[1].num_elements != 0 ||
-                          s.sets[0].bitmap[0] != 0 || s.sets[1].bitmap[0] != 0;
-        if (busy) merged[k] = s;
-      }
+      merged.insert(merged.end(), slots->begin(), slots->end());
     }
     return merged;
   }
@@ -378,24 +369,27 @@ void RemoteSwitches::AdoptShardedJobs() {
 
 StatusOr<JobInfo> RemoteSwitches::CreateShardedJob(const JobSpec& spec) {
   const uint32_t k = spec.switches;
-  if (k == 0 || k > dataplane::JobTable::kMaxShards) {
-    return InvalidArgumentError("switches must be in [1, " + Str(dataplane::JobTable::kMaxShards) +
-                                "], got " + Str(k));
+  if (k == 0 || k > control::JobLayout::kMaxShards || k > spec.num_slots) {
+    return InvalidArgumentError(
+        "switches must be in [1, " + Str(std::min(control::JobLayout::kMaxShards, spec.num_slots)) +
+        "] (at most one per slot of the job), got " + Str(k));
   }
   if (k > switches_.size()) {
     return InvalidArgumentError("switches=" + Str(k) + " but this controller drives " +
                                 Str(switches_.size()) + " switch(es) (--switch)");
   }
   // The K reachable switches with the largest free ranges (ties: the first), each of which
-  // must hold the whole job: every shard keeps the job's full slot range (its workers use the
-  // same job-relative slots everywhere).
+  // must hold its shard's share of the job's slots (control::JobLayout::ShardSlots; shard 0's
+  // is the largest).
+  const uint32_t share = control::JobLayout::ShardSlots(spec.num_slots, 0, k).count;
   Status first_error;
   std::vector<std::pair<uint32_t, size_t>> candidates = ByFreeRange(&first_error);
-  std::erase_if(candidates, [&](const auto& c) { return c.first < spec.num_slots; });
+  std::erase_if(candidates, [&](const auto& c) { return c.first < share; });
   if (candidates.size() < k) {
     const std::string msg = "switches=" + Str(k) + ": only " + Str(candidates.size()) + " of the " +
                             Str(switches_.size()) + " switches are reachable with " +
-                            Str(spec.num_slots) + " free slots in one range";
+                            Str(share) + " free slots in one range (a shard's share of " +
+                            Str(spec.num_slots) + ")";
     if (!first_error.ok()) return first_error.WithContext(msg);
     return ResourceExhaustedError(msg + "; delete a job or ask for fewer slots or switches");
   }
@@ -464,27 +458,13 @@ StatusOr<JobWorkerGrant> RemoteSwitches::RegisterSharded(ShardedJob& job,
   for (const JobWorkerGrant& g : grants) {
     if (g.state != JobState::kRunning) grant.state = g.state;
   }
-  // Thread t is served by shard t * K / n (JobTable::ShardThreads), at the port that shard
-  // gave for it. No ports: the job's window is too small to split (fewer slots than worker
-  // threads), and every thread sends to shard 0, which then serves them all.
-  SwitchInfo& info = grant.switch_info;
-  const size_t n = info.thread_udp_ports.size();
-  if (n == 0) return grant;
-  info.thread_ipv4s.assign(n, 0);
-  info.thread_shards.assign(n, 0);
-  info.num_shards = uint32_t(k);
-  for (size_t t = 0; t < n; ++t) {
-    const size_t shard = t * k / n;
-    const SwitchInfo& from = grants[shard].switch_info;
-    if (from.thread_udp_ports.size() != n || from.thread_udp_ports[t] == 0) {
-      return InternalError(ShardName(job, shard) + " gives no port for worker thread " + Str(t) +
-                           " of " + Str(n) + " (it lists " + Str(from.thread_udp_ports.size()) +
-                           " ports)");
-    }
-    info.thread_udp_ports[t] = from.thread_udp_ports[t];
-    info.thread_ipv4s[t] = from.ipv4;
-    info.thread_shards[t] = uint16_t(shard);
-  }
+  // Each thread's route comes from the shard that serves it (the shards agree on the layout:
+  // every one computed it from the same registration).
+  std::vector<SwitchInfo> answers;
+  for (const JobWorkerGrant& g : grants) answers.push_back(g.switch_info);
+  StatusOr<SwitchInfo> merged = control::MergeShardAnswers(answers);
+  if (!merged.ok()) return merged.status().WithContext("job " + Str(job.job_id));
+  grant.switch_info = std::move(*merged);
   return grant;
 }
 
@@ -551,6 +531,7 @@ StatusOr<JobInfo> RemoteSwitches::GetSharded(ShardedJob& job) const {
   merged.job_id = job.job_id;
   merged.spec.switches = uint32_t(k);
   merged.spec.shard = 0;
+  merged.held_slots = control::SlotRange{0, merged.spec.num_slots};  // all shards together
   for (size_t shard = 1; shard < k; ++shard) {
     const JobInfo& j = infos[shard];
     if (j.state != JobState::kRunning) merged.state = j.state;

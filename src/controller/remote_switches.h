@@ -67,11 +67,11 @@
 
 #include "controller/job_client.h"
 #include "controller/session_client.h"
-#include "dataplane/switch_control.h"
+#include "control/switch_control.h"
 
 namespace switchml::controller {
 
-using dataplane::SwitchControl;
+using control::SwitchControl;
 
 class RemoteSwitches final : public SwitchControl {
  public:

@@ -123,7 +123,7 @@ StatusOr<SwitchInfo> SessionClient::UdpSession(const WorkerRegistration& reg) {
       return InternalError(where + " (UdpSession): reply has udp_ports[" + Str(uint32_t(i)) +
                            "] " + Str(p) + ", not in [1, 65535]");
     }
-    info.thread_udp_ports.push_back(static_cast<uint16_t>(p));
+    info.thread_routes.push_back(ThreadRoute{.udp_port = static_cast<uint16_t>(p)});
   }
   return info;
 }

@@ -32,16 +32,17 @@
 #include <memory>
 #include <string>
 
-#include "dataplane/switch_control.h"
+#include "control/switch_control.h"
 #include "switchml/status.h"
 
 namespace switchml::controller {
 
 // The registration and switch description the Session service exchanges
-// (dataplane/switch_control.h documents them).
-using dataplane::kClientProtocolVersion;
-using dataplane::SwitchInfo;
-using dataplane::WorkerRegistration;
+// (control/switch_control.h documents them).
+using control::kClientProtocolVersion;
+using control::SwitchInfo;
+using control::ThreadRoute;
+using control::WorkerRegistration;
 
 // The reference switch's UDP data port; used when a controller's reply does not say.
 inline constexpr uint16_t kReferenceSwitchUdpPort = 48864;

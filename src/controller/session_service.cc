@@ -20,12 +20,12 @@
 namespace switchml::controller {
 namespace {
 
-using dataplane::JobRegistration;
-using dataplane::JobWorkerGrant;
-using dataplane::SwitchInfo;
-using dataplane::WorkerRegistration;
+using control::JobRegistration;
+using control::JobWorkerGrant;
+using control::SwitchInfo;
+using control::WorkerRegistration;
 
-constexpr uint32_t kJob0 = dataplane::kReferenceJobId;
+constexpr uint32_t kJob0 = control::kReferenceJobId;
 static_assert(kJob0 == JobSyncTable::kReferenceJob);
 
 // Job 0's refused registration (JobSyncTable, the counterpart of a service job's refusal): a
@@ -100,7 +100,7 @@ class SessionServiceImpl final : public switchml_proto::Session::Service {
     response->set_udp_port(info.udp_port);
     response->set_num_slots(info.num_slots);
     response->set_max_workers(info.max_workers);
-    for (uint16_t p : info.thread_udp_ports) response->add_udp_ports(p);
+    for (const control::ThreadRoute& r : info.thread_routes) response->add_udp_ports(r.udp_port);
     return grpc::Status::OK;
   }
 

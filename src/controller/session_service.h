@@ -2,7 +2,7 @@
 //
 // Serves the reference controller's API (switchml.proto, docs/protocol.md#services-and-messages) for the software switch:
 //
-//   MySwitch sw;                                   // implements dataplane::SwitchControl
+//   MySwitch sw;                                   // implements control::SwitchControl
 //   ServerOptions opts;                            // listen_address "0.0.0.0:50099"
 //   opts.listen_address = "127.0.0.1:0";           // port 0 = pick a free port
 //   auto server = ControllerServer::Start(opts, &sw);
@@ -83,12 +83,12 @@
 #include <memory>
 #include <string>
 
-#include "dataplane/switch_control.h"
+#include "control/switch_control.h"
 #include "switchml/status.h"
 
 namespace switchml::controller {
 
-using dataplane::SwitchControl;
+using control::SwitchControl;
 
 // A host runs at most a few dozen ranks of a session, each with one waiting call at a time;
 // 256 leaves room for that and keeps one host from taking all of job 0's 4096 waiting calls.

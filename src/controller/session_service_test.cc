@@ -25,9 +25,9 @@ namespace {
 
 using std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
-using dataplane::JobRegistration;
-using dataplane::JobState;
-using dataplane::JobWorkerGrant;
+using control::JobRegistration;
+using control::JobState;
+using control::JobWorkerGrant;
 
 // Records every registration into job 0 (the reference session) and answers with error_, or
 // with info_ as the switch's SwitchInfo.
@@ -35,7 +35,7 @@ class FakeSink : public UnimplementedSwitchForTests {
  public:
   StatusOr<JobWorkerGrant> RegisterJobWorker(const JobRegistration& reg) override {
     std::lock_guard<std::mutex> lock(mu_);
-    EXPECT_EQ(reg.job_id, dataplane::kReferenceJobId);
+    EXPECT_EQ(reg.job_id, control::kReferenceJobId);
     EXPECT_TRUE(reg.token.empty());
     registrations_.push_back(reg.worker);
     if (!error_.ok()) return error_;

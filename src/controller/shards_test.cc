@@ -32,65 +32,82 @@ using namespace std::chrono_literals;
 constexpr char kOperatorToken[] = "operator-token-for-tests-0123";
 constexpr uint32_t kThreads = 5;  // worker threads: shard 0 of 2 serves 0..2, shard 1 serves 3, 4
 constexpr uint32_t kWindow = 40;  // 8 slots per worker thread
-constexpr uint32_t kPool = 96;    // slots per switch: two jobs of kWindow fit
+// A job's slots: on two switches shard 0 serves threads 0..2 and needs 24 slots, shard 1
+// holds the other 24 (control::JobLayout).
+constexpr uint32_t kJobSlots = 48;
+constexpr uint32_t kPool = 96;  // slots per switch: two jobs of kJobSlots fit
 
-// Shard s of K serves exactly the threads t with t * K / n == s; inside a shard its I/O
-// threads split those threads as a whole switch would, and no I/O thread owns the others'
-// slots.
+// Shard s of K serves exactly its threads (control::JobLayout); inside a shard its I/O threads
+// split those threads as a whole switch would, no I/O thread owns the others' slots, and each
+// shard reserves only its share of the pool: the K shards of a job together use exactly the
+// slots the job would use on one switch.
 TEST(ShardSlotsTest, EachShardOwnsItsThreadsSlotsAndNoOthers) {
   for (uint32_t n : {1u, 2u, 3u, 5u, 8u, 13u}) {
     for (uint32_t k : {1u, 2u, 3u, 4u}) {
       for (uint32_t io_threads : {1u, 2u, 3u}) {
         const uint32_t w = 4;
-        std::vector<int> owner_count(n * w, 0);
+        const uint32_t job_slots = k * ((n + k - 1) / k) * w;  // every shard holds its threads
+        const uint32_t pool = 256;
+        std::vector<int> owner_count(job_slots, 0);
+        uint32_t used_by_shards = 0;
         for (uint32_t shard = 0; shard < k; ++shard) {
-          auto t0 = std::make_shared<const JobTable>(/*pool_slots=*/256, /*max_workers=*/4,
+          auto t0 = std::make_shared<const JobTable>(pool, /*max_workers=*/4,
                                                      /*max_elements=*/64,
                                                      dataplane::AggregatorOptions{}, io_threads);
-          dataplane::JobSpec spec;
+          control::JobSpec spec;
           spec.num_workers = 1;
-          spec.num_slots = n * w;
+          spec.num_slots = job_slots;
           spec.elements_per_packet = 64;
           spec.shard = shard;
           spec.num_shards = k;
           uint32_t id = 0;
           auto t1 = JobTable::Create(*t0, spec, "token-0123456789", TimePoint{}, &id);
           ASSERT_TRUE(t1.ok()) << t1.status();
-          dataplane::JobRegistration reg;
+          used_by_shards += pool - (*t1)->free_slots();
+          control::JobRegistration reg;
           reg.job_id = id;
           reg.token = "token-0123456789";
           reg.worker.ipv4 = 0x0A000001;
           for (uint32_t t = 0; t < n; ++t) reg.worker.udp_ports.push_back(uint16_t(5000 + t));
-          reg.worker.protocol_version = dataplane::kClientProtocolVersion;
+          reg.worker.protocol_version = control::kClientProtocolVersion;
           reg.worker.num_worker_threads = n;
           reg.worker.window_packets = n * w;
           reg.worker.elements_per_packet = 64;
-          dataplane::JobWorkerGrant grant;
+          control::JobWorkerGrant grant;
           auto t2 = JobTable::Register(**t1, reg, &grant, TimePoint{});
           ASSERT_TRUE(t2.ok()) << t2.status();
           const JobTable::Job& job = *(*t2)->FindJob(id);
-          const bool split = k > 1 || io_threads > 1;
+          const control::JobLayout& layout = job.layout;
+          ASSERT_EQ(layout.num_shards(), k);
+          ASSERT_EQ(layout.worker_threads(), n);
           for (uint32_t t = 0; t < n; ++t) {
-            const bool mine = !split || t * k / n == shard;
-            EXPECT_EQ(JobTable::ServesThread(job, t), mine)
-                << "n=" << n << " K=" << k << " shard " << shard << " thread " << t;
-            for (uint32_t slot = t * w; slot < (t + 1) * w; ++slot) {
+            const bool mine = layout.ShardOf(t) == shard;
+            const control::SlotRange slots = layout.ThreadSlots(t);
+            for (uint32_t slot = slots.first; slot < slots.end(); ++slot) {
               int owners = 0;
               for (uint32_t io = 0; io < io_threads; ++io) owners += job.OwnsSlot(io, slot);
               EXPECT_EQ(owners, mine ? 1 : 0)
                   << "n=" << n << " K=" << k << " T=" << io_threads << " shard " << shard
                   << " slot " << slot;
               if (mine) {
-                EXPECT_TRUE(job.OwnsSlot((*t2)->IoThreadOf(job, t), slot)) << "slot " << slot;
+                EXPECT_TRUE(job.OwnsSlot(layout.IoThreadOf(t, io_threads), slot)) << "slot " << slot;
               }
               owner_count[slot] += owners;
             }
           }
         }
-        for (uint32_t slot = 0; slot < n * w; ++slot) {
-          EXPECT_EQ(owner_count[slot], 1) << "n=" << n << " K=" << k << " T=" << io_threads
-                                          << ": slot " << slot << " has owners on every shard";
+        for (uint32_t t = 0; t < n; ++t) {
+          const control::SlotRange slots =
+              control::JobLayout::Make({.job_slots = job_slots, .num_shards = k,
+                                        .worker_threads = n, .window_packets = n * w})
+                  ->ThreadSlots(t);
+          for (uint32_t slot = slots.first; slot < slots.end(); ++slot) {
+            EXPECT_EQ(owner_count[slot], 1) << "n=" << n << " K=" << k << " T=" << io_threads
+                                            << ": slot " << slot << " has " << owner_count[slot]
+                                            << " owners over the shards";
+          }
         }
+        EXPECT_EQ(used_by_shards, job_slots) << "n=" << n << " K=" << k;
       }
     }
   }
@@ -98,7 +115,7 @@ TEST(ShardSlotsTest, EachShardOwnsItsThreadsSlotsAndNoOthers) {
 
 TEST(ShardSlotsTest, ASwitchRefusesToPlaceAJobOnSeveralSwitchesItself) {
   auto t0 = std::make_shared<const JobTable>(64, 4, 64);
-  dataplane::JobSpec spec;
+  control::JobSpec spec;
   spec.num_workers = 2;
   spec.num_slots = 8;
   spec.elements_per_packet = 64;
@@ -172,7 +189,7 @@ class ShardsTest : public ::testing::Test {
   StatusOr<JobInfo> CreateJob(uint32_t workers, uint32_t switches) {
     JobSpec spec;
     spec.num_workers = workers;
-    spec.num_slots = kWindow;
+    spec.num_slots = kJobSlots;
     spec.elements_per_packet = 64;
     spec.switches = switches;
     return Jobs()->CreateJob(spec);
@@ -281,10 +298,15 @@ TEST_F(ShardsTest, AJobOnTwoSwitchesIsExactAndEveryThreadReachesItsShard) {
   ASSERT_EQ(list->jobs.size(), 1u);  // listed once, not once per shard
   EXPECT_EQ(list->jobs[0].job_id, job->job_id);
   EXPECT_EQ(list->jobs[0].spec.switches, 2u);
-  // Slot inspection merges the shards: slots of every thread come back.
-  auto slots = Jobs()->InspectSlots(job->job_id, 0, kWindow);
+  // Each switch reserves only its shard's share of the job's slots: together what the job
+  // would use on one switch.
+  EXPECT_EQ(switches_[0]->ListJobs().free_slots + switches_[1]->ListJobs().free_slots,
+            2 * kPool - kJobSlots);
+  // Slot inspection merges the shards: every slot of the job comes back once, in order.
+  auto slots = Jobs()->InspectSlots(job->job_id, 0, kJobSlots);
   ASSERT_TRUE(slots.ok()) << slots.status();
-  EXPECT_EQ(slots->size(), size_t{kWindow});
+  ASSERT_EQ(slots->size(), size_t{kJobSlots});
+  for (uint32_t k = 0; k < kJobSlots; ++k) EXPECT_EQ((*slots)[k].slot, k);
   // Delete ends it on both switches.
   ASSERT_TRUE(Jobs()->DeleteJob(job->job_id, job->token).ok());
   auto ended = Jobs()->GetJob(job->job_id);
@@ -326,8 +348,8 @@ TEST_F(ShardsTest, ADeadShardFailsEveryWorkerNamingItAndSparesOtherJobs) {
   EXPECT_EQ(info->state, JobState::kEnded);
   EXPECT_THAT(info->end_reason, HasSubstr("shard 1 of 2"));
   // Its shard on switch 0 is gone too (its slots are free for other jobs)...
-  const dataplane::JobList on0 = switches_[0]->ListJobs();
-  EXPECT_EQ(on0.free_slots, kPool - kWindow);  // only `other` holds slots
+  const control::JobList on0 = switches_[0]->ListJobs();
+  EXPECT_EQ(on0.free_slots, kPool - kJobSlots);  // only `other` holds slots
   // ... and the other job on switch 0 is unharmed.
   for (const Status& s : AllReduce(other_ctx, 3000, 3)) EXPECT_TRUE(s.ok()) << s;
   // Later calls of the broken contexts fail at once.
@@ -394,7 +416,7 @@ TEST_F(ShardsTest, BadPlacementsAreRefusedWithTheReason) {
   auto big = Jobs()->CreateJob(spec);
   ASSERT_TRUE(big.ok()) << big.status();
   spec.switches = 2;
-  spec.num_slots = 10;
+  spec.num_slots = 14;  // a shard's share is 7 slots, one more than the 6 left on that switch
   auto no_room = Jobs()->CreateJob(spec);
   ASSERT_FALSE(no_room.ok());
   EXPECT_EQ(no_room.status().code(), StatusCode::kResourceExhausted);

@@ -52,6 +52,29 @@ Status ValidatePorts(const std::vector<uint16_t>& ports) {
 
 std::string Where(uint32_t ipv4, uint16_t port) { return FormatIpv4(ipv4) + ":" + Str(port); }
 
+// The layout a job of `spec` gets from workers registering `a`: JobLayout::Make from their
+// threads and window, JobLayout::Whole for workers that registered no threads (reference
+// clients, which cannot join a job on several switches). InvalidArgument saying what does not
+// fit.
+StatusOr<control::JobLayout> LayoutOf(const JobSpec& spec, const AgreedParams& a,
+                                      const std::string& scope) {
+  const uint32_t shards = std::max<uint32_t>(1, spec.num_shards);
+  if (a.num_worker_threads == 0) {
+    if (shards > 1) {
+      return InvalidArgumentError(scope + " is shard " + Str(spec.shard) + " of " + Str(shards) +
+                                  ": its workers must register their num_worker_threads and "
+                                  "window_packets (reference-mode workers cannot join it)");
+    }
+    return control::JobLayout::Whole(spec.num_slots);
+  }
+  StatusOr<control::JobLayout> l =
+      control::JobLayout::Make({.job_slots = spec.num_slots, .num_shards = shards,
+                                .worker_threads = a.num_worker_threads,
+                                .window_packets = a.window_packets});
+  if (!l.ok()) return l.status().WithContext(scope);
+  return l;
+}
+
 }  // namespace
 
 JobCounters AtomicJobCounters::Snapshot() const {
@@ -140,6 +163,8 @@ JobTable::Job JobTable::ReferenceJob(std::shared_ptr<JobRuntime> runtime) const 
   job.spec.num_slots = pool_slots_;
   job.spec.elements_per_packet = max_elements_;
   job.spec.name = "reference session";
+  job.held = control::SlotRange{0, pool_slots_};
+  job.layout = control::JobLayout::Whole(pool_slots_);
   job.slot_out_of_range_counter = &SwitchCounters::slot_out_of_range;
   job.runtime = std::move(runtime);
   return job;
@@ -172,6 +197,11 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::RegisterSessionWorker(
     }
     SWITCHML_RETURN_IF_ERROR(
         CheckAgreedParams(ref.agreed, AgreedParams::Of(reg), "the session", "session"));
+  }
+  {
+    JobSpec session = ref.spec;
+    session.num_workers = reg.num_workers;
+    SWITCHML_RETURN_IF_ERROR(LayoutOf(session, AgreedParams::Of(reg), "the session").status());
   }
   SWITCHML_RETURN_IF_ERROR(ValidateUdpPorts(reg.udp_ports));
   if (!new_session) {
@@ -237,7 +267,7 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::RegisterSessionWorker(
 bool JobTable::Allocate(uint32_t n, uint32_t* base) const {
   std::vector<std::pair<uint32_t, uint32_t>> used;  // (base, size) of live jobs
   for (const Job& j : jobs()) {
-    if (j.state != JobState::kEnded) used.emplace_back(j.slot_base, j.spec.num_slots);
+    if (j.state != JobState::kEnded) used.emplace_back(j.slot_base, j.held.count);
   }
   std::sort(used.begin(), used.end());
   uint32_t cursor = 0;
@@ -258,7 +288,7 @@ bool JobTable::Allocate(uint32_t n, uint32_t* base) const {
 uint32_t JobTable::free_slots() const {
   uint32_t used = 0;
   for (const Job& j : jobs()) {
-    if (j.state != JobState::kEnded) used += j.spec.num_slots;
+    if (j.state != JobState::kEnded) used += j.held.count;
   }
   return pool_slots_ - used;
 }
@@ -266,7 +296,7 @@ uint32_t JobTable::free_slots() const {
 uint32_t JobTable::largest_free_range() const {
   std::vector<std::pair<uint32_t, uint32_t>> used;
   for (const Job& j : jobs()) {
-    if (j.state != JobState::kEnded) used.emplace_back(j.slot_base, j.spec.num_slots);
+    if (j.state != JobState::kEnded) used.emplace_back(j.slot_base, j.held.count);
   }
   std::sort(used.begin(), used.end());
   uint32_t cursor = 0, best = 0;
@@ -309,10 +339,12 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
         "on several switches is created through a standalone controller that drives at least "
         "that many (switchml controller --switch HOST:PORT --switch ...)");
   }
-  if (spec.num_shards < 1 || spec.num_shards > kMaxShards || spec.shard >= spec.num_shards) {
+  const uint32_t max_shards = std::min(control::JobLayout::kMaxShards, spec.num_slots);
+  if (spec.num_shards < 1 || spec.num_shards > max_shards || spec.shard >= spec.num_shards) {
     return InvalidArgumentError("shard " + Str(spec.shard) + " of num_shards " +
                                 Str(spec.num_shards) + ": need num_shards in [1, " +
-                                Str(kMaxShards) + "] and shard < num_shards");
+                                Str(max_shards) + "] (at most one shard per slot) and shard < "
+                                "num_shards");
   }
   if (spec.name.size() > kMaxNameLength) {
     return InvalidArgumentError("name must have at most " + Str(kMaxNameLength) +
@@ -340,15 +372,22 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
                                   " live jobs, the most it keeps (" + Str(kMaxLiveJobs) +
                                   "); delete one first");
   }
+  // A shard reserves only its share of the job's slots.
+  const control::SlotRange held =
+      control::JobLayout::ShardSlots(spec.num_slots, spec.shard, spec.num_shards);
   uint32_t base = 0;
-  if (!current.Allocate(spec.num_slots, &base)) {
+  if (!current.Allocate(held.count, &base)) {
     return ResourceExhaustedError(
-        "job needs " + Str(spec.num_slots) + " slots but the largest free range of the pool is " +
+        "job needs " + Str(held.count) + " slots" +
+        (spec.num_shards > 1 ? " (shard " + Str(spec.shard) + "'s share of " +
+                                   Str(spec.num_slots) + ")"
+                             : std::string()) +
+        " but the largest free range of the pool is " +
         Str(current.largest_free_range()) + " slots (" + Str(current.free_slots()) + " of " +
         Str(current.pool_slots_) + " free); delete a job or ask for fewer slots");
   }
   SWITCHML_ASSIGN_OR_RETURN(Aggregator agg,
-                            Aggregator::Create(spec.num_slots, spec.elements_per_packet,
+                            Aggregator::Create(held.count, spec.elements_per_packet,
                                                current.aggregator_options_));
   SWITCHML_RETURN_IF_ERROR(agg.Reset(spec.num_workers));
 
@@ -356,6 +395,7 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
   Job job;
   job.job_id = next->next_job_id_++;
   job.slot_base = base;
+  job.held = held;
   job.workers.assign(spec.num_workers, WorkerEntry{});
   job.runtime = std::make_shared<JobRuntime>(spec.num_workers, std::move(agg), next->io_threads_);
   job.runtime->activity.last_active = now;
@@ -450,6 +490,8 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Register(
   if (job.num_registered > 0) {
     SWITCHML_RETURN_IF_ERROR(
         CheckAgreedParams(job.agreed, AgreedParams::Of(w), JobName(reg.job_id), "job"));
+  } else {
+    SWITCHML_RETURN_IF_ERROR(LayoutOf(job.spec, AgreedParams::Of(w), JobName(reg.job_id)).status());
   }
   auto next = std::make_shared<JobTable>(current);
   Job& j = const_cast<Job&>(*next->FindJob(reg.job_id));
@@ -544,6 +586,7 @@ JobInfo JobTable::Describe(const Job& job, TimePoint now) const {
   info.spec.token.clear();
   info.state = job.state;
   info.slot_base = job.slot_base;
+  info.held_slots = job.held;
   info.num_registered = job.num_registered;
   info.end_reason = job.end_reason;
   for (uint32_t r = 0; r < job.workers.size(); ++r) {
@@ -589,7 +632,7 @@ void JobTable::Rebuild() {
   });
   size_t entries = 0;
   max_job_workers_ = 0;
-  for (Job& j : jobs_) SplitSlots(j);
+  for (Job& j : jobs_) ApplyLayout(j);
   for (const Job& j : jobs_) {
     for (const WorkerEntry& w : j.workers) {
       if (w.registered) entries += std::max<size_t>(1, w.udp_ports.size());
@@ -620,34 +663,17 @@ void JobTable::Rebuild() {
   }
 }
 
-void JobTable::SplitSlots(Job& job) const {
-  // Worker thread t uses slots [t * W, (t + 1) * W) (the client's layout). A shard serves the
-  // threads [b, e) with t * K / n == shard (all of them when K = 1), m = e - b of them, and
-  // its I/O thread io(t) = (t - b) * T / m, which never decreases with t: I/O thread i owns the
-  // worker threads t >= b + ceil(i * m / T) below the next thread's first, a contiguous slot
-  // range. The I/O thread of the job's last worker thread also owns every slot above the
-  // window; slots of threads another shard serves belong to no I/O thread here.
-  const AgreedParams& a = job.agreed;
-  const uint32_t n = a.num_worker_threads;
-  const uint32_t shards = std::max<uint32_t>(1, job.spec.num_shards);
-  const bool split = (io_threads_ > 1 || shards > 1) && job.num_registered > 0 && n >= 1 &&
-                     a.window_packets >= n;
-  job.io_split_threads = split ? n : 0;
-  job.io_slot_begin = Job::AllAtIoThread0();
-  job.shard_thread_begin = 0;
-  job.shard_thread_end = UINT32_MAX;
-  if (!split) return;
-  const uint32_t w = a.window_packets / n;
-  uint32_t b = 0, e = 0;
-  ShardThreads(n, job.spec.shard, shards, &b, &e);
-  job.shard_thread_begin = b;
-  job.shard_thread_end = e;
-  const uint32_t m = e - b;
-  const uint32_t end_slot = e < n ? e * w : UINT32_MAX;
-  job.io_slot_begin[0] = b * w;
-  for (uint32_t i = 1; i <= io_threads_; ++i) {
-    const uint64_t first_thread = b + (uint64_t{i} * m + io_threads_ - 1) / io_threads_;
-    job.io_slot_begin[i] = first_thread < e ? uint32_t(first_thread * w) : end_slot;
+void JobTable::ApplyLayout(Job& job) const {
+  // Registration checked that the agreed parameters make a layout (LayoutOf); a job nobody
+  // registered into yet gets the whole-job layout, and every slot it holds at I/O thread 0.
+  StatusOr<control::JobLayout> l = control::JobLayout::Whole(job.spec.num_slots);
+  if (job.num_registered > 0) l = LayoutOf(job.spec, job.agreed, JobName(job.job_id));
+  job.layout = l.ok() ? *l : control::JobLayout::Whole(job.spec.num_slots);
+  const uint32_t shard = job.layout.num_shards() > 1 ? job.shard() : 0;
+  job.io_slot_begin.fill(job.held.end());
+  for (uint32_t i = 0; i < io_threads_; ++i) {
+    job.io_slot_begin[i] =
+        std::clamp(job.layout.IoSlots(shard, i, io_threads_).first, job.held.first, job.held.end());
   }
 }
 

@@ -60,10 +60,11 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "control/job_layout.h"
 #include "dataplane/aggregator.h"
-#include "dataplane/worker_records.h"
 #include "dataplane/switch_config.h"
-#include "dataplane/switch_control.h"
+#include "control/switch_control.h"
+#include "dataplane/worker_records.h"
 #include "dataplane/switch_counters.h"
 #include "switchml/status.h"
 #include "transport/channel.h"
@@ -170,27 +171,23 @@ class JobTable {
     uint64_t session_id = 0;
     std::string end_reason;                  // ended jobs only
     JobCounters final_counters;  // ended jobs only: counters when it ended
-    // Slot ownership among the switch's I/O threads (docs/design.md, "Several I/O threads"):
-    // I/O thread i owns the job's slots [io_slot_begin[i], io_slot_begin[i + 1]). Worker
-    // thread t (of io_split_threads) is served by I/O thread t * io_threads /
-    // io_split_threads and uses slots [t * W, (t + 1) * W), W = window_packets /
-    // io_split_threads. io_split_threads = 0 (one I/O thread, reference-mode workers, or no
-    // agreed parameters yet): I/O thread 0 owns every slot. Fixed with the agreed parameters.
-    //
-    // A shard of a job on several switches (spec.num_shards > 1) serves only the worker
-    // threads [shard_thread_begin, shard_thread_end) (ShardThreads); they are split among
-    // its I/O threads the same way, and no I/O thread owns the slots of the other threads.
-    uint32_t io_split_threads = 0;
-    uint32_t shard_thread_begin = 0, shard_thread_end = UINT32_MAX;
-    std::array<uint32_t, SwitchConfig::kMaxIoThreads + 1> io_slot_begin = AllAtIoThread0();
+    // The job-relative slots this switch holds: all of the job's, or a shard's share
+    // (control::JobLayout::ShardSlots), at pool slots [slot_base, slot_base + held.count); the
+    // job's aggregator holds exactly these, slot x at index x - held.first.
+    control::SlotRange held;
+    // How the job's worker threads map onto slots, shards and I/O threads (control/job_layout.h):
+    // from the agreed parameters once a worker registered its threads, JobLayout::Whole (every
+    // slot at I/O thread 0) before that and for reference-mode workers.
+    control::JobLayout layout = control::JobLayout::Whole(1);
+    // Slot ownership among the switch's I/O threads (docs/design.md, "Several I/O threads"),
+    // from `layout`: I/O thread i owns the job-relative slots [io_slot_begin[i],
+    // io_slot_begin[i + 1]) (JobLayout::IoSlots); none owns a slot outside `held`.
+    std::array<uint32_t, SwitchConfig::kMaxIoThreads + 1> io_slot_begin{};
     bool OwnsSlot(uint32_t io_thread, uint32_t slot) const {
       return slot >= io_slot_begin[io_thread] && slot < io_slot_begin[io_thread + 1];
     }
-    static constexpr std::array<uint32_t, SwitchConfig::kMaxIoThreads + 1> AllAtIoThread0() {
-      std::array<uint32_t, SwitchConfig::kMaxIoThreads + 1> b{};
-      for (size_t i = 1; i < b.size(); ++i) b[i] = UINT32_MAX;
-      return b;
-    }
+    // The shard of the job this switch is (0 of 1 unless a controller placed it on several).
+    uint32_t shard() const { return spec.num_shards > 1 ? spec.shard : 0; }
   };
   // The result of a hot-path lookup: pointers into the table (valid while it lives).
   struct Sender {
@@ -304,27 +301,6 @@ class JobTable {
   uint32_t pool_slots() const { return pool_slots_; }
   uint32_t max_workers() const { return max_workers_; }
   uint32_t io_threads() const { return io_threads_; }
-  // Whether this switch serves worker thread `t` of `job` (false only for the threads of a
-  // sharded job that other shards serve).
-  static bool ServesThread(const Job& job, uint32_t t) {
-    return job.io_split_threads == 0 || (t >= job.shard_thread_begin && t < job.shard_thread_end);
-  }
-  // The I/O thread that serves worker thread `t` of `job` (0 when the job is not split); t must
-  // be served here (ServesThread).
-  uint32_t IoThreadOf(const Job& job, uint32_t t) const {
-    if (job.io_split_threads == 0) return 0;
-    const uint32_t m = job.shard_thread_end - job.shard_thread_begin;
-    return uint32_t(uint64_t{t - job.shard_thread_begin} * io_threads_ / m);
-  }
-  // Most shards of one job (a worker has at most 64 threads, so more would serve nothing).
-  static constexpr uint32_t kMaxShards = 64;
-  // The worker threads [*begin, *end) of `n` that shard `shard` of `num_shards` serves:
-  // t * num_shards / n == shard (empty when n < num_shards and no thread maps here).
-  static void ShardThreads(uint32_t n, uint32_t shard, uint32_t num_shards, uint32_t* begin,
-                           uint32_t* end) {
-    *begin = uint32_t((uint64_t{shard} * n + num_shards - 1) / num_shards);
-    *end = uint32_t((uint64_t{shard + 1} * n + num_shards - 1) / num_shards);
-  }
   uint32_t free_slots() const;
   uint32_t largest_free_range() const;
   // Largest num_workers among live jobs, job 0 included (0 if none): bounds a burst's
@@ -359,9 +335,9 @@ class JobTable {
   // Sorts the service jobs (live first, by id) and rebuilds index_, has_host_keys_ and
   // max_job_workers_ from jobs_.
   void Rebuild();
-  // Sets job.io_split_threads, the shard's thread range and job.io_slot_begin from its agreed
-  // parameters, its shard and io_threads_.
-  void SplitSlots(Job& job) const;
+  // Sets job.layout and job.io_slot_begin from its agreed parameters, its shard and
+  // io_threads_.
+  void ApplyLayout(Job& job) const;
   void Insert(uint64_t key, uint32_t job_index, uint32_t rank, uint16_t thread);
 
   uint32_t pool_slots_;

@@ -157,7 +157,7 @@ void SwitchCore::Aggregate(const transport::RxDatagram& d, const wire::PacketVie
   const wire::Header& h = pkt.header;
   const AggregationResult r = rt.aggregator.Process(Contribution{
       .rank = rank,
-      .slot = h.slot,
+      .slot = uint32_t(h.slot - job.held.first),  // OwnsSlot: h.slot is in job.held
       .set = h.set,
       .exp0 = h.exp0,
       .exp1 = h.exp1,

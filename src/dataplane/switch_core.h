@@ -51,7 +51,7 @@
 #include "dataplane/drop_simulator.h"
 #include "dataplane/job_table.h"
 #include "dataplane/switch_config.h"
-#include "dataplane/switch_control.h"
+#include "control/switch_control.h"
 #include "dataplane/switch_counters.h"
 #include "switchml/status.h"
 #include "transport/channel.h"

@@ -310,22 +310,27 @@ Status SwitchServer::DeleteJob(uint32_t job_id, const std::string& token) {
 StatusOr<JobWorkerGrant> SwitchServer::RegisterJobWorker(
     const JobRegistration& reg) {
   JobWorkerGrant grant;
-  std::vector<uint16_t> thread_ports;
+  std::vector<ThreadRoute> routes;
+  uint32_t num_shards = 1;
   {
     std::lock_guard<std::mutex> lock(table_mu_);
     SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<const JobTable> next,
                               JobTable::Register(*latest_jobs_, reg, &grant, Clock::now()));
     if (registration_check_) SWITCHML_RETURN_IF_ERROR(registration_check_(reg));
     // Where each of the worker's threads sends: the port of the I/O thread that owns its
-    // slots, 0 for the threads another shard serves (none when the job is not split:
-    // everything goes to I/O thread 0's port).
+    // slots (JobLayout), 0 for the threads another shard serves. None for a worker that
+    // registered no threads (a reference client sends everything to I/O thread 0's port).
     const JobTable::Job* job =
         reg.job_id == JobTable::kReferenceJobId ? &next->reference() : next->FindJob(reg.job_id);
-    if (job != nullptr && job->io_split_threads > 0 && !reg.worker.udp_ports.empty()) {
-      for (uint32_t t = 0; t < job->io_split_threads; ++t) {
-        thread_ports.push_back(JobTable::ServesThread(*job, t)
-                                   ? io_[next->IoThreadOf(*job, t)]->local_endpoint.port
-                                   : uint16_t{0});
+    if (job != nullptr && reg.worker.num_worker_threads > 0 && !reg.worker.udp_ports.empty()) {
+      const control::JobLayout& layout = job->layout;
+      num_shards = layout.num_shards();
+      for (uint32_t t = 0; t < layout.worker_threads(); ++t) {
+        ThreadRoute r;
+        r.shard = layout.ShardOf(t);
+        r.io_thread = layout.IoThreadOf(t, uint32_t(io_.size()));
+        if (r.shard == job->shard()) r.udp_port = io_[r.io_thread]->local_endpoint.port;
+        routes.push_back(r);
       }
     }
     PublishJobs(std::move(next));
@@ -333,7 +338,8 @@ StatusOr<JobWorkerGrant> SwitchServer::RegisterJobWorker(
   const uint32_t job_slots = grant.switch_info.num_slots;
   grant.switch_info = Info();
   grant.switch_info.num_slots = job_slots;
-  grant.switch_info.thread_udp_ports = std::move(thread_ports);
+  grant.switch_info.thread_routes = std::move(routes);
+  grant.switch_info.num_shards = num_shards;
   return grant;
 }
 
@@ -421,12 +427,12 @@ Status FillSlots(const JobTable& jobs, uint32_t job_id, uint32_t first_slot, uin
   SWITCHML_ASSIGN_OR_RETURN(const JobTable::Job* job, InspectableJob(jobs, job_id));
   const Aggregator& agg = job->runtime->aggregator;
   for (size_t k = 0; k < out.size(); ++k) {
-    const uint32_t s = first_slot + uint32_t(k);
-    if (s >= agg.num_slots()) break;
+    const uint32_t s = first_slot + uint32_t(k);  // job-relative
+    if (!job->held.Contains(s)) break;
     if (io != kAllIoThreads && !job->OwnsSlot(io, s)) continue;
     out[k].slot = s;
-    out[k].sets[0] = ToSlotSetInfo(agg.Inspect(s, 0));
-    out[k].sets[1] = ToSlotSetInfo(agg.Inspect(s, 1));
+    out[k].sets[0] = ToSlotSetInfo(agg.Inspect(s - job->held.first, 0));
+    out[k].sets[1] = ToSlotSetInfo(agg.Inspect(s - job->held.first, 1));
   }
   return OkStatus();
 }
@@ -441,8 +447,10 @@ StatusOr<std::vector<SlotInfo>> SwitchServer::InspectSlots(uint32_t job_id,
   }
   const std::shared_ptr<const JobTable> latest = jobs();
   SWITCHML_ASSIGN_OR_RETURN(const JobTable::Job* job, InspectableJob(*latest, job_id));
-  const uint32_t num_slots = job->runtime->aggregator.num_slots();
-  const uint32_t n = first_slot >= num_slots ? 0 : std::min(count, num_slots - first_slot);
+  // The slots asked for that this switch holds (a shard holds only its share of the job's).
+  const uint64_t end = std::min<uint64_t>(uint64_t{first_slot} + count, job->held.end());
+  first_slot = std::max(first_slot, job->held.first);
+  const uint32_t n = end > first_slot ? uint32_t(end - first_slot) : 0;
   auto request = std::make_shared<InspectRequest>();
   request->job_id = job_id;
   request->first_slot = first_slot;

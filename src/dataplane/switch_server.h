@@ -11,9 +11,10 @@
 // slots it owns (JobTable::Job::io_slot_begin: the slots of the worker threads it serves); a
 // datagram that reaches a thread that does not own its slot is dropped (wrong_io_thread).
 // Workers learn which port serves each of their threads from the registration grant
-// (SwitchInfo::thread_udp_ports); reference clients send everything to I/O thread 0's port,
+// (SwitchInfo::thread_routes, from the job's control::JobLayout); reference clients send
+// everything to I/O thread 0's port,
 // which then owns every slot of their job.
-// It implements SwitchControl (switch_control.h) over one JobTable: the reference Session
+// It implements SwitchControl (control/switch_control.h) over one JobTable: the reference Session
 // service registers workers into job 0 and the JobService creates, registers and deletes the
 // other jobs, all through RegisterJobWorker & co. from the gRPC services' threads while the
 // loop runs. Every
@@ -64,7 +65,7 @@
 
 #include "dataplane/job_table.h"
 #include "dataplane/switch_config.h"
-#include "dataplane/switch_control.h"
+#include "control/switch_control.h"
 #include "dataplane/switch_core.h"
 #include "dataplane/switch_counters.h"
 #include "switchml/status.h"
@@ -129,7 +130,7 @@ class SwitchServer final : public SwitchControl {
   bool running() const;
 
   // Where and how workers reach this switch (num_slots = the whole pool; udp_port = I/O
-  // thread 0's; thread_udp_ports is per registration, left empty here).
+  // thread 0's; thread_routes are per registration, left empty here).
   SwitchInfo Info() const;
   uint32_t io_threads() const { return uint32_t(io_.size()); }
 

@@ -23,10 +23,30 @@
 #include <string>
 #include <vector>
 
-#include "dataplane/switch_control.h"
+#include "control/switch_control.h"
 #include "switchml/status.h"
 
 namespace switchml::dataplane {
+
+// The names of the control contract (control/switch_control.h) the switch uses throughout.
+using control::JobCounters;
+using control::kClientProtocolVersion;
+using control::kReferenceJobId;
+using control::JobDataType;
+using control::JobInfo;
+using control::JobList;
+using control::JobRegistration;
+using control::JobSpec;
+using control::JobState;
+using control::JobStateName;
+using control::JobWorkerGrant;
+using control::JobWorkerInfo;
+using control::SlotInfo;
+using control::SlotSetInfo;
+using control::SwitchControl;
+using control::SwitchInfo;
+using control::ThreadRoute;
+using control::WorkerRegistration;
 
 // A thread index that is not known: the sender registered no ports (reference mode).
 inline constexpr uint16_t kNoThread = 0xFFFF;

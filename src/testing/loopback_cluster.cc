@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "client/context_impl.h"
-#include "dataplane/switch_control.h"
+#include "control/switch_control.h"
 
 namespace switchml::testing {
 
@@ -41,17 +41,20 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
   }
   // Several shards: one service job per shard (job 0 serves a single switch only).
   const std::string token = "loopback-cluster-token";
-  std::vector<uint32_t> job_ids(shards, dataplane::kReferenceJobId);
+  std::vector<uint32_t> job_ids(shards, control::kReferenceJobId);
   if (shards > 1) {
     for (uint32_t s = 0; s < shards; ++s) {
-      dataplane::JobSpec spec;
+      control::JobSpec spec;
       spec.num_workers = num_workers;
-      spec.num_slots = options.window_packets;
+      // Enough for every shard to hold its threads' windows (JobLayout): K x ceil(n / K)
+      // threads x window / n slots (= the window when K divides the threads).
+      const uint32_t n = options.num_worker_threads;
+      spec.num_slots = shards * ((n + shards - 1) / shards) * (options.window_packets / n);
       spec.elements_per_packet = options.elements_per_packet;
       spec.token = token;
       spec.shard = s;
       spec.num_shards = shards;
-      SWITCHML_ASSIGN_OR_RETURN(dataplane::JobInfo job, c->servers_[s]->CreateJob(spec));
+      SWITCHML_ASSIGN_OR_RETURN(control::JobInfo job, c->servers_[s]->CreateJob(spec));
       job_ids[s] = job.job_id;
     }
   }
@@ -60,19 +63,15 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
     o.rank = r;
     o.num_workers = num_workers;
     if (Status s = o.Validate(); !s.ok()) return s.WithContext("options of rank " + std::to_string(r));
-    dataplane::WorkerRegistration reg;
+    control::WorkerRegistration reg;
     reg.rank = r;
     reg.num_workers = num_workers;
     reg.ipv4 = 0x0A000001 + r;
-    if (switch_config.io_threads > 1 || shards > 1) {
-      // What Context::Create registers: the switch splits the slots among its I/O threads and
-      // shards by these (with one I/O thread and one switch they change nothing, and are left
-      // out as before).
-      reg.protocol_version = dataplane::kClientProtocolVersion;
-      reg.num_worker_threads = o.num_worker_threads;
-      reg.window_packets = o.window_packets;
-      reg.elements_per_packet = o.elements_per_packet;
-    }
+    // What Context::Create registers: the job's layout comes from these.
+    reg.protocol_version = control::kClientProtocolVersion;
+    reg.num_worker_threads = o.num_worker_threads;
+    reg.window_packets = o.window_packets;
+    reg.elements_per_packet = o.elements_per_packet;
     std::vector<std::unique_ptr<transport::Channel>> channels;
     for (uint32_t t = 0; t < o.num_worker_threads; ++t) {
       const uint16_t port = uint16_t(6000 + t);
@@ -80,33 +79,27 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
       reg.udp_ports.push_back(port);
       channels.push_back(std::move(channel));
     }
-    std::vector<dataplane::JobWorkerGrant> grants;
+    std::vector<control::JobWorkerGrant> grants;
     for (uint32_t s = 0; s < shards; ++s) {
-      dataplane::JobRegistration jr;  // shards == 1: the reference session, job 0, no token
+      control::JobRegistration jr;  // shards == 1: the reference session, job 0, no token
       jr.job_id = job_ids[s];
       if (shards > 1) jr.token = token;
       jr.worker = reg;
-      SWITCHML_ASSIGN_OR_RETURN(dataplane::JobWorkerGrant grant, c->servers_[s]->RegisterJobWorker(jr));
+      SWITCHML_ASSIGN_OR_RETURN(control::JobWorkerGrant grant, c->servers_[s]->RegisterJobWorker(jr));
       grants.push_back(std::move(grant));
     }
-    // Worker thread t sends to the port its shard, t * K / threads, gave for it (no ports: one
-    // I/O thread, one switch, or a window too small to split: everything to shard 0).
-    std::vector<transport::Endpoint> switch_endpoints{kSwitchEndpoint};
-    const size_t n = grants[0].switch_info.thread_udp_ports.size();
-    if (n != 0) {
-      switch_endpoints.clear();
-      for (size_t t = 0; t < n; ++t) {
-        const uint32_t s = uint32_t(t * shards / n);
-        const auto& ports = grants[s].switch_info.thread_udp_ports;
-        if (ports.size() != n || ports[t] == 0) {
-          return InternalError("shard " + std::to_string(s) + " gave no port for worker thread " +
-                               std::to_string(t));
-        }
-        switch_endpoints.push_back({shard_ip(s), ports[t]});
-      }
+    // The answers merged as a standalone controller merges them (shard s at shard_ip(s)),
+    // turned into routes as Context::Create does.
+    std::vector<control::SwitchInfo> answers;
+    for (uint32_t s = 0; s < shards; ++s) {
+      answers.push_back(grants[s].switch_info);
+      answers.back().ipv4 = shard_ip(s);
     }
+    SWITCHML_ASSIGN_OR_RETURN(control::SwitchInfo info, control::MergeShardAnswers(answers));
+    SWITCHML_ASSIGN_OR_RETURN(client::ContextImpl::Routes routes,
+                              client::ContextImpl::RoutesFor(o, info, kSwitchEndpoint.ipv4));
     c->contexts_.push_back(
-        client::ContextImpl::CreateWithChannels(o, std::move(channels), std::move(switch_endpoints)));
+        client::ContextImpl::CreateWithChannels(o, std::move(channels), std::move(routes)));
   }
   return c;
 }

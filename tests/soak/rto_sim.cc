@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "client/engine.h"
-#include "dataplane/switch_control.h"
+#include "control/switch_control.h"
 #include "dataplane/switch_core.h"
 #include "switchml/options.h"
 #include "testing/exact_inputs.h"
@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
 
   std::vector<sml::client::SliceEngine> engines;
   for (uint32_t r = 0; r < a.workers; ++r) {
-    sml::dataplane::WorkerRegistration reg;
+    sml::control::WorkerRegistration reg;
     reg.rank = r;
     reg.num_workers = a.workers;
     reg.ipv4 = worker_ep(r).ipv4;

@@ -1,10 +1,10 @@
-// dataplane/switch_control.h — what the control plane asks of a switch.
+// control/switch_control.h — what the control plane asks of a switch.
 //
-// The one interface the gRPC services call and the software switch (switch_server.h) and the
-// standalone controller (controller/remote_switches.h) implement, with its plain value types
-// (no gRPC), owned by the data plane so that the controller depends on the switch and never
-// the other way round. Controller and client code use these names through namespace
-// switchml::dataplane (or the `using` declarations of the file that needs them).
+// The one interface the gRPC services call and the software switch (dataplane/switch_server.h)
+// and the standalone controller (controller/remote_switches.h) implement, with its plain value
+// types (no gRPC). It lives in the bottom module control/ (with the job layout), so that the
+// switch, the controller and the worker library all depend on it and none of them on another
+// for it.
 //
 // One interface, one job model behind it (docs/design.md, "Several jobs"): every worker
 // registers into a job with RegisterJobWorker. Job 0 is the reference `UdpSession` session:
@@ -35,9 +35,10 @@
 #include <utility>
 #include <vector>
 
+#include "control/job_layout.h"
 #include "switchml/status.h"
 
-namespace switchml::dataplane {
+namespace switchml::control {
 
 struct WorkerRegistration {
   uint64_t session_id = 0;
@@ -69,6 +70,16 @@ struct WorkerRegistration {
 // worker). 0 = not sent.
 inline constexpr uint32_t kClientProtocolVersion = 2;
 
+// Where one worker thread sends its data: a switch (a shard of the job) and the port of the
+// switch I/O thread that owns the thread's slots (docs/design.md "Several I/O threads").
+struct ThreadRoute {
+  uint32_t ipv4 = 0;      // host order; 0 = the switch's SwitchInfo::ipv4
+  uint16_t udp_port = 0;  // 0 only in one shard's own answer: another shard serves the thread
+  uint32_t shard = 0;     // of SwitchInfo::num_shards
+  uint32_t io_thread = 0;  // informative: the I/O thread of that switch
+  bool operator==(const ThreadRoute&) const = default;
+};
+
 struct SwitchInfo {
   uint64_t mac = 0;
   uint32_t ipv4 = 0;          // host order
@@ -77,16 +88,11 @@ struct SwitchInfo {
   uint32_t num_slots = 0;     // slots per set available to a job
   uint32_t max_workers = 0;
   // In a registration's answer, our extension: where each worker thread of the registering
-  // worker sends its data, thread t to (ipv4, thread_udp_ports[t]) (a switch with several I/O
-  // threads, docs/design.md "Several I/O threads"). Empty = everything to udp_port (one I/O
-  // thread, a reference-mode worker, or an older switch). A port of 0: this switch does not
-  // serve that thread (it is one shard of a job served by several switches).
-  std::vector<uint16_t> thread_udp_ports;
-  // A job on several switches (shards, docs/design.md "Shards on several switches"), from a
-  // standalone controller: thread t sends to (thread_ipv4s[t], thread_udp_ports[t]), served by
-  // shard thread_shards[t] of num_shards. Empty = every thread at ipv4, one shard.
-  std::vector<uint32_t> thread_ipv4s;
-  std::vector<uint16_t> thread_shards;
+  // worker sends its data (one route per thread, from the job's control::JobLayout). Empty =
+  // everything to (ipv4, udp_port): a reference-mode worker, or an older switch.
+  std::vector<ThreadRoute> thread_routes;
+  // The number of switches serving the job (shards, docs/design.md "Shards on several
+  // switches"); thread_routes[t].shard < num_shards.
   uint32_t num_shards = 1;
 };
 
@@ -133,9 +139,9 @@ struct JobSpec {
   // switch accepts only 1 (it is one switch).
   uint32_t switches = 1;
   // Set by the controller on each switch of a job with switches > 1: this switch is shard
-  // `shard` of `num_shards` and serves worker thread t (of the job's num_worker_threads n)
-  // iff t * num_shards / n == shard (JobTable::ShardThreads). Its slots of other threads are
-  // served by no I/O thread here (their packets count as wrong_io_thread).
+  // `shard` of `num_shards`: it reserves only its share of the job's num_slots and serves only
+  // its worker threads (control::JobLayout). Packets for the other shards' slots are served by
+  // no I/O thread here (they count as wrong_io_thread).
   uint32_t shard = 0;
   uint32_t num_shards = 1;
   // Set by the controller with shard/num_shards: one random id shared by the shards of one job,
@@ -189,6 +195,10 @@ struct JobInfo {
   std::string token;  // only set in CreateJob's answer
   JobState state = JobState::kWaitingForWorkers;
   uint32_t slot_base = 0;  // first pool slot of the job's range
+  // The job-relative slots this switch holds, at pool slots [slot_base, slot_base +
+  // held_slots.count): all of spec.num_slots, or a shard's share (control::JobLayout). A
+  // standalone controller's merged view of a job on several switches: all of them.
+  control::SlotRange held_slots;
   uint32_t num_registered = 0;
   std::vector<JobWorkerInfo> workers;  // registered ranks, ascending
   JobCounters counters;
@@ -241,8 +251,14 @@ struct SlotInfo {
   SlotSetInfo sets[2];
 };
 
-// Job 0, the reference session (JobTable::kReferenceJobId in job_table.h).
+// Job 0, the reference session (dataplane::JobTable::kReferenceJobId).
 inline constexpr uint32_t kReferenceJobId = 0;
+
+// What a worker of a job on several switches is told: shard 0's answer with each worker
+// thread's route taken from the shard that serves it (whose address it carries). `shards[s]`
+// is shard s's answer to the same registration, its ipv4 filled in. InternalError naming the
+// shard that gives no port for one of its threads.
+StatusOr<SwitchInfo> MergeShardAnswers(const std::vector<SwitchInfo>& shards);
 
 class SwitchControl {
  public:
@@ -279,7 +295,7 @@ class SwitchControl {
   virtual StatusOr<JobInfo> GetJob(uint32_t job_id) const = 0;
   virtual JobList ListJobs() const = 0;
   // Slots [first_slot, first_slot + count) of a job (job_id 0 = the reference UdpSession
-  // session), clipped to the job's range. Errors: NotFound, InvalidArgument (count 0 or
+  // session), clipped to the slots this switch holds (JobInfo::held_slots). Errors: NotFound, InvalidArgument (count 0 or
   // > 1024).
   virtual StatusOr<std::vector<SlotInfo>> InspectSlots(uint32_t job_id, uint32_t first_slot,
                                                        uint32_t count) const = 0;
@@ -290,4 +306,4 @@ class SwitchControl {
   virtual Status CheckJobAccess(uint32_t job_id, const std::string& token) const = 0;
 };
 
-}  // namespace switchml::dataplane
+}  // namespace switchml::control
