@@ -18,7 +18,8 @@ RATE_MBIT=${2:?rate in Mbit/s}
 source "$(dirname "$0")/lib.sh"
 require_netns
 
-NAME=$(printf 'smlsw%04x' $((RANDOM ^ ($$ & 0xffff))))
+sml_netns_sweep smlsw  # the cluster of an earlier run killed before its cleanup
+NAME=$(sml_netns_owner smlsw)
 WORKERS=4 SWITCHES=3 SECONDS_PER_RUN=1.5
 sml_at_exit "'$CLUSTER_SH' down --name $NAME >/dev/null 2>&1"
 "$CLUSTER_SH" up --name "$NAME" --workers "$WORKERS" --switches "$SWITCHES" --rate "${RATE_MBIT}mbit" \
