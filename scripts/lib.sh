@@ -54,7 +54,8 @@
 #                           foreground command, that command gets SIGTERM too, after 2 s. Installs
 #                           the exit trap (which stops the watchdog when the script ends in time).
 #                           Give a test one below its CTest TIMEOUT: CTest kills a test without
-#                           running its trap. The watchdog is a child of the script: wait for
+#                           running its trap. The watchdog ends (within a second) if the script
+#                           dies without its trap (SIGKILL). The watchdog is a child of the script: wait for
 #                           PIDs, never a bare `wait` (which would wait for the watchdog too).
 # Waiting (SECONDS may be fractional)
 #   sml_wait_for SECONDS WHAT CMD...   runs CMD every $SML_POLL_S (0.05) s until it succeeds; after
@@ -263,7 +264,10 @@ sml_deadline() {
   local secs=$1 what=${2:-${SML_PROG:-${0##*/}}} main=$BASHPID
   (
     trap - EXIT INT TERM
-    sleep "$secs"
+    # Checked every second: a script that was killed (SIGKILL) takes its watchdog with it, which
+    # would otherwise keep the script's output open (CTest waits for it) and could signal a
+    # stranger that got the pid.
+    SML_POLL_S=1 sml_wait_for "$secs" "" _sml_gone "$main" && exit 0
     echo "FAIL: $what: deadline of $secs s passed; stopping the test" >&2
     kill -TERM "$main" 2>/dev/null || exit 0
     sleep 2
