@@ -42,6 +42,12 @@ require_netns() {
   ip netns del "$probe"
 }
 
+# netns_has_pids NS...: true when a process runs inside every namespace NS.
+netns_has_pids() {
+  local ns
+  for ns in "$@"; do [[ -n "$(ip netns pids "$ns" 2>/dev/null)" ]] || return 1; done
+}
+
 # --------------------------------------------------------------------------------------------
 # The fixture's cluster
 

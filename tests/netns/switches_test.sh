@@ -169,8 +169,7 @@ RIP1=${w_ips[0]} RIP2=${w_ips[1]} pair sw1 sw1 w0 w1 switch1-to-workers
 # --- 6. down ------------------------------------------------------------------------------------
 "${CX[@]}" sw2 -- sleep 300 &
 sleeper=$!
-has_pids() { [[ -n "$(ip netns pids "$1" 2>/dev/null)" ]]; }
-sml_wait_for 5 "a process inside $NAME-sw2" has_pids "$NAME-sw2" ||
+sml_wait_for 5 "a process inside $NAME-sw2" netns_has_pids "$NAME-sw2" ||
     fail "the process started in sw2 does not show in the namespace"
 "$CLUSTER_SH" down --name "$NAME" > "$WORK/down.log" 2>&1 || { cat "$WORK/down.log"; fail "down failed"; }
 left=$(leftovers "$NAME")

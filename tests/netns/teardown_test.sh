@@ -26,7 +26,6 @@ assert_gone() {  # NAME WHAT
   local left; left=$(leftovers "$1")
   [[ -z "$left" ]] || fail "$2: cluster '$1' left behind: $(echo $left)"
 }
-alive() { kill -0 "$1" 2>/dev/null; }
 
 # --- 1. failing test in a subshell with a trap -------------------------------------------------
 set +e
@@ -40,8 +39,7 @@ set +e
   echo $! > "$WORK/pid-w1"
   "$CLUSTER_SH" exec --name "$A" --host sw -- sleep 300 &
   echo $! > "$WORK/pid-sw"
-  for _ in $(seq 50); do [[ -n "$(ip netns pids "$A-sw")" && -n "$(ip netns pids "$A-w1")" ]] && break; sleep 0.1; done
-  [[ -n "$(ip netns pids "$A-sw")" ]] || exit 92
+  sml_wait_for 10 "processes inside $A-sw and $A-w1" netns_has_pids "$A-sw" "$A-w1" || exit 92
   # `up` on an existing name fails and leaves the cluster intact.
   if "$CLUSTER_SH" up --name "$A" --workers 1 2> "$WORK/dup.err"; then exit 93; fi
   grep -q "already exists" "$WORK/dup.err" || exit 94
@@ -54,8 +52,7 @@ set -e
 assert_gone "$A" "after a failed test"
 for f in pid-w1 pid-sw; do
   p=$(cat "$WORK/$f")
-  for _ in $(seq 20); do alive "$p" || break; sleep 0.1; done
-  ! alive "$p" || fail "process $p started inside the cluster survived its teardown"
+  sml_wait_gone "$p" 5 "" || fail "process $p started inside the cluster survived its teardown"
 done
 pass "a failing test's EXIT trap removed everything of '$A', including its processes"
 
@@ -85,8 +82,7 @@ rm -f "/tmp/switchml-cluster-$B.env"  # a crash can also lose the state file: do
 "$CLUSTER_SH" down --name "$B" >/dev/null || fail "down of the leftovers failed"
 assert_gone "$B" "down of a crashed run"
 p=$(cat "$WORK/pid-b")
-for _ in $(seq 20); do alive "$p" || break; sleep 0.1; done
-! alive "$p" || fail "a process of the crashed run survived down"
+sml_wait_gone "$p" 5 "" || fail "a process of the crashed run survived down"
 [[ $(ip netns list | grep -c "^$C-") == 4 ]] || fail "down of '$B' touched cluster '$C'"
 "$CLUSTER_SH" down --name "$C" >/dev/null
 assert_gone "$C" "down"
@@ -158,8 +154,7 @@ done
 ip netns exec "${tag}_$dead-h" sleep 300 &
 inside=$!
 sml_track "$inside"
-has_pids() { [[ -n "$(ip netns pids "$1" 2>/dev/null)" ]]; }
-sml_wait_for 5 "a process inside ${tag}_$dead-h" has_pids "${tag}_$dead-h" || fail "sweep: no process inside the dead run's namespace (test setup)"
+sml_wait_for 5 "a process inside ${tag}_$dead-h" netns_has_pids "${tag}_$dead-h" || fail "sweep: no process inside the dead run's namespace (test setup)"
 sml_netns_sweep "$tag" 2> "$WORK/sweep.err" || fail "sml_netns_sweep failed: $(cat "$WORK/sweep.err")"
 for n in "${tag}_$dead" "${tag}_${stranger}_x"; do
   [[ -z $(leftovers "$n") ]] || fail "sweep: the leftovers of the dead run $n are still there: $(echo $(leftovers "$n"))"
