@@ -107,8 +107,12 @@ mkdir -p "$OUT/logs"
 OUT="$(cd "$OUT" && pwd)"
 TOP="$OUT"
 
-# The cluster: a unique name, removed whatever happens.
-NAME="smlbdc$$"
+# The cluster: a unique name, removed whatever happens; first the cluster of an earlier run that
+# was killed before its cleanup. Under CTest (SML_DEADLINE_S, below the test's TIMEOUT) the run
+# fails on its own deadline, which removes the cluster: CTest's kill would not.
+sml_netns_sweep smlbdc
+NAME=$(sml_netns_owner smlbdc)
+[[ -z ${SML_DEADLINE_S:-} ]] || sml_deadline "$SML_DEADLINE_S" "${0##*/}"
 rate_args=()
 [ "$RATE" = none ] || rate_args=(--rate "$RATE")
 echo "# datacenter scenario: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -159,8 +159,10 @@ TOKEN_FILE="$OUT/logs/operator-token"
 # shellcheck disable=SC2016  # expanded at exit
 sml_at_exit 'rm -f "$TOKEN_FILE"'
 
-# The cluster: a unique name, removed at exit whatever happens (after the runs' processes stop).
-NAME="smlbso$$"
+# The cluster: a unique name, removed at exit whatever happens (after the runs' processes stop);
+# first the cluster of an earlier run that was killed before its cleanup.
+sml_netns_sweep smlbso
+NAME=$(sml_netns_owner smlbso)
 # shellcheck disable=SC2016  # expanded at exit
 sml_at_exit '"$CLUSTER" down --name "$NAME" >/dev/null 2>&1 || true'
 T0=$SECONDS

@@ -63,3 +63,23 @@ function(switchml_export_headers target prefix)
   endforeach()
   target_include_directories(${target} PUBLIC ${root})
 endfunction()
+
+# switchml_test_deadlines(): gives every test of the calling directory that has a TIMEOUT the
+# environment variable SML_DEADLINE_S = TIMEOUT less a tenth (at least 10 s). The shell tests
+# (scripts/lib.sh sml_deadline, through tests/e2e/lib.sh and tests/netns/lib.sh) fail on that
+# deadline and clean up what they made; CTest, killing a test at its TIMEOUT, skips a test's
+# cleanup. Call it after the directory's last add_test.
+function(switchml_test_deadlines)
+  get_property(tests DIRECTORY PROPERTY TESTS)
+  foreach(t IN LISTS tests)
+    get_test_property(${t} TIMEOUT timeout)
+    if(timeout)
+      math(EXPR margin "${timeout} / 10")
+      if(margin LESS 10)
+        set(margin 10)
+      endif()
+      math(EXPR deadline "${timeout} - ${margin}")
+      set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "SML_DEADLINE_S=${deadline}")
+    endif()
+  endforeach()
+endfunction()

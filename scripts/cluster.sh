@@ -329,23 +329,8 @@ do_up() {
 # ---------------------------------------------------------------------------------------------
 # down
 
-# Pids of the processes inside namespace $1, minus this script, its ancestors and its descendants
-# (so that `down` run from inside a cluster host kills neither itself nor its own helpers).
-parent_of() { awk '{print $4}' "/proc/$1/stat" 2>/dev/null || echo 0; }
-ns_pids() {
-  local p a self=" $$ "
-  a=$(parent_of $$)
-  while [[ "$a" -gt 1 ]]; do self+=" $a "; a=$(parent_of "$a"); done
-  for p in $(ip netns pids "$1" 2>/dev/null || true); do
-    [[ "$self" == *" $p "* || ! -e /proc/$p ]] && continue  # gone: e.g. `ip netns pids` itself
-    a=$p
-    while [[ "$a" -gt 1 && "$a" != "$$" ]]; do a=$(parent_of "$a"); done
-    [[ "$a" == "$$" ]] || echo "$p"
-  done
-}
-
 do_down() {
-  local sf namespaces ns pids
+  local sf namespaces
   sf=$(state_file "$NAME")
   namespaces=$(cluster_namespaces "$NAME")
   if [[ -z "$namespaces" && ! -e "$sf" ]]; then
@@ -353,20 +338,11 @@ do_down() {
     return 0
   fi
   # Stop the processes first (all namespaces at once, so that a peer does not hang), then remove
-  # the namespaces; deleting a namespace destroys the veth ends inside it.
-  pids=""
-  for ns in $namespaces; do pids+=" $(ns_pids "$ns" | tr '\n' ' ')"; done
-  pids=$(echo $pids)
-  if [[ -n "$pids" ]]; then
-    note "cluster '$NAME': stopping processes $pids"
-    # shellcheck disable=SC2086
-    sml_terminate 2 $pids
-    [[ -z "$SML_KILLED" ]] || note "cluster '$NAME': killed $SML_KILLED"
-  fi
+  # the namespaces; deleting a namespace destroys the veth ends inside it. Never this script or
+  # its ancestors (`down` may run from inside a cluster host).
   local failed=0
-  for ns in $namespaces; do
-    ip netns del "$ns" 2>/dev/null || { ns_exists "$ns" && { note "could not delete namespace $ns"; failed=1; }; }
-  done
+  # shellcheck disable=SC2086
+  sml_netns_remove $namespaces || failed=1
   rm -f "$sf" "$sf".tmp.*
   if ((failed)); then return 1; fi
   echo "cluster '$NAME' removed ($(echo $namespaces | wc -w) namespaces)"

@@ -54,7 +54,8 @@
 #                           foreground command, that command gets SIGTERM too, after 2 s. Installs
 #                           the exit trap (which stops the watchdog when the script ends in time).
 #                           Give a test one below its CTest TIMEOUT: CTest kills a test without
-#                           running its trap. The watchdog is a child of the script: wait for
+#                           running its trap. The watchdog ends (within a second) if the script
+#                           dies without its trap (SIGKILL). The watchdog is a child of the script: wait for
 #                           PIDs, never a bare `wait` (which would wait for the watchdog too).
 # Waiting (SECONDS may be fractional)
 #   sml_wait_for SECONDS WHAT CMD...   runs CMD every $SML_POLL_S (0.05) s until it succeeds; after
@@ -78,6 +79,22 @@
 #   sml_start_switch [OPTIONS] [--] [SWITCH FLAGS...]   `$SWITCHML switch`, see the function
 #   sml_start_controller [OPTIONS] [--] [CONTROLLER FLAGS...]   `$SWITCHML controller`, likewise
 #   sml_stop_switch [SECONDS]   sml_stop of the switch sml_start_switch started last
+# Network namespaces (root only). A script names what it creates after itself: TAG_PID (TAG a
+# few letters of its own, PID its $$, e.g. namespaces TAG_PID-sw or a cluster TAG_PID_a), so
+# that a later run can tell an earlier run's leftovers from a live run's.
+#   sml_netns_pids NS...    pids of the processes inside the namespaces, but for this shell and
+#                           its ancestors (a script run from inside one never stops itself)
+#   sml_netns_remove NS...  stops the processes inside them (sml_terminate, $SML_KILL_GRACE_S,
+#                           default 2 s), then deletes them, which destroys their interfaces with
+#                           their addresses, routes, neighbour entries, qdiscs and iptables
+#                           rules; returns 1 (saying which) if one could not be deleted
+#   sml_netns_owner TAG     prints TAG_$$: the name prefix of what this run creates
+#   sml_netns_sweep TAG     removes what earlier runs of this script left behind, killed before
+#                           their cleanup (SIGKILL, a CTest timeout): the namespaces named
+#                           TAG_PID-* or TAG_PID_X-* whose PID no longer runs this script (by
+#                           its file name), with sml_netns_remove, and the emulated-cluster state
+#                           files /tmp/switchml-cluster-TAG_PID[_X].env of such runs
+#                           (scripts/cluster.sh); says on stderr what it removed
 
 # Sourcing it again (e.g. through bench/scenario_lib.sh) changes nothing: the tracked processes
 # and exit commands so far stay.
@@ -247,7 +264,10 @@ sml_deadline() {
   local secs=$1 what=${2:-${SML_PROG:-${0##*/}}} main=$BASHPID
   (
     trap - EXIT INT TERM
-    sleep "$secs"
+    # Checked every second: a script that was killed (SIGKILL) takes its watchdog with it, which
+    # would otherwise keep the script's output open (CTest waits for it) and could signal a
+    # stranger that got the pid.
+    SML_POLL_S=1 sml_wait_for "$secs" "" _sml_gone "$main" && exit 0
     echo "FAIL: $what: deadline of $secs s passed; stopping the test" >&2
     kill -TERM "$main" 2>/dev/null || exit 0
     sleep 2
@@ -414,3 +434,65 @@ sml_start_controller() {
 }
 
 sml_stop_switch() { sml_stop "$SW_PID" "${1:-10}" switch; }
+
+# ---------------------------------------------------------------------------------------------
+# Network namespaces
+
+sml_netns_pids() {
+  local ns p a self=" "
+  a=$BASHPID
+  while ((a > 1)); do self+="$a "; _sml_stat "$a" && a=$_SML_PPID || a=0; done
+  for ns in "$@"; do
+    for p in $(ip netns pids "$ns" 2>/dev/null || true); do
+      # Not this shell or an ancestor; not gone (e.g. `ip netns pids` itself).
+      [[ $self == *" $p "* ]] || ! sml_alive "$p" || echo "$p"
+    done
+  done
+}
+
+sml_netns_remove() {
+  local ns rc=0 pids
+  (($#)) || return 0
+  mapfile -t pids < <(sml_netns_pids "$@")
+  ((${#pids[@]} == 0)) || sml_terminate "${SML_KILL_GRACE_S:-2}" "${pids[@]}"
+  for ns in "$@"; do
+    ip netns del "$ns" 2>/dev/null && continue
+    [[ ! -e /run/netns/$ns ]] && continue  # already gone
+    echo "${SML_PROG:-${0##*/}}: could not delete network namespace $ns" >&2
+    rc=1
+  done
+  return "$rc"
+}
+
+sml_netns_owner() { echo "${1:?sml_netns_owner: TAG}_$$"; }
+
+# _sml_runs_this_script PID: PID is alive and its command line names this script's file.
+_sml_runs_this_script() {
+  local cmd
+  sml_alive "$1" || return 1
+  cmd=$(tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null) || return 1
+  [[ " $cmd" == *"/${0##*/} "* || " $cmd" == *" ${0##*/} "* ]]
+}
+
+sml_netns_sweep() {
+  local tag=${1:?sml_netns_sweep: TAG} ns f pid gone=() files=()
+  local -A live=()
+  _sml_owner_dead() {  # NAME: TAG_PID[_X][-...]; true if PID no longer runs this script
+    [[ $1 =~ ^${tag}_([0-9]+)(_[A-Za-z0-9]+)?($|-|\.env$) ]] || return 1
+    pid=${BASH_REMATCH[1]}
+    if [[ -z ${live[$pid]+x} ]]; then
+      if _sml_runs_this_script "$pid"; then live[$pid]=1; else live[$pid]=0; fi
+    fi
+    ((live[$pid] == 0))
+  }
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
+    _sml_owner_dead "$ns" && gone+=("$ns")
+  done
+  for f in /tmp/switchml-cluster-"${tag}"_*.env; do
+    [[ -e $f ]] && _sml_owner_dead "${f#/tmp/switchml-cluster-}" && files+=("$f")
+  done
+  ((${#gone[@]} + ${#files[@]})) || return 0
+  echo "${SML_PROG:-${0##*/}}: removing what earlier runs left behind: ${gone[*]} ${files[*]}" >&2
+  rm -f ${files[@]+"${files[@]}"}
+  sml_netns_remove ${gone[@]+"${gone[@]}"}
+}

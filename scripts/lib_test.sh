@@ -127,7 +127,13 @@ run_bash "$T/deadline2.log" "sml_deadline 30; echo \$SML_DEADLINE_PID > '$T/dl-w
 ((RC == 0)) && grep -qx done "$T/deadline2.log" || fail "sml_deadline in a script that ends in time: exit $RC"
 q=$(cat "$T/dl-watchdog")
 sml_wait_gone "$q" 5 "the watchdog of a finished script" || fail "sml_deadline's watchdog $q outlived its script"
-pass "sml_deadline: exit 130 within $took ms of a 0.5 s deadline (blocked in a foreground command), processes stopped, logs kept; no watchdog left after a script that ends in time"
+# A script SIGKILLed (no trap runs) takes its watchdog with it: it would keep the script's output
+# open, and CTest would wait for it until the deadline.
+run_bash "$T/deadline3.log" "sml_deadline 60; echo \$SML_DEADLINE_PID > '$T/dl-watchdog3'; kill -KILL \$\$"
+((RC == 137)) || fail "sml_deadline: a script killing itself exited $RC, expected 137"
+q=$(cat "$T/dl-watchdog3")
+sml_wait_gone "$q" 5 "the watchdog of a SIGKILLed script" || fail "sml_deadline's watchdog $q outlived its SIGKILLed script"
+pass "sml_deadline: exit 130 within $took ms of a 0.5 s deadline (blocked in a foreground command), processes stopped, logs kept; no watchdog left after a script that ends in time or is SIGKILLed"
 
 # --- a switch
 if [[ -n "$SWITCHML" ]]; then

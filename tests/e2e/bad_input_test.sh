@@ -60,7 +60,15 @@ for b in bad:
     s.sendto(b, ("127.0.0.1", port))
 s.sendto(bytes(70000 // 2), ("127.0.0.1", port))   # oversized
 PY
-sleep 0.3
+# The switch has read them all (the counters asserted below, live) before the job starts.
+malformed_counted() {
+  "$SWITCHML" jobs list --controller 127.0.0.1:$CTL_PORT --json > "$WORK/live.json" 2>/dev/null &&
+    [ "$(json_get "$WORK/live.json" "(lambda c: c['decode_truncated'] >= 2 and c['decode_unknown_msg_type'] >= 1 and
+         c['decode_unsupported_size_code'] >= 2 and c['decode_length_mismatch'] >= 2 and
+         c['unknown_sender'] >= 1)(j['switch_counters'])")" = True ]
+}
+sml_wait_for 30 "the switch to count the malformed datagrams" malformed_counted ||
+  { cat "$WORK/live.json"; fail "the switch did not count the malformed datagrams within 30 s"; }
 for r in 0 1; do
   "$SWITCHML" allreduce --rank $r --workers 2 --controller 127.0.0.1:$CTL_PORT --type int32 --count 100000 \
       --json "$WORK/r$r.json" > "$WORK/r$r.log" 2>&1 &

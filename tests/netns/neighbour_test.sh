@@ -6,7 +6,7 @@
 # start; without the flag (the default) it installs none.
 # Usage: neighbour_test.sh SWITCHML_BINARY REF_WORKER_BINARY
 #
-# Namespaces of its own (always removed, also on failure and at this script's own deadline): a
+# Namespaces of its own (always removed, also on failure and at the test's deadline): a
 # switch host sw (eth0 10.82.1.254/24, default route via the gateway), a gateway gw
 # (10.82.1.1, answers ARP) and a client host cl (10.82.1.50) from which
 # switchml_ref_worker --register-only registers "workers" with any IPv4 and MAC, on a bridge in a
@@ -25,44 +25,18 @@
 #     registering 127.0.0.1 with a MAC leaves lo's neighbour table empty and loopback working;
 #     --io raw --neighbour-entries is refused.
 # Skips (exit 77) without root or network namespaces.
-set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 SWITCHML=${1:?usage: neighbour_test.sh SWITCHML_BINARY REF_WORKER_BINARY}
 REF=${2:?usage: neighbour_test.sh SWITCHML_BINARY REF_WORKER_BINARY}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export SWITCHML
-DEADLINE_S=${DEADLINE_S:-100}  # below the CTest TIMEOUT, so that the cleanup always runs
 
-[[ $(id -u) == 0 ]] || skip "neighbour entries need root (network namespaces, CAP_NET_ADMIN)"
-command -v ip >/dev/null || skip "ip (iproute2) is not installed"
-command -v python3 >/dev/null || skip "python3 is not installed (tests/netns/nettool.py ping)"
-probe="smlnbrp$$"
-ip netns add "$probe" 2>/dev/null || skip "cannot create network namespaces here"
-ip netns del "$probe"
+require_netns python3
 switch_help=$("$SWITCHML" switch --help 2>&1)  # not piped into grep -q: SIGPIPE + pipefail
 grep -q -- '--neighbour-entries' <<<"$switch_help" || fail "$SWITCHML switch has no --neighbour-entries"
 
-# Namespaces of earlier runs of this test that were killed before their cleanup (their pid is gone).
-for ns in $(ip netns list | awk '{print $1}' | grep -E '^smlnbr[0-9]+-' || true); do
-  pid=${ns#smlnbr}
-  pid=${pid%%-*}
-  kill -0 "$pid" 2>/dev/null || ip netns del "$ns" 2>/dev/null || true
-done
-
-sml_work_dir switchml-neighbour
 sml_operator_token
-P="smlnbr$$"
-HOSTS=(sw gw cl br)
-ns_of() { echo "$P-$1"; }
+own_namespaces smlnbr
 SW=$(ns_of sw)
-cleanup() {
-  local h
-  for h in "${HOSTS[@]}"; do ip netns del "$(ns_of "$h")" 2>/dev/null || true; done
-}
-sml_at_exit cleanup
-# This script's own deadline: SIGTERM to itself, whose trap exits through the cleanup (every
-# step in between is bounded too: pings of 2 s, registrations --timeout-s, sml waits).
-(sleep "$DEADLINE_S" && echo "neighbour_test: deadline of $DEADLINE_S s reached" >&2 && kill -TERM $$) &
-sml_track $!
 
 DATA=10.82.1
 SW_IP=$DATA.254
@@ -72,25 +46,16 @@ OP_IP=$DATA.9
 OP_MAC=02:5e:82:00:00:09
 
 # --- Topology --------------------------------------------------------------------------------
-ip netns add "$(ns_of br)"
-ip -n "$(ns_of br)" link add name br0 type bridge
-ip -n "$(ns_of br)" link set br0 up
+netns_add br sw gw cl
+netns_bridges br br0
 for h in sw gw cl; do
   case $h in sw) octet=254 ;; gw) octet=1 ;; cl) octet=50 ;; esac
-  ns=$(ns_of "$h")
-  ip netns add "$ns"
-  ip -n "$ns" link set lo up
-  ip link add eth0 netns "$ns" address "02:5e:82:00:00:$(printf %02x "$octet")" type veth \
-    peer name "v-$h" netns "$(ns_of br)"
-  ip -n "$(ns_of br)" link set "v-$h" master br0 up
-  ip -n "$ns" addr add "$DATA.$octet/24" dev eth0
-  ip -n "$ns" link set eth0 up
+  netns_bridge_port "$h" eth0 "02:5e:82:00:00:$(printf %02x "$octet")" br br0 "v-$h"
+  ip -n "$(ns_of "$h")" addr add "$DATA.$octet/24" dev eth0
 done
 ip -n "$SW" route add default via "$GW_IP" dev eth0
 ip -n "$SW" neigh add "$OP_IP" lladdr "$OP_MAC" dev eth0 nud permanent  # the operator's
 
-in_sw() { exec ip netns exec "$SW" "$@"; }
-NETTOOL="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/nettool.py"
 # ping IP: one ICMP echo from the switch host, answered within 2 s.
 ping_from_sw() { ip netns exec "$SW" python3 "$NETTOOL" ping "$1" --count 1 --timeout 2 >/dev/null; }
 # The switch host reaches the gateway (by ARP) and the client host, and its own loopback.

@@ -25,35 +25,20 @@
 #    copied_frames), the TPACKET_V3 ring; and with --no-gso the same datagrams one frame each
 #    (nothing split).
 # Skips (exit 77) without root or network namespaces.
-set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 RAW_RATE=${1:?usage: raw_channel_test.sh RAW_RATE_BINARY}
-NETTOOL="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/nettool.py"
-PYTHON=${PYTHON:-python3}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-[[ $(id -u) == 0 ]] || skip "the raw channel needs root (CAP_NET_RAW and network namespaces)"
-command -v ip >/dev/null || skip "ip (iproute2) is not installed"
-probe="smlrawp$$"
-ip netns add "$probe" 2>/dev/null || skip "cannot create network namespaces here"
-ip netns del "$probe"
-
-sml_work_dir switchml-raw-channel
-A="smlraw$$a"
-B="smlraw$$b"
+require_netns
+own_namespaces smlraw
 VA="rw$$a"
 VB="rw$$b"
 NET="10.78.$(($$ % 250))"
-cleanup() { ip netns del "$A" 2>/dev/null || true; ip netns del "$B" 2>/dev/null || true; }
-sml_at_exit cleanup
-ip netns add "$A"
-ip netns add "$B"
-ip link add "$VA" netns "$A" address 02:00:00:78:00:01 type veth peer name "$VB" netns "$B" \
-  address 02:00:00:78:00:02
+netns_add a b
+A=$(ns_of a)
+B=$(ns_of b)
+netns_veth a "$VA" 02:00:00:78:00:01 b "$VB" 02:00:00:78:00:02
 ip -n "$A" addr add "$NET.1/24" dev "$VA"
 ip -n "$B" addr add "$NET.2/24" dev "$VB"
-for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
-ip -n "$A" link set "$VA" up
-ip -n "$B" link set "$VB" up
 
 # snmp_field PROTO FIELD: a counter from A's /proc/net/snmp.
 snmp_field() {

@@ -25,43 +25,20 @@
 #     drops its datagrams; the switch warns once, naming the kernel counters that rose, and its
 #     counters (--counters-json) carry kernel_ip_in_hdr_errors > 0.
 # Skips (exit 77) without root or network namespaces.
-set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 usage="usage: reference_burst_test.sh SWITCHML_BINARY REF_WORKER_BINARY OPERATIONS_MD"
 SWITCHML=${1:?$usage}
 REF=${2:?$usage}
 DOC=${3:?$usage}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export SWITCHML
 
-[[ $(id -u) == 0 ]] || skip "reference-style workers need root (AF_PACKET, network namespaces)"
-command -v ip >/dev/null || skip "ip (iproute2) is not installed"
-command -v bridge >/dev/null || skip "bridge (iproute2) is not installed"
-probe="smlbstp$$"
-ip netns add "$probe" 2>/dev/null || skip "cannot create network namespaces here"
-ip netns del "$probe"
-
-sml_work_dir switchml-ref-burst
+require_netns bridge
 sml_operator_token
-P="smlbst$$"
-BR="$P-br"
-SW="$P-sw"
-HOSTS=(sw w0 w1 w2 w3)
-DATA=10.82.1
-MGMT=10.82.2
-SW_IP=$DATA.254
-SW_MAC=02:5e:11:00:00:fe
+own_namespaces smlbst
 N=4
 WINDOW=256
 EPP=256
 COUNT=$((2 * WINDOW * EPP))  # two windows per worker
-ns_of() { echo "$P-$1"; }
-cleanup() {
-  local h
-  # A switch stopped by this test would not see SIGTERM.
-  [[ -z ${SW_PID:-} ]] || kill -CONT "$SW_PID" 2>/dev/null || true
-  for h in "${HOSTS[@]}" br; do ip netns del "$(ns_of "$h")" 2>/dev/null || true; done
-}
-sml_at_exit cleanup
 
 # --- The documented example --------------------------------------------------------------------
 ini=$(awk '/^## Serving reference clients/ {s = 1} s && /^```ini/ {c = 1; next} c && /^```/ {exit} c' "$DOC")
@@ -76,37 +53,7 @@ ini_value() { sed -n "s/^$1 *= *\([^ #]*\).*/\1/p" <<<"$ini" | head -1; }
 pass "docs: the example switchml.cfg has no comment after a value and is what this test runs ($N workers x window $WINDOW, packets of $EPP, one thread)"
 
 # --- Topology ----------------------------------------------------------------------------------
-no_ipv6() { ip netns exec "$1" sh -c 'for f in /proc/sys/net/ipv6/conf/all/disable_ipv6 /proc/sys/net/ipv6/conf/default/disable_ipv6; do [ ! -e $f ] || echo 1 > $f; done'; }
-ip netns add "$BR"
-no_ipv6 "$BR"
-ip -n "$BR" link add name brdata type bridge
-ip -n "$BR" link add name brmgmt type bridge
-for f in /proc/sys/net/bridge/bridge-nf-call-iptables /proc/sys/net/bridge/bridge-nf-call-arptables; do
-  ip netns exec "$BR" sh -c "[ ! -e $f ] || echo 0 > $f"
-done
-ip -n "$BR" link set brdata up
-ip -n "$BR" link set brmgmt up
-for h in "${HOSTS[@]}"; do
-  ns=$(ns_of "$h")
-  if [[ $h == sw ]]; then octet=254 dmac=$SW_MAC; else octet=$((${h#w} + 1)) dmac=02:5e:11:00:00:0$((${h#w} + 1)); fi
-  ip netns add "$ns"
-  no_ipv6 "$ns"
-  ip -n "$ns" link set lo up
-  ip link add eth0 netns "$ns" address "$dmac" type veth peer name "d-$h" netns "$BR"
-  ip link add mgmt0 netns "$ns" address "02:5e:12:00:00:$(printf %02x "$octet")" type veth \
-    peer name "m-$h" netns "$BR"
-  ip -n "$BR" link set "d-$h" master brdata up
-  ip -n "$BR" link set "m-$h" master brmgmt up
-  ip -n "$ns" addr add "$DATA.$octet/24" dev eth0
-  ip -n "$ns" addr add "$MGMT.$octet/24" dev mgmt0
-  if [[ $h != sw ]]; then
-    ip -n "$ns" link set eth0 arp off
-  fi
-  ip -n "$ns" link set eth0 up
-  ip -n "$ns" link set mgmt0 up
-  [[ $h == sw ]] || ip -n "$ns" route add "$SW_IP/32" via "$MGMT.254" dev mgmt0
-done
-in_sw() { exec ip netns exec "$SW" "$@"; }
+ref_topology 10.82.1 10.82.2 1 sw w0 w1 w2 w3
 fdb_has_switch() {  # captured first: grep -q on a pipe + pipefail fails on SIGPIPE
   local fdb; fdb=$(bridge -n "$BR" fdb show br brdata) || return 1
   grep -qi "^$SW_MAC dev d-sw " <<<"$fdb"

@@ -24,75 +24,26 @@
 #     a worker with the reference checksums gets no result from this switch (the kernel drops them).
 #  c) in both modes the MAC the UdpSession reply advertised is the switch's eth0 MAC.
 # Skips (exit 77) without root or network namespaces.
-set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 SWITCHML=${1:?usage: reference_clients_test.sh SWITCHML_BINARY REF_WORKER_BINARY}
 REF=${2:?usage: reference_clients_test.sh SWITCHML_BINARY REF_WORKER_BINARY}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export SWITCHML
 
-[[ $(id -u) == 0 ]] || skip "reference-style workers need root (AF_PACKET, network namespaces)"
-command -v ip >/dev/null || skip "ip (iproute2) is not installed"
-probe="smlrefp$$"
-ip netns add "$probe" 2>/dev/null || skip "cannot create network namespaces here"
-ip netns del "$probe"
+require_netns
 # Captured first: `grep -q` stops reading at its first match, and the rest of the help then gets
 # SIGPIPE, which pipefail would report as a missing option.
 switch_help=$("$SWITCHML" switch --help 2>&1)
 grep -q -- '--io' <<<"$switch_help" || fail "$SWITCHML switch has no --io option"
 
-sml_work_dir switchml-ref-clients
 sml_operator_token
-P="smlref$$"
-BR="$P-br"
-SW="$P-sw"
-HOSTS=(sw w0 w1 w2)
+own_namespaces smlref
 DATA=10.81.1
-MGMT=10.81.2
-SW_IP=$DATA.254
-SW_MAC=02:5e:01:00:00:fe
 TIMEOUT_S=30
-ns_of() { echo "$P-$1"; }
-cleanup() {
-  local h
-  for h in "${HOSTS[@]}" br; do ip netns del "$(ns_of "$h")" 2>/dev/null || true; done
-}
-sml_at_exit cleanup
 
 # --- Topology --------------------------------------------------------------------------------
-ip netns add "$BR"
-ip -n "$BR" link add name brdata type bridge
-ip -n "$BR" link add name brmgmt type bridge
-# With br_netfilter loaded, bridged IPv4 goes through iptables, which first drops every frame with
-# a bad IPv4 header checksum (all of the reference client's). An Ethernet switch checks none.
-for f in /proc/sys/net/bridge/bridge-nf-call-iptables /proc/sys/net/bridge/bridge-nf-call-arptables; do
-  ip netns exec "$BR" sh -c "[ ! -e $f ] || echo 0 > $f"
-done
-ip -n "$BR" link set brdata up
-ip -n "$BR" link set brmgmt up
-for h in "${HOSTS[@]}"; do
-  ns=$(ns_of "$h")
-  # worker w<k>: 10.81.1.<k+1>, MAC 02:5e:01:00:00:0<k+1>
-  if [[ $h == sw ]]; then octet=254 dmac=$SW_MAC; else octet=$((${h#w} + 1)) dmac=02:5e:01:00:00:0$((${h#w} + 1)); fi
-  ip netns add "$ns"
-  ip -n "$ns" link set lo up
-  ip link add eth0 netns "$ns" address "$dmac" type veth peer name "d-$h" netns "$BR"
-  ip link add mgmt0 netns "$ns" address "02:5e:02:00:00:$(printf %02x "$octet")" type veth \
-    peer name "m-$h" netns "$BR"
-  ip -n "$BR" link set "d-$h" master brdata up
-  ip -n "$BR" link set "m-$h" master brmgmt up
-  ip -n "$ns" addr add "$DATA.$octet/24" dev eth0
-  ip -n "$ns" addr add "$MGMT.$octet/24" dev mgmt0
-  ip -n "$ns" link set eth0 up
-  ip -n "$ns" link set mgmt0 up
-  if [[ $h != sw ]]; then
-    ip -n "$ns" link set eth0 arp off
-    ip -n "$ns" route add "$SW_IP/32" via "$MGMT.254" dev mgmt0
-  fi
-done
+ref_topology "$DATA" 10.81.2 0 sw w0 w1 w2
 [[ $(ip -n "$SW" neigh show dev eth0 | grep -c .) == 0 ]] || fail "the switch host has neighbour entries before the test"
 pass "topology: switch $SW_IP ($SW_MAC) and 3 workers, ARP off on the workers' eth0"
-
-in_sw() { exec ip netns exec "$SW" "$@"; }
 
 # run_session TAG N TYPE COUNT WINDOW CHECKSUMS: N workers (w0..w(N-1)) in one session; each must
 # exit 0 with every element exact and report the switch's MAC; adds their frames to SESSION_SENT.

@@ -18,7 +18,8 @@ RATE_MBIT=${2:?rate in Mbit/s}
 source "$(dirname "$0")/lib.sh"
 require_netns
 
-NAME=$(printf 'smlsw%04x' $((RANDOM ^ ($$ & 0xffff))))
+sml_netns_sweep smlsw  # the cluster of an earlier run killed before its cleanup
+NAME=$(sml_netns_owner smlsw)
 WORKERS=4 SWITCHES=3 SECONDS_PER_RUN=1.5
 sml_at_exit "'$CLUSTER_SH' down --name $NAME >/dev/null 2>&1"
 "$CLUSTER_SH" up --name "$NAME" --workers "$WORKERS" --switches "$SWITCHES" --rate "${RATE_MBIT}mbit" \
@@ -168,8 +169,7 @@ RIP1=${w_ips[0]} RIP2=${w_ips[1]} pair sw1 sw1 w0 w1 switch1-to-workers
 # --- 6. down ------------------------------------------------------------------------------------
 "${CX[@]}" sw2 -- sleep 300 &
 sleeper=$!
-has_pids() { [[ -n "$(ip netns pids "$1" 2>/dev/null)" ]]; }
-sml_wait_for 5 "a process inside $NAME-sw2" has_pids "$NAME-sw2" ||
+sml_wait_for 5 "a process inside $NAME-sw2" netns_has_pids "$NAME-sw2" ||
     fail "the process started in sw2 does not show in the namespace"
 "$CLUSTER_SH" down --name "$NAME" > "$WORK/down.log" 2>&1 || { cat "$WORK/down.log"; fail "down failed"; }
 left=$(leftovers "$NAME")

@@ -19,10 +19,7 @@ N=$CLUSTER_WORKERS
 F32_N=$N
 while ((F32_N > 2 && (F32_N & (F32_N - 1)) == 0)); do F32_N=$((F32_N - 1)); done
 
-# Whatever happens, leave the shared cluster without loss rules for the other tests.
-# No process of this test survives it either.
-sml_at_exit "'$CLUSTER_SH' loss --name '$NAME' --to-switch 0 --from-switch 0 >/dev/null"
-sml_at_exit kill_cluster_processes
+# load_cluster starts and leaves the shared cluster without loss rules or processes inside.
 
 # dropped_packets: datagrams dropped so far by the loss rules of all hosts.
 dropped_packets() {
@@ -77,7 +74,6 @@ EOF
 }
 
 if [[ $LOSS == 0 ]]; then
-  "$CLUSTER_SH" loss --name "$NAME" --to-switch 0 --from-switch 0 >/dev/null
   for type in int32 float32; do run_job "$type" "clean-$type"; done
   exit 0
 fi

@@ -7,14 +7,18 @@
 #     new name, `list` shows them and `down` removes them;
 #  4. `down` of one prefix never touches a cluster whose name merely starts with it;
 #  5. `up` refuses an existing name without harming it, rejects bad arguments without creating
-#     anything, and rolls back what it created when a step fails half way.
+#     anything, and rolls back what it created when a step fails half way;
+#  6. sml_netns_sweep TAG (scripts/lib.sh; every netns test starts with it) removes the namespaces,
+#     processes and cluster state files of dead runs (TAG_PID whose PID is gone, or runs another
+#     program) and leaves those of a live run of the same script alone.
 # Uses clusters of its own (not the fixture's). Usage: teardown_test.sh CLUSTER_SH
 CLUSTER_SH=${1:?cluster.sh}
 source "$(dirname "$0")/lib.sh"
 require_netns
 
-base=$(printf 'smltd%04x' $((RANDOM ^ ($$ & 0xffff))))
-A=${base}a B=${base}b C=${base}c D=${base}d
+sml_netns_sweep smltd  # the clusters of an earlier run killed before its cleanup
+base=$(sml_netns_owner smltd)
+A=${base}_a B=${base}_b C=${base}_c D=${base}_d
 # Whatever happens below, remove every cluster this test creates.
 sml_at_exit "for n in $A $B $C $D ${D}1; do '$CLUSTER_SH' down --name \$n >/dev/null 2>&1; done"
 
@@ -22,7 +26,6 @@ assert_gone() {  # NAME WHAT
   local left; left=$(leftovers "$1")
   [[ -z "$left" ]] || fail "$2: cluster '$1' left behind: $(echo $left)"
 }
-alive() { kill -0 "$1" 2>/dev/null; }
 
 # --- 1. failing test in a subshell with a trap -------------------------------------------------
 set +e
@@ -36,8 +39,7 @@ set +e
   echo $! > "$WORK/pid-w1"
   "$CLUSTER_SH" exec --name "$A" --host sw -- sleep 300 &
   echo $! > "$WORK/pid-sw"
-  for _ in $(seq 50); do [[ -n "$(ip netns pids "$A-sw")" && -n "$(ip netns pids "$A-w1")" ]] && break; sleep 0.1; done
-  [[ -n "$(ip netns pids "$A-sw")" ]] || exit 92
+  sml_wait_for 10 "processes inside $A-sw and $A-w1" netns_has_pids "$A-sw" "$A-w1" || exit 92
   # `up` on an existing name fails and leaves the cluster intact.
   if "$CLUSTER_SH" up --name "$A" --workers 1 2> "$WORK/dup.err"; then exit 93; fi
   grep -q "already exists" "$WORK/dup.err" || exit 94
@@ -50,8 +52,7 @@ set -e
 assert_gone "$A" "after a failed test"
 for f in pid-w1 pid-sw; do
   p=$(cat "$WORK/$f")
-  for _ in $(seq 20); do alive "$p" || break; sleep 0.1; done
-  ! alive "$p" || fail "process $p started inside the cluster survived its teardown"
+  sml_wait_gone "$p" 5 "" || fail "process $p started inside the cluster survived its teardown"
 done
 pass "a failing test's EXIT trap removed everything of '$A', including its processes"
 
@@ -81,8 +82,7 @@ rm -f "/tmp/switchml-cluster-$B.env"  # a crash can also lose the state file: do
 "$CLUSTER_SH" down --name "$B" >/dev/null || fail "down of the leftovers failed"
 assert_gone "$B" "down of a crashed run"
 p=$(cat "$WORK/pid-b")
-for _ in $(seq 20); do alive "$p" || break; sleep 0.1; done
-! alive "$p" || fail "a process of the crashed run survived down"
+sml_wait_gone "$p" 5 "" || fail "a process of the crashed run survived down"
 [[ $(ip netns list | grep -c "^$C-") == 4 ]] || fail "down of '$B' touched cluster '$C'"
 "$CLUSTER_SH" down --name "$C" >/dev/null
 assert_gone "$C" "down"
@@ -134,3 +134,38 @@ assert_gone "$D" "rollback of a failed up"
 help=$("$CLUSTER_SH" --help) || fail "--help exited non-zero"
 grep -q "exec --name PREFIX --host" <<<"$help" || fail "--help does not describe exec"
 pass "bad arguments rejected with a message naming the option; a failed up rolls back"
+
+# --- 6. sweeping the leftovers of killed runs -----------------------------------------------------
+tag=smlsweep
+# A run that is gone: its pid is that of a finished process.
+bash -c 'exit 0' &
+dead=$!
+wait "$dead"
+# A pid reused by another program: alive, but not running this script.
+sleep 300 &
+stranger=$!
+sml_track "$stranger"
+sml_at_exit "for n in ${tag}_${dead} ${tag}_${stranger}_x ${tag}_$$; do ip netns del \$n-h 2>/dev/null; rm -f /tmp/switchml-cluster-\$n.env; done"
+for n in "${tag}_$dead" "${tag}_${stranger}_x" "${tag}_$$"; do
+  ip netns add "$n-h"
+  ip -n "$n-h" link add v0 type veth peer name v1
+  : > "/tmp/switchml-cluster-$n.env"
+done
+ip netns exec "${tag}_$dead-h" sleep 300 &
+inside=$!
+sml_track "$inside"
+sml_wait_for 5 "a process inside ${tag}_$dead-h" netns_has_pids "${tag}_$dead-h" || fail "sweep: no process inside the dead run's namespace (test setup)"
+sml_netns_sweep "$tag" 2> "$WORK/sweep.err" || fail "sml_netns_sweep failed: $(cat "$WORK/sweep.err")"
+for n in "${tag}_$dead" "${tag}_${stranger}_x"; do
+  [[ -z $(leftovers "$n") ]] || fail "sweep: the leftovers of the dead run $n are still there: $(echo $(leftovers "$n"))"
+done
+sml_wait_gone "$inside" 5 "the process inside the dead run's namespace to be stopped" ||
+  fail "sweep: the process inside the dead run's namespace survived"
+namespaces=$(ip netns list)  # captured first: grep -q on a pipe + pipefail fails on SIGPIPE
+if ! grep -q "^${tag}_$$-h\b" <<<"$namespaces" || [[ ! -e "/tmp/switchml-cluster-${tag}_$$.env" ]]; then
+  fail "sweep: it removed the namespace or state file of this live run (${tag}_$$)"
+fi
+grep -q "removing what earlier runs left behind" "$WORK/sweep.err" || fail "sweep: it did not say what it removed"
+ip netns del "${tag}_$$-h"
+rm -f "/tmp/switchml-cluster-${tag}_$$.env"
+pass "sml_netns_sweep removed the namespaces, process and state files of dead runs (pid gone, pid reused), not a live run's: $(cat "$WORK/sweep.err")"

@@ -333,13 +333,21 @@ def worker_suite(args):
             "future value is the list of output tensors")
     c.check(torch.equal(doubled.wait(), refs[2] * 2), "future.then() callback ran on the result")
 
-    # is_completed() is false while the other rank has not contributed yet.
+    # is_completed() is false while the other rank has not contributed yet: rank 1 starts its
+    # all-reduce only once rank 0 has checked (a file beside the FileStore tells it), so no
+    # timing between the two processes matters.
     x = torch.full((1000,), rank + 1, dtype=torch.int32)
+    checked = args.init[len("file://"):] + ".rank0-checked"
     if rank == 1:
-        time.sleep(1.0)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(checked):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"rank 0 did not create {checked} within 60 s")
+            time.sleep(0.01)
     w = dist.all_reduce(x, async_op=True)
     if rank == 0:
         c.check(not w.is_completed(), "is_completed() is false while rank 1 has not sent yet")
+        open(checked, "w").close()
     w.wait()
     c.check(w.is_completed() and torch.equal(x, torch.full((1000,), 3, dtype=torch.int32)),
             "is_completed() is true after wait()")
