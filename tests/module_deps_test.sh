@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tests/module_deps_test.sh — the modules under src/ depend on each other without a cycle.
+# tests/module_deps_test.sh — the modules under src/ depend on each other without a cycle, and
+# the layers point one way.
 #
 #   tests/module_deps_test.sh [REPO_ROOT]      (default: the folder above this script)
 #
@@ -11,6 +12,13 @@
 # of a cycle and the includes that close it.
 # It first checks itself on two small trees (one with a cycle, one without), so a checker that
 # stopped seeing includes fails instead of passing.
+#
+# Layers (docs/architecture.md): what a worker process links must carry nothing of the switch
+# or of the controller's services. So the modules client, rendezvous and control may not reach
+# (through any chain of includes) dataplane or controller, and the public headers
+# (include/switchml/) and the integrations (integrations/) may include no module of src/ at all
+# (only "switchml/..."; their tests, under tests/ or *_test.cc, may use src/testing). Fails naming the chain of includes that breaks a layer. Checked on a
+# small bad tree first too.
 set -euo pipefail
 
 # graph ROOT: prints "m -> x   (file includes "x/...")" lines, then "order: ..." or the cycle;
@@ -105,6 +113,58 @@ graph() {
   echo "order: ${order[*]}"
 }
 
+# reach GRAPH_OUTPUT FROM: the modules FROM reaches, one per line, each as "x  via m -> ... -> x".
+reach() {
+  local out=$1 from=$2
+  local -A next=() seen=() via=()
+  local line a b
+  while IFS= read -r line; do
+    [[ $line =~ ^([a-z_0-9]+)\ -\>\ ([a-z_0-9]+)\ \  ]] || continue
+    a=${BASH_REMATCH[1]}
+    b=${BASH_REMATCH[2]}
+    next[$a]="${next[$a]:-} $b"
+  done <<<"$out"
+  local -a queue=("$from")
+  via[$from]=$from
+  seen[$from]=1
+  local i=0 m d
+  while ((i < ${#queue[@]})); do
+    m=${queue[i]}
+    i=$((i + 1))
+    for d in ${next[$m]:-}; do
+      [[ -n ${seen[$d]:-} ]] && continue
+      seen[$d]=1
+      via[$d]="${via[$m]} -> $d"
+      queue+=("$d")
+      echo "$d  via ${via[$d]}"
+    done
+  done
+}
+
+# layers ROOT GRAPH_OUTPUT: prints each broken layer; returns 1 if any.
+layers() {
+  local root=$1 out=$2 bad=0 m r line f
+  for m in client rendezvous control; do
+    [[ -d $root/src/$m ]] || continue
+    while IFS= read -r line; do
+      r=${line%%  *}
+      if [[ $r == dataplane || $r == controller ]]; then
+        echo "layer broken: src/$m reaches src/$r ($line); a worker process would carry it"
+        bad=1
+      fi
+    done < <(reach "$out" "$m")
+  done
+  while IFS= read -r f; do
+    while IFS= read -r line; do
+      echo "layer broken: ${f#"$root"/} includes \"$line\" (public headers and integrations use \"switchml/...\" only)"
+      bad=1
+    done < <(sed -nE 's@^[[:space:]]*#[[:space:]]*include[[:space:]]*"([A-Za-z0-9_]+/[^"]+)".*@\1@p' "$f" |
+             while IFS= read -r inc; do [[ -f "$root/src/$inc" ]] && echo "$inc"; done)
+  done < <(find "$root/include" "$root/integrations" -type f \( -name '*.h' -o -name '*.cc' \) \
+             -not -path '*/tests/*' -not -name '*_test.cc' 2>/dev/null)
+  return $bad
+}
+
 # Self-check on two small trees.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -135,9 +195,33 @@ if [[ $out != *"cycle: a -> b -> c -> a"* || $out != *'src/c/c.h includes "a/a.h
   exit 1
 fi
 
+# ... and of the layers: client -> rendezvous -> dataplane breaks one, as does a public header
+# that includes a module.
+mkdir -p "$tmp"/layers/src/{client,rendezvous,dataplane} "$tmp"/layers/include/switchml
+printf '#include "rendezvous/r.h"\n' >"$tmp/layers/src/client/c.cc"
+printf '#pragma once\n#include "dataplane/d.h"\n' >"$tmp/layers/src/rendezvous/r.h"
+printf '#pragma once\n' >"$tmp/layers/src/dataplane/d.h"
+printf '#pragma once\n#include "rendezvous/r.h"\n' >"$tmp/layers/include/switchml/api.h"
+out=$(graph "$tmp/layers") || { echo "FAIL: self-check: the layer tree has a cycle:"$'\n'"$out"; exit 1; }
+if lout=$(layers "$tmp/layers" "$out"); then
+  echo "FAIL: self-check: client -> rendezvous -> dataplane was not reported"
+  exit 1
+fi
+if [[ $lout != *"src/client reaches src/dataplane (dataplane  via client -> rendezvous -> dataplane)"* ||
+      $lout != *'include/switchml/api.h includes "rendezvous/r.h"'* ]]; then
+  echo "FAIL: self-check: the broken layers were misreported:"$'\n'"$lout"
+  exit 1
+fi
+
 root=${1:-"$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"}
-if ! graph "$root"; then
+if ! out=$(graph "$root"); then
+  echo "$out"
   echo "FAIL: the modules under src/ have an include cycle (see above)"
   exit 1
 fi
-echo "PASS: no include cycle between the modules under src/"
+echo "$out"
+if ! layers "$root" "$out"; then
+  echo "FAIL: a layer is broken (see above)"
+  exit 1
+fi
+echo "PASS: no include cycle between the modules under src/, and the layers point one way"

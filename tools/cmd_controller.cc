@@ -59,11 +59,11 @@ int Run(const ControllerArgs& a) {
   if (cred->token.empty()) {
     return fail(std::string("no operator credential: a standalone controller needs one (it "
                             "authenticates operators and is presented to the switches): ") +
-                controller::kOperatorTokenHelp);
+                rendezvous::kOperatorTokenHelp);
   }
   std::string switch_token = cred->token;
   if (!a.switch_operator_token_file.empty()) {
-    auto sc = controller::ReadOperatorTokenFile(a.switch_operator_token_file);
+    auto sc = rendezvous::ReadOperatorTokenFile(a.switch_operator_token_file);
     if (!sc.ok()) return fail("--switch-operator-token-file: " + sc.status().message());
     if (!sc->warning.empty()) std::cerr << "switchml controller: " << sc->warning << "\n";
     switch_token = sc->token;

@@ -14,7 +14,7 @@
 //                                                        the reference CLI's show_bitmap);
 //                                                        ID 0 = the reference session
 // Every command but `show --token` needs the operator credential: --operator-token-file FILE
-// (wins) or SWITCHML_OPERATOR_TOKEN (controller/operator_auth.h), sent as gRPC metadata.
+// (wins) or SWITCHML_OPERATOR_TOKEN (rendezvous/operator_auth.h), sent as gRPC metadata.
 // Errors print the controller's message and exit 1.
 #include <cstdio>
 #include <iostream>
@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "controller/job_client.h"
+#include "rendezvous/job_client.h"
 #include "dataplane/switch_counters.h"
 #include "commands.h"
 #include "job_flags.h"
@@ -56,7 +56,7 @@ std::string Ipv4(uint32_t ip) {
          std::to_string((ip >> 8) & 255) + "." + std::to_string(ip & 255);
 }
 
-nlohmann::json ToJson(const controller::JobInfo& j) {
+nlohmann::json ToJson(const control::JobInfo& j) {
   nlohmann::json workers = nlohmann::json::array();
   for (const auto& w : j.workers) {
     workers.push_back({{"rank", w.rank}, {"ipv4", Ipv4(w.ipv4)}, {"udp_ports", w.udp_ports},
@@ -65,14 +65,14 @@ nlohmann::json ToJson(const controller::JobInfo& j) {
   const auto& c = j.counters;
   return {{"job_id", j.job_id},
           {"name", j.spec.name},
-          {"state", controller::JobStateName(j.state)},
+          {"state", control::JobStateName(j.state)},
           {"num_workers", j.spec.num_workers},
           {"num_registered", j.num_registered},
           {"num_slots", j.spec.num_slots},
           {"switches", j.spec.switches},
           {"slot_base", j.slot_base},
           {"elements_per_packet", j.spec.elements_per_packet},
-          {"data_type", controller::JobDataTypeName(j.spec.data_type)},
+          {"data_type", control::JobDataTypeName(j.spec.data_type)},
           {"idle_timeout_ms", j.spec.idle_timeout.count()},
           {"idle_ms", j.idle_for.count()},
           {"end_reason", j.end_reason},
@@ -92,12 +92,12 @@ nlohmann::json ToJson(const controller::JobInfo& j) {
             {"wrong_io_thread", c.wrong_io_thread}}}};
 }
 
-void PrintJobLine(const controller::JobInfo& j, bool reference = false) {
-  std::string what = j.state == controller::JobState::kEnded ? j.end_reason : j.spec.name;
+void PrintJobLine(const control::JobInfo& j, bool reference = false) {
+  std::string what = j.state == control::JobState::kEnded ? j.end_reason : j.spec.name;
   if (j.spec.switches > 1) what += " [on " + std::to_string(j.spec.switches) + " switches]";
   // Job 0 before any rank 0 registered has no session at all.
   const char* state = reference && j.spec.num_workers == 0 ? "no_session"
-                                                            : controller::JobStateName(j.state);
+                                                            : control::JobStateName(j.state);
   if (reference) what = "REFERENCE SESSION (job 0: reference clients, Session/UdpSession, no token)";
   std::printf("%6u  %-20s %4u/%-4u %6u  [%u, %u)  %5u  %10llu  %s\n", j.job_id, state,
               j.num_registered, j.spec.num_workers, j.spec.num_slots, j.slot_base,
@@ -113,22 +113,22 @@ int Fail(const std::string& what, const Status& s) {
 int Run(const std::string& cmd, const JobsArgs& a) {
   auto cred = a.operator_token.Resolve("switchml jobs " + cmd);
   if (!cred.ok()) return Fail(cmd, cred.status());
-  auto client = controller::JobClient::Connect(a.controller,
+  auto client = rendezvous::JobClient::Connect(a.controller,
                                                std::chrono::milliseconds(a.rpc_timeout_ms));
   if (!client.ok()) return Fail(cmd, client.status());
-  controller::JobClient& c = **client;
+  rendezvous::JobClient& c = **client;
   c.set_operator_token(cred->token);
 
   if (cmd == "create") {
-    controller::JobSpec spec;
+    control::JobSpec spec;
     spec.num_workers = a.workers;
     spec.num_slots = a.slots;
     spec.elements_per_packet = a.elements_per_packet;
     spec.switches = a.switches;
     if (a.type == "int32") {
-      spec.data_type = controller::JobDataType::kInt32;
+      spec.data_type = control::JobDataType::kInt32;
     } else if (a.type == "float32") {
-      spec.data_type = controller::JobDataType::kFloat32;
+      spec.data_type = control::JobDataType::kFloat32;
     } else if (a.type != "unspecified") {
       return Fail(cmd, InvalidArgumentError("--type must be int32, float32 or unspecified, got '" +
                                             a.type + "'"));
@@ -143,7 +143,7 @@ int Run(const std::string& cmd, const JobsArgs& a) {
                                             " contradict each other"));
     }
     spec.idle_timeout = a.no_idle_timeout
-                            ? controller::JobClient::kNoIdleTimeout
+                            ? rendezvous::JobClient::kNoIdleTimeout
                             : std::chrono::milliseconds(int64_t(a.idle_timeout_s * 1000));
     spec.token = a.token;
     spec.name = a.name;

@@ -17,7 +17,7 @@
 // MAC and reason. The entries a killed run left are removed at start, the others when their
 // worker is forgotten and at exit. docs/operations.md, "Neighbour entries for reference clients".
 //
-// Job administration needs the operator credential (controller/operator_auth.h): from
+// Job administration needs the operator credential (rendezvous/operator_auth.h): from
 // --operator-token-file FILE (wins) or SWITCHML_OPERATOR_TOKEN; with neither the switch
 // generates one, writes it to a new private file (/tmp/switchml-switch.XXXXXX/operator-token,
 // mode 0600) that it names in its log and in the ready file ("operator_token_file"), and
@@ -164,11 +164,11 @@ int Run(const SwitchArgs& a) {
   if (!cred.ok()) return fail(cred.status().message());
   TokenFileCleanup generated;
   if (cred->token.empty()) {
-    cred->token = controller::GenerateOperatorToken();
+    cred->token = rendezvous::GenerateOperatorToken();
     const char* tmpdir = std::getenv("TMPDIR");
     const std::string dir = std::string(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp") +
                             "/switchml-switch.XXXXXX";
-    auto path = controller::WritePrivateTokenFile(dir, cred->token);
+    auto path = rendezvous::WritePrivateTokenFile(dir, cred->token);
     if (!path.ok()) return fail("cannot store the generated operator credential: " + path.status().message());
     generated.path = *path;
     cred->source = "generated, in " + *path;

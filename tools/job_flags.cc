@@ -58,8 +58,8 @@ void OperatorTokenFlag::Register(CLI::App& app, const std::string& role) {
                  "the environment variable SWITCHML_OPERATOR_TOKEN) " + role);
 }
 
-StatusOr<controller::OperatorCredential> OperatorTokenFlag::Resolve(const std::string& who) const {
-  auto cred = controller::ResolveOperatorToken(file, std::getenv(controller::kOperatorTokenEnv));
+StatusOr<rendezvous::OperatorCredential> OperatorTokenFlag::Resolve(const std::string& who) const {
+  auto cred = rendezvous::ResolveOperatorToken(file, std::getenv(rendezvous::kOperatorTokenEnv));
   if (cred.ok() && !cred->warning.empty()) std::cerr << who << ": " << cred->warning << "\n";
   return cred;
 }

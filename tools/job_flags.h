@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "controller/operator_auth.h"
+#include "rendezvous/operator_auth.h"
 #include "switchml/status.h"
 #include "switchml/types.h"
 
@@ -40,7 +40,7 @@ struct JobFlags {
 };
 
 // --operator-token-file FILE, or else the environment variable SWITCHML_OPERATOR_TOKEN
-// (controller/operator_auth.h): the operator credential of the job service.
+// (rendezvous/operator_auth.h): the operator credential of the job service.
 struct OperatorTokenFlag {
   std::string file;
 
@@ -49,7 +49,7 @@ struct OperatorTokenFlag {
   // The flag's file wins over the environment; token empty if neither is given. Errors name
   // the file or the variable (unreadable, empty, malformed). A warning (e.g. a file other
   // users can read) is printed to stderr prefixed with `who`.
-  StatusOr<controller::OperatorCredential> Resolve(const std::string& who) const;
+  StatusOr<rendezvous::OperatorCredential> Resolve(const std::string& who) const;
 };
 
 }  // namespace switchml::tools

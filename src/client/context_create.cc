@@ -5,8 +5,8 @@
 #include <string>
 
 #include "client/context_impl.h"
-#include "controller/job_client.h"
-#include "controller/session_client.h"
+#include "rendezvous/job_client.h"
+#include "rendezvous/session_client.h"
 #include "transport/udp_channel.h"
 
 namespace switchml {
@@ -15,16 +15,16 @@ namespace {
 
 // Joins job options.job_id through the JobService: token-checked registration, then the
 // job's own barrier. Returns the switch's address with num_slots = the job's slots.
-StatusOr<controller::SwitchInfo> JoinJob(const Options& options,
-                                         const controller::WorkerRegistration& reg) {
-  SWITCHML_ASSIGN_OR_RETURN(auto client, controller::JobClient::Connect(
+StatusOr<control::SwitchInfo> JoinJob(const Options& options,
+                                         const control::WorkerRegistration& reg) {
+  SWITCHML_ASSIGN_OR_RETURN(auto client, rendezvous::JobClient::Connect(
                                              options.controller_address, options.rpc_timeout));
-  controller::JobRegistration jr;
+  control::JobRegistration jr;
   jr.job_id = options.job_id;
   jr.token = options.job_token;
   jr.worker = reg;
-  SWITCHML_ASSIGN_OR_RETURN(controller::JobWorkerGrant grant,
-                            controller::JobBootstrap(*client, jr));
+  SWITCHML_ASSIGN_OR_RETURN(control::JobWorkerGrant grant,
+                            rendezvous::JobBootstrap(*client, jr));
   if (options.elements_per_packet > grant.elements_per_packet) {
     return FailedPreconditionError(
         "elements_per_packet=" + std::to_string(options.elements_per_packet) + " exceeds job " +
@@ -43,7 +43,7 @@ client::ContextImpl::FailureExplainer JobFailureExplainer(const Options& options
           deadline = std::min<std::chrono::milliseconds>(options.rpc_timeout, std::chrono::seconds(2))](
              const Status& s) -> std::string {
     if (s.code() != StatusCode::kDeadlineExceeded) return "";
-    auto client = controller::JobClient::Connect(address, deadline);
+    auto client = rendezvous::JobClient::Connect(address, deadline);
     if (!client.ok()) return "";
     auto info = (*client)->GetJob(job_id, token);
     if (!info.ok()) {
@@ -53,7 +53,7 @@ client::ContextImpl::FailureExplainer JobFailureExplainer(const Options& options
       if (c != StatusCode::kNotFound && c != StatusCode::kFailedPrecondition) return "";
       return "; the controller says: " + info.status().message();
     }
-    if (info->state != controller::JobState::kEnded) return "";
+    if (info->state != control::JobState::kEnded) return "";
     return "; job " + std::to_string(job_id) + " has ended: " + info->end_reason;
   };
 }
@@ -91,13 +91,13 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options) {
   // One socket per worker thread; each thread's port is registered so the switch can send
   // each thread its own results.
   std::vector<std::unique_ptr<transport::Channel>> channels;
-  controller::WorkerRegistration reg;
+  control::WorkerRegistration reg;
   reg.rank = options.rank;
   reg.num_workers = options.num_workers;
   reg.ipv4 = advertise_ip;
   // What every worker of the job must share: the controller refuses a registration that
   // differs from the first one, naming the field (instead of wrong sums or a bare timeout).
-  reg.protocol_version = controller::kClientProtocolVersion;
+  reg.protocol_version = control::kClientProtocolVersion;
   reg.num_worker_threads = options.num_worker_threads;
   reg.window_packets = options.window_packets;
   reg.elements_per_packet = options.elements_per_packet;
@@ -111,13 +111,13 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options) {
     channels.push_back(std::move(ch));
   }
 
-  controller::SwitchInfo info;
+  control::SwitchInfo info;
   if (options.job_id != 0) {
     SWITCHML_ASSIGN_OR_RETURN(info, JoinJob(options, reg));
   } else {
-    SWITCHML_ASSIGN_OR_RETURN(auto session, controller::SessionClient::Connect(
+    SWITCHML_ASSIGN_OR_RETURN(auto session, rendezvous::SessionClient::Connect(
                                                 options.controller_address, options.rpc_timeout));
-    SWITCHML_ASSIGN_OR_RETURN(info, controller::Bootstrap(*session, reg));
+    SWITCHML_ASSIGN_OR_RETURN(info, rendezvous::Bootstrap(*session, reg));
   }
 
   if (info.max_workers != 0 && options.num_workers > info.max_workers) {

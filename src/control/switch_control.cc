@@ -1,5 +1,6 @@
 #include "control/switch_control.h"
 
+#include <random>
 #include <string>
 
 namespace switchml::control {
@@ -27,6 +28,20 @@ StatusOr<SwitchInfo> MergeShardAnswers(const std::vector<SwitchInfo>& shards) {
     merged.thread_routes[t].ipv4 = from.ipv4;
   }
   return merged;
+}
+
+std::string RandomToken() {
+  std::random_device rd;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string t;
+  for (int i = 0; i < 4; ++i) {
+    uint32_t v = rd();
+    for (int k = 0; k < 8; ++k) {
+      t += kHex[v & 15];
+      v >>= 4;
+    }
+  }
+  return t;
 }
 
 }  // namespace switchml::control

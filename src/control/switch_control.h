@@ -260,6 +260,9 @@ inline constexpr uint32_t kReferenceJobId = 0;
 // shard that gives no port for one of its threads.
 StatusOr<SwitchInfo> MergeShardAnswers(const std::vector<SwitchInfo>& shards);
 
+// 32 lowercase hex digits from std::random_device: a job token (JobSpec::token) nobody chose.
+std::string RandomToken();
+
 class SwitchControl {
  public:
   virtual ~SwitchControl() = default;

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "controller/job_client.h"
+#include "rendezvous/job_client.h"
 #include "controller/remote_switches.h"
-#include "controller/session_client.h"
+#include "rendezvous/session_client.h"
 #include "controller/session_service.h"
 #include "controller/local_switch_for_tests.h"
 #include "dataplane/switch_server.h"
@@ -25,6 +25,17 @@
 #include "transport/udp_channel.h"
 
 namespace switchml::controller {
+
+using control::JobInfo;
+using control::JobRegistration;
+using control::JobSpec;
+using control::JobState;
+using control::kClientProtocolVersion;
+using control::WorkerRegistration;
+using rendezvous::JobClient;
+using rendezvous::JobBootstrap;
+using rendezvous::SessionClient;
+using rendezvous::Bootstrap;
 namespace {
 
 using ::testing::HasSubstr;

@@ -22,13 +22,20 @@
 #include <thread>
 #include <vector>
 
-#include "controller/job_client.h"
+#include "rendezvous/job_client.h"
 #include "controller/local_switch_for_tests.h"
-#include "controller/session_client.h"
+#include "rendezvous/session_client.h"
 #include "controller/session_service.h"
 #include "switchml.grpc.pb.h"
 
 namespace switchml::controller {
+
+using control::kClientProtocolVersion;
+using control::SwitchInfo;
+using control::WorkerRegistration;
+using rendezvous::JobClient;
+using rendezvous::SessionClient;
+using rendezvous::Bootstrap;
 namespace {
 
 using ::testing::HasSubstr;

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "controller/job_client.h"
+#include "rendezvous/job_client.h"
 #include "controller/job_service.h"
-#include "controller/operator_auth.h"
+#include "rendezvous/operator_auth.h"
 #include "controller/remote_switches.h"
 #include "controller/session_service.h"
 #include "controller/local_switch_for_tests.h"
@@ -25,6 +25,18 @@
 #include "transport/udp_channel.h"
 
 namespace switchml::controller {
+
+using control::JobInfo;
+using control::JobRegistration;
+using control::JobSpec;
+using control::JobState;
+using control::JobStateName;
+using rendezvous::JobClient;
+using rendezvous::ConstantTimeEquals;
+using rendezvous::ReadOperatorTokenFile;
+using rendezvous::ResolveOperatorToken;
+using rendezvous::GenerateOperatorToken;
+using rendezvous::WritePrivateTokenFile;
 namespace {
 
 using ::testing::HasSubstr;

@@ -13,14 +13,19 @@
 #include <thread>
 #include <vector>
 
-#include "controller/grpc_status.h"
+#include "rendezvous/grpc_status.h"
 #include "controller/job_sync_table.h"
-#include "controller/operator_auth.h"
+#include "rendezvous/operator_auth.h"
 #include "controller/sync_calls.h"
 #include "controller/sync_coordinator.h"
 #include "switchml_v1.grpc.pb.h"
 
 namespace switchml::controller {
+
+using rendezvous::ToGrpcStatus;
+using rendezvous::kOperatorTokenMetadataKey;
+using rendezvous::kOperatorTokenHelp;
+using rendezvous::ConstantTimeEquals;
 namespace {
 
 namespace v1 = ::switchml::v1;

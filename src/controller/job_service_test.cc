@@ -2,7 +2,7 @@
 // the ControllerServer with the switch as its SwitchControl, JobClient, and switchml::Context
 // workers that join jobs by id and token. Covers the negative cases, each ending in a
 // clear error and no effect on other running jobs.
-#include "controller/job_client.h"
+#include "rendezvous/job_client.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -22,6 +22,16 @@
 #include "transport/udp_channel.h"
 
 namespace switchml::controller {
+
+using control::JobDataType;
+using control::JobInfo;
+using control::JobRegistration;
+using control::JobSpec;
+using control::JobState;
+using control::SlotInfo;
+using control::WorkerRegistration;
+using rendezvous::JobClient;
+using rendezvous::SessionClient;
 namespace {
 
 using ::testing::HasSubstr;

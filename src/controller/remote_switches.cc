@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <random>
 
-#include "controller/operator_auth.h"
+#include "rendezvous/operator_auth.h"
 #include "control/job_layout.h"
-#include "dataplane/job_table.h"
 
 namespace switchml::controller {
+
+using rendezvous::ConstantTimeEquals;
+using rendezvous::kOperatorTokenHelp;
 namespace {
 
 std::string Str(uint64_t v) { return std::to_string(v); }
@@ -394,7 +396,7 @@ StatusOr<JobInfo> RemoteSwitches::CreateShardedJob(const JobSpec& spec) {
     return ResourceExhaustedError(msg + "; delete a job or ask for fewer slots or switches");
   }
   auto job = std::make_shared<ShardedJob>();
-  job->token = spec.token.empty() ? dataplane::RandomToken() : spec.token;
+  job->token = spec.token.empty() ? control::RandomToken() : spec.token;
   JobSpec remote = spec;
   remote.switches = 1;
   remote.num_shards = k;

@@ -65,13 +65,29 @@
 #include <utility>
 #include <vector>
 
-#include "controller/job_client.h"
-#include "controller/session_client.h"
+#include "rendezvous/job_client.h"
+#include "rendezvous/session_client.h"
 #include "control/switch_control.h"
 
 namespace switchml::controller {
 
+// The control contract's names and the stubs this controller drives its switches with.
+using control::JobCounters;
+using control::JobDataType;
+using control::JobInfo;
+using control::JobList;
+using control::JobRegistration;
+using control::JobSpec;
+using control::JobState;
+using control::JobWorkerGrant;
+using control::JobWorkerInfo;
+using control::SlotInfo;
+using control::SlotSetInfo;
 using control::SwitchControl;
+using control::SwitchInfo;
+using control::WorkerRegistration;
+using rendezvous::JobClient;
+using rendezvous::SessionClient;
 
 class RemoteSwitches final : public SwitchControl {
  public:

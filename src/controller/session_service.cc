@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "controller/grpc_status.h"
+#include "rendezvous/grpc_status.h"
 #include "controller/job_service.h"
 #include "controller/job_sync_table.h"
 #include "controller/sync_calls.h"
@@ -18,6 +18,8 @@
 #include "switchml.grpc.pb.h"
 
 namespace switchml::controller {
+
+using rendezvous::ToGrpcStatus;
 namespace {
 
 using control::JobRegistration;

@@ -16,11 +16,20 @@
 #include <vector>
 
 #include "controller/fake_switch_for_tests.h"
-#include "controller/session_client.h"
+#include "rendezvous/session_client.h"
 #include "controller/session_service.h"
 #include "switchml.grpc.pb.h"
 
 namespace switchml::controller {
+
+using control::JobRegistration;
+using control::JobState;
+using control::JobWorkerGrant;
+using control::SwitchInfo;
+using control::WorkerRegistration;
+using rendezvous::SessionClient;
+using rendezvous::kReferenceSwitchUdpPort;
+using rendezvous::Bootstrap;
 namespace {
 
 using std::chrono::milliseconds;

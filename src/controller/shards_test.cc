@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "controller/job_client.h"
+#include "rendezvous/job_client.h"
 #include "controller/local_switch_for_tests.h"
 #include "controller/remote_switches.h"
 #include "controller/session_service.h"
@@ -23,6 +23,11 @@
 #include "testing/exact_inputs.h"
 
 namespace switchml::controller {
+
+using control::JobInfo;
+using control::JobSpec;
+using control::JobState;
+using rendezvous::JobClient;
 namespace {
 
 using dataplane::JobTable;

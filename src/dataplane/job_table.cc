@@ -119,19 +119,6 @@ uint64_t JobRuntime::RankReceived(uint32_t rank) const {
   return sum;
 }
 
-std::string RandomToken() {
-  std::random_device rd;
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string t;
-  for (int i = 0; i < 4; ++i) {
-    uint32_t v = rd();
-    for (int k = 0; k < 8; ++k) {
-      t += kHex[v & 15];
-      v >>= 4;
-    }
-  }
-  return t;
-}
 
 JobTable::JobTable(uint32_t pool_slots, uint32_t max_workers, uint32_t max_elements,
                    AggregatorOptions aggregator_options, uint32_t io_threads)
@@ -351,7 +338,7 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
                                 " characters, got " + Str(spec.name.size()));
   }
   // A token chosen by the operator must be unique among live jobs (a generated one is 128
-  // random bits, RandomToken): a token opens one job, and a second live job with it would let
+  // random bits, control::RandomToken): a token opens one job, and a second live job with it would let
   // either job's workers (and whoever holds the token) into the other.
   const bool chosen = !spec.token.empty();
   if (!chosen) spec.token = token;

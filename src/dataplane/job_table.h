@@ -354,7 +354,5 @@ class JobTable {
   bool has_host_keys_ = false;  // some worker of job 0 is in reference mode
 };
 
-// 32 lowercase hex digits from std::random_device (a job token).
-std::string RandomToken();
 
 }  // namespace switchml::dataplane

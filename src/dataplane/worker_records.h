@@ -32,6 +32,7 @@ namespace switchml::dataplane {
 using control::JobCounters;
 using control::kClientProtocolVersion;
 using control::kReferenceJobId;
+using control::RandomToken;
 using control::JobDataType;
 using control::JobInfo;
 using control::JobList;

@@ -5,7 +5,7 @@
 //       --count 8192 --type int32 --window 16 [--checksums reference|correct] [--timeout-s 30]
 //
 // What it does, as the reference client does it:
-//  - registers through the reference session sequence (controller::Bootstrap:
+//  - registers through the reference session sequence (rendezvous::Bootstrap:
 //    docs/protocol.md#session-sequence) with its rank, num_workers, the MAC and IPv4 address of
 //    --iface and NO per-thread UDP ports ("reference mode": the switch answers to the source port
 //    of the triggering packet), and none of our extension fields (agreed parameters 0); it
@@ -80,7 +80,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "controller/session_client.h"
+#include "rendezvous/session_client.h"
 #include "switchml/status.h"
 #include "transport/channel.h"
 #include "transport/frame.h"
@@ -355,7 +355,7 @@ struct Counters {
 
 class Worker {
  public:
-  Worker(const Args& a, const Interface& ifc, Endpoint me, const controller::SwitchInfo& sw,
+  Worker(const Args& a, const Interface& ifc, Endpoint me, const control::SwitchInfo& sw,
          Sockets& sockets)
       : a_(a), ifc_(ifc), me_(me), sw_(sw), sock_(sockets) {
     E_ = a.elements_per_packet;
@@ -627,7 +627,7 @@ class Worker {
   const Args& a_;
   const Interface& ifc_;
   Endpoint me_;
-  controller::SwitchInfo sw_;
+  control::SwitchInfo sw_;
   Sockets& sock_;
   uint32_t E_ = 64;
   uint64_t packets_ = 0;
@@ -642,15 +642,15 @@ class Worker {
 // Registration as the reference client does it (Broadcast of the session id, UdpSession,
 // Barriers), with MAC and IPv4 as given, each controller call bounded by a quarter of
 // --timeout-s (0.5 .. 10 s).
-StatusOr<controller::SwitchInfo> RegisterAsReference(const Args& a, const transport::MacAddress& mac, uint32_t ipv4) {
+StatusOr<control::SwitchInfo> RegisterAsReference(const Args& a, const transport::MacAddress& mac, uint32_t ipv4) {
   const auto rpc_timeout = std::chrono::milliseconds(int64_t(std::clamp(a.timeout_s / 4, 0.5, 10.0) * 1000));
-  SWITCHML_ASSIGN_OR_RETURN(auto client, controller::SessionClient::Connect(a.controller, rpc_timeout));
-  controller::WorkerRegistration reg;
+  SWITCHML_ASSIGN_OR_RETURN(auto client, rendezvous::SessionClient::Connect(a.controller, rpc_timeout));
+  control::WorkerRegistration reg;
   reg.rank = a.rank;
   reg.num_workers = a.num_workers;
   reg.mac = MacToUint(mac);
   reg.ipv4 = ipv4;
-  return controller::Bootstrap(*client, reg);
+  return rendezvous::Bootstrap(*client, reg);
 }
 
 // --register-only: the session sequence with the given (or --iface's) IPv4 and MAC, then exit.

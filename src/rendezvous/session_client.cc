@@ -1,4 +1,4 @@
-#include "controller/session_client.h"
+#include "rendezvous/session_client.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -7,10 +7,10 @@
 #include <string>
 #include <utility>
 
-#include "controller/grpc_client.h"
+#include "rendezvous/grpc_client.h"
 #include "switchml.grpc.pb.h"
 
-namespace switchml::controller {
+namespace switchml::rendezvous {
 namespace {
 
 std::string Str(uint64_t v) { return std::to_string(v); }
@@ -167,4 +167,4 @@ StatusOr<SwitchInfo> Bootstrap(SessionClient& client, WorkerRegistration reg,
   return info;
 }
 
-}  // namespace switchml::controller
+}  // namespace switchml::rendezvous

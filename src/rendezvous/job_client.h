@@ -1,4 +1,4 @@
-// controller/job_client.h — the client side of switchml.v1.JobService (switchml_v1.proto).
+// rendezvous/job_client.h — the client side of switchml.v1.JobService (switchml_v1.proto).
 //
 // Used by operators' tools (`switchml jobs ...`) and by workers that join a job:
 //
@@ -32,7 +32,7 @@
 #include "control/switch_control.h"
 #include "switchml/status.h"
 
-namespace switchml::controller {
+namespace switchml::rendezvous {
 
 // The job values the JobService exchanges (control/switch_control.h documents them).
 using control::JobCounters;
@@ -114,4 +114,4 @@ class JobClient {
 // (job_service.h). Blocks up to about 2 x rpc_timeout.
 StatusOr<JobWorkerGrant> JobBootstrap(JobClient& client, const JobRegistration& reg);
 
-}  // namespace switchml::controller
+}  // namespace switchml::rendezvous

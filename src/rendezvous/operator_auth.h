@@ -1,4 +1,4 @@
-// controller/operator_auth.h — the operator credential of the job service (switchml.v1).
+// rendezvous/operator_auth.h — the operator credential of the job service (switchml.v1).
 //
 // Job administration (CreateJob, DeleteJob, ListJobs, InspectSlots, and GetJob without the
 // job's own token) needs the operator credential: a secret string the switch or controller is
@@ -27,7 +27,7 @@
 
 #include "switchml/status.h"
 
-namespace switchml::controller {
+namespace switchml::rendezvous {
 
 inline constexpr char kOperatorTokenMetadataKey[] = "x-switchml-operator-token";
 inline constexpr char kOperatorTokenEnv[] = "SWITCHML_OPERATOR_TOKEN";
@@ -70,4 +70,4 @@ std::string GenerateOperatorToken();
 StatusOr<std::string> WritePrivateTokenFile(const std::string& dir_template,
                                             const std::string& token);
 
-}  // namespace switchml::controller
+}  // namespace switchml::rendezvous

@@ -1,4 +1,4 @@
-// controller/session_client.h — the worker side of the controller API.
+// rendezvous/session_client.h — the worker side of the controller API.
 //
 // A SessionClient wraps one gRPC channel to the controller; Bootstrap() runs the reference
 // client's session set-up sequence (docs/protocol.md#session-sequence) over it and returns the switch's address.
@@ -35,7 +35,7 @@
 #include "control/switch_control.h"
 #include "switchml/status.h"
 
-namespace switchml::controller {
+namespace switchml::rendezvous {
 
 // The registration and switch description the Session service exchanges
 // (control/switch_control.h documents them).
@@ -113,4 +113,4 @@ uint64_t WallClockNanos();
 StatusOr<SwitchInfo> Bootstrap(SessionClient& client, WorkerRegistration reg,
                                const std::function<uint64_t()>& session_id_source = WallClockNanos);
 
-}  // namespace switchml::controller
+}  // namespace switchml::rendezvous

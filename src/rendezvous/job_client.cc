@@ -1,4 +1,4 @@
-#include "controller/job_client.h"
+#include "rendezvous/job_client.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -6,12 +6,12 @@
 #include <limits>
 #include <utility>
 
-#include "controller/grpc_client.h"
-#include "controller/grpc_status.h"
-#include "controller/operator_auth.h"
+#include "rendezvous/grpc_client.h"
+#include "rendezvous/grpc_status.h"
+#include "rendezvous/operator_auth.h"
 #include "switchml_v1.grpc.pb.h"
 
-namespace switchml::controller {
+namespace switchml::rendezvous {
 namespace {
 
 namespace v1 = ::switchml::v1;
@@ -316,4 +316,4 @@ StatusOr<JobWorkerGrant> JobBootstrap(JobClient& client, const JobRegistration& 
   return grant;
 }
 
-}  // namespace switchml::controller
+}  // namespace switchml::rendezvous

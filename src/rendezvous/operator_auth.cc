@@ -1,4 +1,4 @@
-#include "controller/operator_auth.h"
+#include "rendezvous/operator_auth.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-namespace switchml::controller {
+namespace switchml::rendezvous {
 namespace {
 
 std::string Str(uint64_t v) { return std::to_string(v); }
@@ -141,4 +141,4 @@ StatusOr<std::string> WritePrivateTokenFile(const std::string& dir_template,
   return path;
 }
 
-}  // namespace switchml::controller
+}  // namespace switchml::rendezvous

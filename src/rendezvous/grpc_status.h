@@ -1,4 +1,5 @@
-// controller/grpc_status.h — switchml::Status <-> grpc::Status (internal to the controller).
+// rendezvous/grpc_status.h — switchml::Status <-> grpc::Status (shared by the rendezvous and
+// controller modules).
 //
 // switchml::StatusCode uses the canonical gRPC/Abseil code numbers, so the mapping is 1:1;
 // codes outside the canonical range map to UNKNOWN.
@@ -8,7 +9,7 @@
 
 #include "switchml/status.h"
 
-namespace switchml::controller {
+namespace switchml::rendezvous {
 
 inline grpc::Status ToGrpcStatus(const Status& s) {
   if (s.ok()) return grpc::Status::OK;
@@ -21,4 +22,4 @@ inline StatusCode FromGrpcCode(grpc::StatusCode code) {
   return static_cast<StatusCode>(c);
 }
 
-}  // namespace switchml::controller
+}  // namespace switchml::rendezvous

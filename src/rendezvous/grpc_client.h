@@ -1,5 +1,5 @@
-// controller/grpc_client.h — the client end of a gRPC connection to a controller, shared by
-// SessionClient and JobClient (internal to the controller).
+// rendezvous/grpc_client.h — the client end of a gRPC connection to a controller, shared by
+// SessionClient and JobClient (internal to the rendezvous and controller modules).
 //
 // It owns the channel, the per-RPC deadline policy and the mapping of failed RPCs to Status
 // values that name the controller and the RPC, so both clients report errors the same way.
@@ -13,7 +13,7 @@
 
 #include "switchml/status.h"
 
-namespace switchml::controller {
+namespace switchml::rendezvous {
 
 struct ControllerConnection {
   std::string address;
@@ -45,4 +45,4 @@ struct ControllerConnection {
   std::string TimeoutText() const { return std::to_string(timeout.count()) + " ms"; }
 };
 
-}  // namespace switchml::controller
+}  // namespace switchml::rendezvous

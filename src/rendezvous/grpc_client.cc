@@ -1,8 +1,8 @@
-#include "controller/grpc_client.h"
+#include "rendezvous/grpc_client.h"
 
-#include "controller/grpc_status.h"
+#include "rendezvous/grpc_status.h"
 
-namespace switchml::controller {
+namespace switchml::rendezvous {
 
 StatusOr<ControllerConnection> ControllerConnection::Open(const std::string& address,
                                                           std::chrono::milliseconds timeout, const char* who) {
@@ -63,4 +63,4 @@ Status ControllerConnection::MapError(const char* rpc, const grpc::Status& s,
   }
 }
 
-}  // namespace switchml::controller
+}  // namespace switchml::rendezvous
