@@ -54,6 +54,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 
 #include "switchml/options.h"
@@ -80,6 +81,28 @@ class AllReduceHandle {
   // The job's result; FAILED_PRECONDITION if it has not finished yet.
   Status status() const;
   bool valid() const { return state_ != nullptr; }
+
+  // Completion callback: `fn` runs exactly once, with the job's result (the Status Wait()
+  // returns), when the job finishes. Several may be registered on one job (through any copy
+  // of the handle); each runs once. Which thread runs it:
+  //  - the library's worker thread that finished the job, right after the job is marked done
+  //    (Wait() and IsDone() already see it; Stats already count it);
+  //  - the caller's thread, before OnComplete returns, if the job had already finished (also
+  //    for a job rejected at submission, and with FAILED_PRECONDITION on an empty handle);
+  //  - for jobs ~Context cancels: the thread destroying the Context (jobs still queued, status
+  //    CANCELLED) or a worker thread while it stops (jobs running, CANCELLED, or ABORTED
+  //    naming the cancellation); every callback has run when ~Context returns.
+  // Registration never races completion: a callback registered while the job finishes runs
+  // either on the worker thread or at once on the caller's thread, never twice, never not.
+  // The callback runs on the thread that moves every call's packets (each call is spread over
+  // all worker threads), so it must be short and must not block: no Wait()/WaitFor() on a
+  // handle of this Context that has not finished (that job may need this very thread: a
+  // deadlock), no AllReduce(), no AllReduceAsync() (it blocks when max_jobs_in_flight calls
+  // are pending, which may need this thread), no destroying the Context, no waiting for a
+  // lock held by a thread that does one of these. Wait()/status() on its own handle are fine
+  // (it is done). Hand longer work to a thread of your own. It must not throw (an exception
+  // leaving it terminates the process). An empty `fn` is ignored.
+  void OnComplete(std::function<void(const Status&)> fn) const;
 
  private:
   friend class client::ContextImpl;

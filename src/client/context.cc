@@ -98,6 +98,25 @@ Status AllReduceHandle::status() const {
   return state_->status;
 }
 
+void AllReduceHandle::OnComplete(std::function<void(const Status&)> fn) const {
+  if (!fn) return;
+  if (!state_) {
+    client::RunCallback(fn, FailedPreconditionError("OnComplete() on an empty AllReduceHandle"));
+    return;
+  }
+  Status result;
+  {
+    std::lock_guard lock(state_->mu);
+    if (!state_->done) {
+      // The thread that sets `done` takes the list under this lock: it will run fn.
+      state_->callbacks.push_back(std::move(fn));
+      return;
+    }
+    result = state_->status;
+  }
+  client::RunCallback(fn, result);
+}
+
 // ---- Context ----
 
 Context::Context(std::unique_ptr<client::ContextImpl> impl) : impl_(std::move(impl)) {}
@@ -342,23 +361,33 @@ void ContextImpl::OnSliceDone(const std::shared_ptr<JobState>& job, const Status
     inflight_cv_.notify_all();
   }
   bool finished = false;
+  std::vector<std::function<void(const Status&)>> callbacks;
+  Status result;
   {
     std::lock_guard lock(job->mu);
     if (!s.ok() && job->status.ok()) job->status = s;
     finished = --job->remaining_slices == 0;
-    if (finished) job->done = true;
+    if (finished) {
+      job->done = true;
+      callbacks.swap(job->callbacks);  // later registrations run on their caller's thread
+      result = job->status;
+    }
   }
   if (finished) {
     // A call rejected at submission was counted then (its caller's handle).
-    if (!job->rejected_at_submit) (job->status.ok() ? jobs_completed_ : jobs_failed_).fetch_add(1, std::memory_order_relaxed);
+    if (!job->rejected_at_submit) (result.ok() ? jobs_completed_ : jobs_failed_).fetch_add(1, std::memory_order_relaxed);
     job->cv.notify_all();
     {
       std::lock_guard l(inflight_mu_);
       --inflight_;
     }
     inflight_cv_.notify_all();
+    // Last: the job no longer counts as in flight, and nothing below touches this context.
+    for (auto& fn : callbacks) RunCallback(fn, result);
   }
 }
+
+void RunCallback(const std::function<void(const Status&)>& fn, const Status& result) noexcept { fn(result); }
 
 Stats ContextImpl::GetStats() const {
   Stats s;

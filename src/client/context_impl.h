@@ -38,6 +38,9 @@
 
 namespace switchml::client {
 
+// Runs one OnComplete callback; noexcept: an exception leaving it terminates the process.
+void RunCallback(const std::function<void(const Status&)>& fn, const Status& result) noexcept;
+
 class ContextImpl {
  public:
   // What the control plane knows about a context's first error, e.g. that the switch tore

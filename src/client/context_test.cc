@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <limits>
+#include <mutex>
 #include <thread>
 
 #include "testing/exact_inputs.h"
@@ -216,6 +219,187 @@ TEST(ContextTest, DestroyingContextCancelsQueuedJobs) {
   ASSERT_TRUE(h2.IsDone());
   EXPECT_FALSE(h1.status().ok());
   EXPECT_EQ(h2.status().code(), StatusCode::kCancelled) << h2.status();
+}
+
+// ---- AllReduceHandle::OnComplete ----
+
+// Records the callbacks it hands out: how often each ran, with what, on which thread.
+class Recorder {
+ public:
+  std::function<void(const Status&)> Callback(std::function<void()> inside = {}) {
+    return [this, inside = std::move(inside)](const Status& s) {
+      if (inside) inside();
+      std::lock_guard l(mu_);
+      ++runs_;
+      status_ = s;
+      thread_ = std::this_thread::get_id();
+      cv_.notify_all();
+    };
+  }
+  // Waits (at most 20 s, far above any test's need) until `n` callbacks ran.
+  bool WaitForRuns(int n) {
+    std::unique_lock l(mu_);
+    return cv_.wait_for(l, std::chrono::seconds(20), [&] { return runs_ >= n; });
+  }
+  int runs() const { std::lock_guard l(mu_); return runs_; }
+  Status status() const { std::lock_guard l(mu_); return status_; }
+  std::thread::id thread() const { std::lock_guard l(mu_); return thread_; }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int runs_ = 0;
+  Status status_;
+  std::thread::id thread_;
+};
+
+TEST(OnCompleteTest, RunsOnceOnAWorkerThreadAfterTheResultIsWritten) {
+  auto cluster = Cluster(2, FastOptions(2));
+  LoopbackCluster& c = *cluster;
+  const size_t count = 5000;
+  std::vector<int32_t> a(count, 1), b(count, 2);
+  auto h = c.ctx(0).AllReduceAsync(a.data(), a.data(), count, DataType::kInt32);
+  // Rank 1 has not submitted yet, so this call cannot have finished: the callback is queued.
+  Recorder rec;
+  int32_t first = 0, last = 0;
+  Status own;
+  uint64_t completed_seen = ~0ull;
+  h.OnComplete(rec.Callback([&] {
+    first = a[0];
+    last = a[count - 1];
+    own = h.status();  // its own handle is done
+    completed_seen = c.ctx(0).GetStats().jobs_completed;
+  }));
+  h.OnComplete(rec.Callback());  // a second registration runs too, once
+  EXPECT_EQ(rec.runs(), 0);
+  ASSERT_TRUE(c.ctx(1).AllReduce(b.data(), b.data(), count, DataType::kInt32).ok());
+  ASSERT_TRUE(h.Wait().ok());
+  ASSERT_TRUE(rec.WaitForRuns(2));
+  EXPECT_TRUE(rec.status().ok()) << rec.status();
+  EXPECT_NE(rec.thread(), std::this_thread::get_id());
+  EXPECT_EQ(first, 3);
+  EXPECT_EQ(last, 3);
+  EXPECT_TRUE(own.ok()) << own;
+  EXPECT_EQ(completed_seen, 1u);
+  c.DestroyContext(0);
+  c.DestroyContext(1);
+  EXPECT_EQ(rec.runs(), 2);  // never again
+}
+
+TEST(OnCompleteTest, AlreadyFinishedRunsAtOnceOnTheCallersThread) {
+  auto cluster = Cluster(1, FastOptions());
+  LoopbackCluster& c = *cluster;
+  std::vector<float> buf(100, 1.0f);
+  auto h = c.ctx(0).AllReduceAsync(buf.data(), buf.data(), buf.size(), DataType::kFloat32);
+  ASSERT_TRUE(h.Wait().ok());
+  Recorder done;
+  h.OnComplete(done.Callback());
+  EXPECT_EQ(done.runs(), 1);  // before OnComplete returned
+  EXPECT_EQ(done.thread(), std::this_thread::get_id());
+  EXPECT_TRUE(done.status().ok());
+  // Rejected at submission: already done, with the error.
+  Recorder rejected;
+  c.ctx(0).AllReduceAsync(nullptr, buf.data(), 10, DataType::kFloat32).OnComplete(rejected.Callback());
+  EXPECT_EQ(rejected.runs(), 1);
+  EXPECT_EQ(rejected.thread(), std::this_thread::get_id());
+  EXPECT_EQ(rejected.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(rejected.status().message().find("in is null"), std::string::npos) << rejected.status();
+  // An empty handle never finishes: FAILED_PRECONDITION at once, so fn still runs exactly once.
+  Recorder empty;
+  AllReduceHandle().OnComplete(empty.Callback());
+  EXPECT_EQ(empty.runs(), 1);
+  EXPECT_EQ(empty.status().code(), StatusCode::kFailedPrecondition);
+  h.OnComplete({});  // ignored
+}
+
+TEST(OnCompleteTest, AFailedCallReportsItsError) {
+  Options o = FastOptions();
+  o.job_timeout = std::chrono::milliseconds(300);
+  auto cluster = Cluster(2, o);
+  LoopbackCluster& c = *cluster;
+  std::vector<int32_t> buf(1000, 1);
+  Recorder rec;
+  auto h = c.ctx(0).AllReduceAsync(buf.data(), buf.data(), buf.size(), DataType::kInt32);
+  h.OnComplete(rec.Callback());  // rank 1 never submits: the call times out
+  ASSERT_TRUE(rec.WaitForRuns(1));
+  EXPECT_EQ(rec.status().code(), StatusCode::kDeadlineExceeded) << rec.status();
+  EXPECT_EQ(rec.status().ToString(), h.Wait().ToString());
+  // The broken context's next call fails at submission: its callback runs at once.
+  Recorder next;
+  c.ctx(0).AllReduceAsync(buf.data(), buf.data(), buf.size(), DataType::kInt32).OnComplete(next.Callback());
+  EXPECT_EQ(next.runs(), 1);
+  EXPECT_EQ(next.status().code(), StatusCode::kFailedPrecondition) << next.status();
+}
+
+TEST(OnCompleteTest, CallsCancelledByDestroyingTheContextRunTheirCallbacksBeforeItReturns) {
+  auto cluster = Cluster(2, FastOptions(2));
+  LoopbackCluster& c = *cluster;
+  std::vector<int32_t> buf(100000, 1), other(1000, 1);
+  Recorder running, queued;
+  auto h1 = c.ctx(0).AllReduceAsync(buf.data(), buf.data(), buf.size(), DataType::kInt32);
+  auto h2 = c.ctx(0).AllReduceAsync(buf.data(), buf.data(), buf.size(), DataType::kInt32);
+  h1.OnComplete(running.Callback());
+  h2.OnComplete(queued.Callback());
+  c.DestroyContext(0);  // rank 1 never participates
+  EXPECT_EQ(running.runs(), 1);
+  EXPECT_EQ(queued.runs(), 1);
+  EXPECT_FALSE(running.status().ok());
+  EXPECT_EQ(queued.status().code(), StatusCode::kCancelled) << queued.status();
+  EXPECT_EQ(queued.status().ToString(), h2.status().ToString());
+  Recorder late;  // after the context is gone: at once, with the same result
+  h2.OnComplete(late.Callback());
+  EXPECT_EQ(late.runs(), 1);
+  EXPECT_EQ(late.status().code(), StatusCode::kCancelled);
+}
+
+// Registrations from three threads race the completions of a stream of calls: one registers
+// right after each submission (mostly before completion), one when the previous call finished
+// (mostly while the call completes), one after the call finished. Every callback runs exactly
+// once, with the call's result, wherever it lands.
+TEST(OnCompleteTest, RegistrationRacingCompletionRunsEveryCallbackExactlyOnce) {
+  auto cluster = Cluster(1, FastOptions(2));
+  LoopbackCluster& c = *cluster;
+  constexpr int kCalls = 300;
+  std::vector<std::vector<int32_t>> bufs(kCalls, std::vector<int32_t>(70, 1));
+  std::vector<std::atomic<int>> runs(kCalls);
+  std::vector<AllReduceHandle> handles(kCalls);
+  std::atomic<int> submitted{0};
+  std::atomic<int> on_worker{0}, inline_runs{0}, failed{0};
+  auto registrar = [&](int tag) {
+    const auto me = std::this_thread::get_id();
+    for (int i = 0; i < kCalls; ++i) {
+      while (submitted.load(std::memory_order_acquire) <= i) std::this_thread::yield();
+      AllReduceHandle h = handles[i];
+      if (tag == 10 && i > 0) {
+        while (!handles[i - 1].IsDone()) std::this_thread::yield();
+      } else if (tag == 100) {
+        (void)h.Wait();
+      }
+      h.OnComplete([&, i, me, tag](const Status& s) {
+        if (!s.ok()) failed.fetch_add(1);
+        runs[i].fetch_add(tag, std::memory_order_relaxed);
+        (std::this_thread::get_id() == me ? inline_runs : on_worker).fetch_add(1);
+      });
+    }
+  };
+  std::thread submitter([&] {
+    for (int i = 0; i < kCalls; ++i) {
+      handles[i] = c.ctx(0).AllReduceAsync(bufs[i].data(), bufs[i].data(), bufs[i].size(), DataType::kInt32);
+      submitted.store(i + 1, std::memory_order_release);
+    }
+  });
+  std::thread r1(registrar, 1), r2(registrar, 10), r3(registrar, 100);
+  submitter.join();
+  r1.join();
+  r2.join();
+  r3.join();
+  for (auto& h : handles) ASSERT_TRUE(h.Wait().ok()) << h.status();
+  c.DestroyContext(0);  // every callback has run when this returns
+  for (int i = 0; i < kCalls; ++i) EXPECT_EQ(runs[i].load(), 111) << "call " << i;
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(on_worker.load() + inline_runs.load(), 3 * kCalls);
+  EXPECT_GE(inline_runs.load(), kCalls);  // the third registrar's, at least
+  std::printf("callbacks run on a worker thread: %d, at registration: %d\n", on_worker.load(), inline_runs.load());
 }
 
 // ---- A call one rank rejects fails on every rank, and the calls after it pair up ----

@@ -9,6 +9,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -24,6 +25,9 @@ struct JobState {
   std::condition_variable cv;
   bool done = false;
   Status status;
+  // AllReduceHandle::OnComplete callbacks registered before `done`; taken (and cleared) by
+  // whoever sets `done`, which runs them after waking the waiters (guarded by mu).
+  std::vector<std::function<void(const Status&)>> callbacks;
   int remaining_slices = 0;  // guarded by mu
   std::vector<int8_t> exponents;  // float32: every slice's block exponents (SliceSpec::exponents)
 
