@@ -31,8 +31,8 @@ namespace switchml::mpi {
 enum class FallbackMode { kPmpi, kFail };
 
 // How a routed MPI_Iallreduce completes. kAsync: it returns at once and the request completes
-// when the job does (interposer.cc: a helper thread under Open MPI, MPICH's MPIX generalized
-// request callbacks under MPICH). kInline: MPI_Iallreduce finishes the job before it returns
+// when the job does (interposer.cc: the job's completion callback under Open MPI, MPICH's MPIX
+// generalized request callbacks under MPICH). kInline: MPI_Iallreduce finishes the job before it returns
 // (no overlap; never needs MPI_THREAD_MULTIPLE).
 enum class CompletionMode { kAsync, kInline };
 

@@ -9,7 +9,7 @@
 #               float within the quantization bound) and every rank's counters must show the
 #               expected routed / passed-through calls.
 # min_elements: the same with SWITCHML_MPI_MIN_ELEMENTS=500 (small calls go to PMPI).
-# inline:       the same as routed with SWITCHML_MPI_COMPLETION=inline (no helper thread).
+# inline:       the same as routed with SWITCHML_MPI_COMPLETION=inline (no completion callback).
 # fallback:     a controller address nobody listens on: SWITCHML_MPI_FALLBACK=pmpi warns and
 #               gives exact results; =fail makes MPI_Init fail with a message; a bad variable
 #               value is named in the warning/error; without SWITCHML_CONTROLLER nothing is printed.
