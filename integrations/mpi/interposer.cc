@@ -37,7 +37,7 @@
 // Errors on a routed call: the SwitchML Status is printed on stderr, the communicator's error
 // handler is invoked with MPI_ERR_OTHER (by default MPI_ERRORS_ARE_FATAL: the job aborts with
 // that message) and, if it returns, MPI_ERR_OTHER is returned. A routed call never waits longer
-// than SWITCHML_JOB_TIMEOUT_MS without progress.
+// than SWITCHML_CALL_TIMEOUT_MS without progress.
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
 #endif
@@ -220,6 +220,9 @@ int SetUp(int provided) {
   PMPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
   PMPI_Comm_size(MPI_COMM_WORLD, &s.size);
   const InterposerConfig& c = s.config;
+  if (s.rank == 0) {
+    for (const std::string& note : c.notes) std::fprintf(stderr, "switchml-mpi: note: %s\n", note.c_str());
+  }
 
   // Round 1: settings. Any rank with bad or missing settings disables routing everywhere
   // before anyone contacts the controller (which would otherwise wait for it in a barrier).

@@ -139,13 +139,13 @@ ProcessGroupSwitchML::ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>
   if (config.num_worker_threads != 0) options.num_worker_threads = config.num_worker_threads;
   if (config.window_packets != 0) options.window_packets = config.window_packets;
   if (config.elements_per_packet != 0) options.elements_per_packet = config.elements_per_packet;
-  if (config.job_timeout.count() > 0) options.job_timeout = config.job_timeout;
+  if (config.call_timeout.count() > 0) options.call_timeout = config.call_timeout;
   options.bind_ip = config.bind_ip;
   options.advertise_ip = config.advertise_ip;
   options.job_id = config.job_id;
   options.job_token = config.job_token;
   // The queue holds calls back instead (StartReadyLocked): AllReduceAsync never blocks.
-  options.max_jobs_in_flight = 2 * kMaxJobsInFlight;
+  options.max_calls_in_flight = 2 * kMaxJobsInFlight;
   if (switchml::Status s = options.Validate(); !s.ok()) {
     TORCH_CHECK_VALUE(false, "switchml: invalid backend settings: ", s.message());
   }

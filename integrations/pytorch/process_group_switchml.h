@@ -95,7 +95,7 @@ struct SwitchMLConfig {
   uint32_t num_worker_threads = 0;
   uint32_t window_packets = 0;
   uint32_t elements_per_packet = 0;
-  std::chrono::milliseconds job_timeout{0};
+  std::chrono::milliseconds call_timeout{0};
   std::string bind_ip;
   std::string advertise_ip;
   // A job created with `switchml jobs create` (0 / empty: the reference session).
@@ -290,7 +290,7 @@ class ProcessGroupSwitchML : public c10d::ProcessGroup {
   std::unique_ptr<switchml::Context> context_;
 
   // SwitchML jobs submitted and not yet accounted complete, at most (the context's
-  // max_jobs_in_flight is twice this: the library also counts the first round of a call it
+  // max_calls_in_flight is twice this: the library also counts the first round of a call it
   // rejected at submission, whose handle the backend already saw complete).
   static constexpr size_t kMaxJobsInFlight = 32768;
 

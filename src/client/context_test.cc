@@ -37,7 +37,7 @@ Options FastOptions(uint32_t threads = 1) {
   o.initial_rto = std::chrono::milliseconds(5);
   o.min_rto = std::chrono::milliseconds(2);
   o.max_rto = std::chrono::milliseconds(100);
-  o.job_timeout = std::chrono::milliseconds(3000);
+  o.call_timeout = std::chrono::milliseconds(3000);
   return o;
 }
 
@@ -77,8 +77,8 @@ TEST(ContextTest, SeveralAsyncJobsSeveralThreadsInt32AndFloat32) {
       EXPECT_EQ(testing::VerifyFloat32(fout[r][j].data(), sizes[j], n, j * 10000).wrong, 0u) << r << " " << j;
     }
     Stats s = c.ctx(r).GetStats();
-    EXPECT_EQ(s.jobs_completed, 2 * sizes.size());
-    EXPECT_EQ(s.jobs_failed, 0u);
+    EXPECT_EQ(s.calls_completed, 2 * sizes.size());
+    EXPECT_EQ(s.calls_failed, 0u);
   }
 }
 
@@ -192,7 +192,7 @@ TEST(ContextTest, NonFiniteInputInALaterSliceIsNamedByItsIndexInTheTensor) {
 TEST(ContextTest, MissingPeerTimesOutThenContextIsBroken) {
   // Two workers registered, only rank 0 submits: its job must fail within the job timeout.
   Options o = FastOptions();
-  o.job_timeout = std::chrono::milliseconds(300);
+  o.call_timeout = std::chrono::milliseconds(300);
   auto cluster = Cluster(2, o);
   LoopbackCluster& c = *cluster;
   std::vector<int32_t> buf(1000, 1);
@@ -268,7 +268,7 @@ TEST(OnCompleteTest, RunsOnceOnAWorkerThreadAfterTheResultIsWritten) {
     first = a[0];
     last = a[count - 1];
     own = h.status();  // its own handle is done
-    completed_seen = c.ctx(0).GetStats().jobs_completed;
+    completed_seen = c.ctx(0).GetStats().calls_completed;
   }));
   h.OnComplete(rec.Callback());  // a second registration runs too, once
   EXPECT_EQ(rec.runs(), 0);
@@ -314,7 +314,7 @@ TEST(OnCompleteTest, AlreadyFinishedRunsAtOnceOnTheCallersThread) {
 
 TEST(OnCompleteTest, AFailedCallReportsItsError) {
   Options o = FastOptions();
-  o.job_timeout = std::chrono::milliseconds(300);
+  o.call_timeout = std::chrono::milliseconds(300);
   auto cluster = Cluster(2, o);
   LoopbackCluster& c = *cluster;
   std::vector<int32_t> buf(1000, 1);
@@ -476,9 +476,9 @@ void ExpectRejectedCallFailsEverywhere(Spoil spoil, uint32_t n, uint32_t threads
       ASSERT_EQ(z[r][i], 10000.0f * sum) << "z[" << i << "]";
     }
     const Stats st = c.ctx(r).GetStats();
-    EXPECT_EQ(st.jobs_submitted, 3u);
-    EXPECT_EQ(st.jobs_completed, 2u);
-    EXPECT_EQ(st.jobs_failed, 1u);
+    EXPECT_EQ(st.calls_submitted, 3u);
+    EXPECT_EQ(st.calls_completed, 2u);
+    EXPECT_EQ(st.calls_failed, 1u);
   }
 }
 
@@ -573,6 +573,73 @@ TEST(RejectedCallTest, RejectionWhenTheCallStartsFailsEverywhere) {
   }
 }
 
+// The deprecated names of one release (Options::max_jobs_in_flight, Options::job_timeout,
+// Stats::jobs_*) still work, with the documented precedence.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST(DeprecatedNamesTest, OptionsAliasesAreFoldedIntoTheNewFields) {
+  Options o;
+  o.job_timeout = std::chrono::milliseconds(1234);
+  o.max_jobs_in_flight = 7;
+  ASSERT_TRUE(o.Validate().ok()) << o.Validate();
+  StatusOr<Options> r = o.Resolved();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->call_timeout, std::chrono::milliseconds(1234));
+  EXPECT_EQ(r->max_calls_in_flight, 7u);
+  EXPECT_EQ(r->job_timeout, std::chrono::milliseconds(1234));  // both report the value in force
+  EXPECT_EQ(r->max_jobs_in_flight, 7u);
+  // Unset deprecated fields: the new ones stand, and the old ones mirror them.
+  Options plain;
+  plain.call_timeout = std::chrono::milliseconds(99);
+  EXPECT_EQ(plain.Resolved()->call_timeout, std::chrono::milliseconds(99));
+  EXPECT_EQ(plain.Resolved()->job_timeout, std::chrono::milliseconds(99));
+  EXPECT_EQ(plain.Resolved()->max_calls_in_flight, 256u);
+  // Both set, equal: fine. Both set, different: INVALID_ARGUMENT naming both.
+  Options both = o;
+  both.call_timeout = std::chrono::milliseconds(1234);
+  EXPECT_TRUE(both.Validate().ok());
+  both.call_timeout = std::chrono::milliseconds(500);
+  EXPECT_EQ(both.Validate().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(both.Validate().message().find("job_timeout (deprecated) = 1234 ms and call_timeout = 500 ms disagree"),
+            std::string::npos) << both.Validate();
+  both = o;
+  both.max_calls_in_flight = 8;
+  EXPECT_NE(both.Validate().message().find("max_jobs_in_flight (deprecated) = 7 and max_calls_in_flight = 8"),
+            std::string::npos) << both.Validate();
+  // A bad value through the old name is caught like one through the new name.
+  Options bad;
+  bad.max_jobs_in_flight = 70000;
+  EXPECT_NE(bad.Validate().message().find("max_calls_in_flight must be in [1, 65536], got 70000"), std::string::npos)
+      << bad.Validate();
+}
+
+TEST(DeprecatedNamesTest, AContextHonoursTheOldTimeoutAndFillsTheOldStats) {
+  Options o = FastOptions();
+  o.call_timeout = Options().call_timeout;  // left at its default: the deprecated field wins
+  o.job_timeout = std::chrono::milliseconds(300);
+  auto cluster = Cluster(2, o);
+  LoopbackCluster& c = *cluster;
+  EXPECT_EQ(c.ctx(0).options().call_timeout, std::chrono::milliseconds(300));
+  std::vector<int32_t> buf(1000, 1), other(1000, 2);
+  // A call that completes, then one that times out after the old field's 300 ms (rank 1 stays
+  // away), not the default 10 s.
+  std::thread peer([&] { ASSERT_TRUE(c.ctx(1).AllReduce(other.data(), other.data(), other.size(), DataType::kInt32).ok()); });
+  ASSERT_TRUE(c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kInt32).ok());
+  peer.join();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kInt32).code(),
+            StatusCode::kDeadlineExceeded);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(8));  // far below 10 s
+  const Stats s = c.ctx(0).GetStats();
+  EXPECT_EQ(s.calls_submitted, 2u);
+  EXPECT_EQ(s.calls_completed, 1u);
+  EXPECT_EQ(s.calls_failed, 1u);
+  EXPECT_EQ(s.jobs_submitted, s.calls_submitted);
+  EXPECT_EQ(s.jobs_completed, s.calls_completed);
+  EXPECT_EQ(s.jobs_failed, s.calls_failed);
+}
+#pragma GCC diagnostic pop
+
 TEST(OptionsTest, ValidateNamesTheField) {
   Options o;
   EXPECT_TRUE(o.Validate().ok());
@@ -594,8 +661,8 @@ TEST(OptionsTest, ValidateNamesTheField) {
   EXPECT_NE(msg(b).find("window_packets"), std::string::npos);
   b = o; b.initial_rto = std::chrono::seconds(5);
   EXPECT_NE(msg(b).find("initial_rto"), std::string::npos);
-  b = o; b.job_timeout = std::chrono::milliseconds(0);
-  EXPECT_NE(msg(b).find("job_timeout"), std::string::npos);
+  b = o; b.call_timeout = std::chrono::milliseconds(0);
+  EXPECT_NE(msg(b).find("call_timeout"), std::string::npos);
   b = o; b.controller_address = "300.1.1.1:5";
   EXPECT_NE(msg(b).find("controller_address"), std::string::npos);
   b = o; b.job_id = 7;

@@ -68,7 +68,7 @@ pass "both shards aggregated ($rx0 and $rx1 datagrams consumed), none misrouted"
 
 # Workers that registered and stream; then switch 1's host dies.
 new_job doomed
-run_ranks dead- int32 100000 --iters 100000 --job-timeout-ms 2000
+run_ranks dead- int32 100000 --iters 100000 --call-timeout-ms 2000
 running() { jobs show "$SWITCHML_JOB_ID" --controller "$CTL" 2>/dev/null |
               python3 -c 'import json,sys; j=json.load(sys.stdin); sys.exit(0 if j["counters"]["consumed"] > 0 else 1)'; }
 sml_wait_for 20 "the job to stream" running || fail "the workers never started streaming"
