@@ -92,9 +92,10 @@ class AllReduceHandle {
   //    (Wait() and IsDone() already see it; Stats already count it);
   //  - the caller's thread, before OnComplete returns, if the call had already finished (also
   //    for a call rejected at submission, and with FAILED_PRECONDITION on an empty handle);
-  //  - for calls ~Context cancels: the thread destroying the Context (calls still queued, status
-  //    CANCELLED) or a worker thread while it stops (calls running, CANCELLED, or ABORTED
-  //    naming the cancellation); every callback has run when ~Context returns.
+  //  - for calls ~Context cancels: the thread destroying the Context or a worker thread while
+  //    it stops, with status CANCELLED (with several worker threads, a slice that another
+  //    thread's cancellation stopped first may make it ABORTED naming that cancellation);
+  //    every callback has run when ~Context returns.
   // Registration never races completion: a callback registered while the call finishes runs
   // either on the worker thread or at once on the caller's thread, never twice, never not.
   // The callback runs on the thread that moves every call's packets (each call is spread over
@@ -124,8 +125,8 @@ class Context {
   // naming its address), FAILED_PRECONDITION (the switch cannot serve this configuration).
   static StatusOr<std::unique_ptr<Context>> Create(const Options& options);
 
-  // Stops the worker threads; calls still queued or running fail with CANCELLED (their
-  // OnComplete callbacks have run when it returns).
+  // Stops the worker threads; calls still queued or running fail with CANCELLED (or ABORTED
+  // naming it, see OnComplete); their OnComplete callbacks have run when it returns.
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
