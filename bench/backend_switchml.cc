@@ -55,7 +55,7 @@ StatusOr<std::unique_ptr<Backend>> CreateSwitchMLBackend(const BackendConfig& c)
   opt.num_worker_threads = c.threads;
   opt.window_packets = c.window;
   opt.elements_per_packet = c.elements_per_packet;
-  opt.job_timeout = c.timeout;
+  opt.call_timeout = c.timeout;
   opt.job_id = c.job_id;
   opt.job_token = c.job_token;
   SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<Context> ctx, Context::Create(opt));

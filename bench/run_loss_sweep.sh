@@ -183,7 +183,7 @@ run_one() {
     # bounds the whole run in case anything else hangs.
     timeout -k 5 "$RUN_TIMEOUT" "${CX[@]}" "w$i" -- "$SWITCHML" allreduce --rank "$i" --workers "$WORKERS" \
         --controller "$CLUSTER_SWITCH_IP:$ctl" --type "$type" --size "$SIZE" --elements-per-packet "$EPP" --iters "$ITERS" --warmup "$WARMUP" \
-        --job-timeout-ms 60000 --rpc-timeout-ms 30000 --json "$WORK/$label.r$i.json" \
+        --call-timeout-ms 60000 --rpc-timeout-ms 30000 --json "$WORK/$label.r$i.json" \
         ${WORKER_ARGS[@]+"${WORKER_ARGS[@]}"} > "$WORK/$label.r$i.log" 2>&1 &
     pids+=($!)
     sml_track $!

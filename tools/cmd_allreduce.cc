@@ -103,7 +103,7 @@ int Run(const AllReduceArgs& a) {
   opt.num_worker_threads = a.job.threads;
   opt.window_packets = a.job.window;
   opt.elements_per_packet = a.job.elements_per_packet;
-  opt.job_timeout = std::chrono::milliseconds(a.job.job_timeout_ms);
+  opt.call_timeout = std::chrono::milliseconds(a.job.EffectiveCallTimeoutMs());
   opt.rpc_timeout = std::chrono::milliseconds(a.rpc_timeout_ms);
   auto us = [](double ms) { return std::chrono::microseconds(int64_t(ms * 1000)); };
   if (a.initial_rto_ms >= 0) opt.initial_rto = us(a.initial_rto_ms);

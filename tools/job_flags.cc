@@ -19,11 +19,29 @@ void JobFlags::Register(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--window", window, "Packets in flight per worker")->capture_default_str();
   app.add_option("--elements-per-packet", elements_per_packet, "64, 256, 512 or 1024")->capture_default_str();
-  app.add_option("--job-timeout-ms", job_timeout_ms, "Fail a job after this long without progress")
-      ->capture_default_str();
+  call_timeout_option =
+      app.add_option("--call-timeout-ms", call_timeout_ms, "Fail an all-reduce call after this long without progress")
+          ->capture_default_str();
+  deprecated_job_timeout_option =
+      app.add_option("--job-timeout-ms", deprecated_job_timeout_ms, "Deprecated name of --call-timeout-ms");
+}
+
+uint32_t JobFlags::EffectiveCallTimeoutMs() const {
+  const bool old_given = deprecated_job_timeout_option != nullptr && deprecated_job_timeout_option->count() > 0;
+  const bool new_given = call_timeout_option != nullptr && call_timeout_option->count() > 0;
+  return old_given && !new_given ? deprecated_job_timeout_ms : call_timeout_ms;
 }
 
 StatusOr<JobFlags::Job> JobFlags::Parse() const {
+  if (deprecated_job_timeout_option != nullptr && deprecated_job_timeout_option->count() > 0) {
+    if (call_timeout_option != nullptr && call_timeout_option->count() > 0 &&
+        call_timeout_ms != deprecated_job_timeout_ms) {
+      return InvalidArgumentError("--job-timeout-ms (deprecated) " + std::to_string(deprecated_job_timeout_ms) +
+                                  " and --call-timeout-ms " + std::to_string(call_timeout_ms) +
+                                  " disagree; give only --call-timeout-ms");
+    }
+    std::cerr << "switchml: note: --job-timeout-ms is deprecated, use --call-timeout-ms\n";
+  }
   Job job;
   if (type == "float32") job.type = DataType::kFloat32;
   else if (type == "int32") job.type = DataType::kInt32;
@@ -49,7 +67,7 @@ std::vector<std::string> JobFlags::ToArgs(const std::vector<uint64_t>& c) const 
   for (uint64_t n : c) list += (list.empty() ? "" : ",") + std::to_string(n);
   return {"--counts", list, "--type", type, "--iters", std::to_string(iters), "--warmup", std::to_string(warmup),
           "--threads", std::to_string(threads), "--window", std::to_string(window), "--elements-per-packet",
-          std::to_string(elements_per_packet), "--job-timeout-ms", std::to_string(job_timeout_ms)};
+          std::to_string(elements_per_packet), "--call-timeout-ms", std::to_string(EffectiveCallTimeoutMs())};
 }
 
 void OperatorTokenFlag::Register(CLI::App& app, const std::string& role) {

@@ -23,17 +23,26 @@ struct JobFlags {
   uint32_t threads = 1;
   uint32_t window = 256;
   uint32_t elements_per_packet = 256;
-  uint32_t job_timeout_ms = 10000;
+  uint32_t call_timeout_ms = 10000;
+  // --job-timeout-ms: the deprecated name of --call-timeout-ms (one release); Parse() prints a
+  // one-line note on stderr when it is used; EffectiveCallTimeoutMs() folds it in.
+  uint32_t deprecated_job_timeout_ms = 0;
+  CLI::Option* call_timeout_option = nullptr;
+  CLI::Option* deprecated_job_timeout_option = nullptr;
 
   explicit JobFlags(std::string default_size) : size(std::move(default_size)) {}
   void Register(CLI::App& app);
 
   // Checks the flags; the message names the flag ("--type must be float32 or int32, got 'x'").
+  // Notes --job-timeout-ms (deprecated) on stderr; giving it with a different
+  // --call-timeout-ms is an error naming both.
   struct Job {
     DataType type;
-    std::vector<uint64_t> counts;  // elements per tensor, run as consecutive jobs
+    std::vector<uint64_t> counts;  // elements per tensor, run as consecutive calls
   };
   StatusOr<Job> Parse() const;
+  // --call-timeout-ms, or --job-timeout-ms (deprecated) when only that was given.
+  uint32_t EffectiveCallTimeoutMs() const;
 
   // The same flags as arguments for `switchml allreduce`, with the tensor sizes given.
   std::vector<std::string> ToArgs(const std::vector<uint64_t>& counts) const;

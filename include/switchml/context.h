@@ -10,6 +10,9 @@
 //   ... overlap work ...
 //   if (!h.Wait().ok()) ...
 //
+// Vocabulary: a "job" is a tenant of the switch (workers registered together, Options::job_id);
+// a "call" is one all-reduce of that job (one AllReduceAsync on every worker).
+//
 // Contracts. Every worker of a job issues the same sequence of all-reduce calls (same counts,
 // types, order). This is checked, not assumed: each call carries a small descriptor (element
 // count, type, call number) that the switch sums like data, and a call whose descriptor differs
@@ -30,7 +33,7 @@
 // input that changes after submission so that its data exceeds the exponent taken from it fails
 // the call instead of being clamped into a wrong sum.)
 //
-// Backpressure: at most Options::max_jobs_in_flight calls are queued or running; a further
+// Backpressure: at most Options::max_calls_in_flight calls are queued or running; a further
 // AllReduceAsync blocks until the oldest finishes.
 //
 // Errors: a call that any worker rejects for its arguments or input (null or overlapping
@@ -49,11 +52,12 @@
 // data as it is (a failed call writes nothing).
 //
 // Thread-safety: a Context may be used from several threads; the order in which calls enter
-// AllReduceAsync defines the job order, which must match across workers.
+// AllReduceAsync defines the call order, which must match across workers.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 
 #include "switchml/options.h"
@@ -64,27 +68,52 @@ namespace switchml {
 
 namespace client {
 class ContextImpl;
-struct JobState;
+struct CallState;
 }  // namespace client
 
-// Completion handle of an asynchronous all-reduce. Copyable; all copies refer to one job.
+// Completion handle of an asynchronous all-reduce. Copyable; all copies refer to one call.
 class AllReduceHandle {
  public:
   AllReduceHandle() = default;
-  // Blocks until the job finished; returns its result. Never blocks longer than the job's
-  // timeout plus the time the job waited in the queue behind earlier jobs.
+  // Blocks until the call finished; returns its result. Never blocks longer than the call's
+  // timeout plus the time the call waited in the queue behind earlier calls.
   Status Wait() const;
-  // Waits at most `timeout`; returns true if the job finished (then status() is valid).
+  // Waits at most `timeout`; returns true if the call finished (then status() is valid).
   bool WaitFor(std::chrono::nanoseconds timeout) const;
   bool IsDone() const;
-  // The job's result; FAILED_PRECONDITION if it has not finished yet.
+  // The call's result; FAILED_PRECONDITION if it has not finished yet.
   Status status() const;
   bool valid() const { return state_ != nullptr; }
 
+  // Completion callback: `fn` runs exactly once, with the call's result (the Status Wait()
+  // returns), when the call finishes. Several may be registered on one call (through any copy
+  // of the handle); each runs once. Which thread runs it:
+  //  - the library's worker thread that finished the call, right after the call is marked done
+  //    (Wait() and IsDone() already see it; Stats already count it);
+  //  - the caller's thread, before OnComplete returns, if the call had already finished (also
+  //    for a call rejected at submission, and with FAILED_PRECONDITION on an empty handle);
+  //  - for calls ~Context cancels: the thread destroying the Context or a worker thread while
+  //    it stops, with status CANCELLED (with several worker threads, a slice that another
+  //    thread's cancellation stopped first may make it ABORTED naming that cancellation);
+  //    every callback has run when ~Context returns.
+  // Registration never races completion: a callback registered while the call finishes runs
+  // either on the worker thread or at once on the caller's thread, never twice, never not.
+  // The callback runs on the thread that moves every call's packets (each call is spread over
+  // all worker threads), so it must be short and must not block: no Wait()/WaitFor() on a
+  // handle of this Context that has not finished (that call may need this very thread: a
+  // deadlock), no AllReduce(), no destroying the Context, no waiting for a lock held by a
+  // thread that blocks in one of these. AllReduceAsync() only when the caller knows fewer than
+  // max_calls_in_flight calls are pending (the call then returns at once; this callback's own
+  // call no longer counts): beyond that it blocks for calls that may need this thread.
+  // Wait()/status() on its own handle are fine (it is done). Hand longer work to a thread of
+  // your own. It must not throw (an exception leaving it terminates the process). An empty
+  // `fn` is ignored.
+  void OnComplete(std::function<void(const Status&)> fn) const;
+
  private:
   friend class client::ContextImpl;
-  explicit AllReduceHandle(std::shared_ptr<client::JobState> s) : state_(std::move(s)) {}
-  std::shared_ptr<client::JobState> state_;
+  explicit AllReduceHandle(std::shared_ptr<client::CallState> s) : state_(std::move(s)) {}
+  std::shared_ptr<client::CallState> state_;
 };
 
 class Context {
@@ -96,7 +125,8 @@ class Context {
   // naming its address), FAILED_PRECONDITION (the switch cannot serve this configuration).
   static StatusOr<std::unique_ptr<Context>> Create(const Options& options);
 
-  // Stops the worker threads; jobs still queued or running fail with CANCELLED.
+  // Stops the worker threads; calls still queued or running fail with CANCELLED (or ABORTED
+  // naming it, see OnComplete); their OnComplete callbacks have run when it returns.
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -106,7 +136,7 @@ class Context {
   // Argument errors (null pointers, overlapping buffers, non-finite float32 input, a context
   // already broken by an earlier failure) are reported through the returned handle, which is
   // then already done; the call still fails on the other workers (see "Errors" above). Blocks
-  // only while max_jobs_in_flight calls are pending. Non-finite input that is the output of an
+  // only while max_calls_in_flight calls are pending. Non-finite input that is the output of an
   // earlier unfinished call can only be seen when this call starts: its handle then fails with
   // INVALID_ARGUMENT, on every worker as above, and the context stays usable.
   AllReduceHandle AllReduceAsync(const void* in, void* out, size_t num_elements, DataType type,

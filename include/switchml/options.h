@@ -16,6 +16,10 @@
 
 namespace switchml {
 
+// The struct's own (implicit) copy, move and destruction of its deprecated fields are not uses:
+// only code naming them is warned about.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 struct Options {
   // This worker's rank in [0, num_workers) and the number of workers in the job (1..256).
   uint32_t rank = 0;
@@ -64,8 +68,8 @@ struct Options {
   std::chrono::microseconds initial_rto{std::chrono::milliseconds(80)};
   std::chrono::microseconds min_rto{std::chrono::milliseconds(40)};
   // The 320 ms ceiling bounds the exponential backoff: beyond a few hundred milliseconds a longer
-  // wait only delays recovery (a worker that keeps failing is caught by job_timeout). With a
-  // 2 s ceiling, 5% loss in both directions made a 16 MiB job 20-70x slower than loss-free
+  // wait only delays recovery (a worker that keeps failing is caught by call_timeout). With a
+  // 2 s ceiling, 5% loss in both directions made a 16 MiB call 20-70x slower than loss-free
   // (docs/reliability.md); with 320 ms, about 14x (simulated: 4.0 s against 0.28 s).
   std::chrono::microseconds max_rto{std::chrono::milliseconds(320)};
   // UDP segmentation offload: GSO on send (a window's packets leave in a few syscalls) and GRO
@@ -76,19 +80,33 @@ struct Options {
   // polls its socket for up to this long before it sleeps. Lower latency for more CPU; only
   // worth it with a core per worker thread.
   std::chrono::microseconds busy_poll{0};
-  // All-reduces submitted and not finished, at most (1..65536). AllReduceAsync blocks while
-  // this many are queued or running, until the oldest finishes (each finishes or fails within
-  // its job_timeout), so a caller that submits faster than the network drains keeps memory
-  // flat. 256 is far more than a training step overlaps (DDP buckets, per-layer calls).
-  uint32_t max_jobs_in_flight = 256;
-  // A job fails with DEADLINE_EXCEEDED when no result arrives for this long.
-  std::chrono::milliseconds job_timeout{std::chrono::seconds(10)};
+  // All-reduce calls submitted and not finished, at most (1..65536). AllReduceAsync blocks
+  // while this many are queued or running, until the oldest finishes (each finishes or fails
+  // within its call_timeout), so a caller that submits faster than the network drains keeps
+  // memory flat. 256 is far more than a training step overlaps (DDP buckets, per-layer calls).
+  uint32_t max_calls_in_flight = 256;
+  // A call fails with DEADLINE_EXCEEDED when no result arrives for this long.
+  std::chrono::milliseconds call_timeout{std::chrono::seconds(10)};
   // Deadline of each controller call (session setup, barrier).
   std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};
+
+  // Deprecated (one release): the old names of max_calls_in_flight and call_timeout. 0 =
+  // unset (the default). Precedence: a deprecated field that is set replaces its new field
+  // (Context::Create and Validate use it, and Context::options() reports both with that
+  // value); setting both to different values is INVALID_ARGUMENT naming both, unless the new
+  // field still has its default (then the deprecated one wins).
+  [[deprecated("use max_calls_in_flight")]] uint32_t max_jobs_in_flight = 0;
+  [[deprecated("use call_timeout")]] std::chrono::milliseconds job_timeout{0};
+
+  // These options with the deprecated fields folded in (see above): max_calls_in_flight and
+  // call_timeout hold the values in force, the deprecated fields the same values.
+  // INVALID_ARGUMENT if a deprecated field and its new field disagree.
+  StatusOr<Options> Resolved() const;
 
   // Returns INVALID_ARGUMENT naming the first bad field, e.g.
   // "elements_per_packet must be one of 64, 256, 512, 1024, got 100".
   Status Validate() const;
 };
+#pragma GCC diagnostic pop
 
 }  // namespace switchml

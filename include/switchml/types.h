@@ -14,10 +14,14 @@ inline constexpr size_t ElementSize(DataType) { return 4; }
 std::string_view DataTypeName(DataType t);  // "int32", "float32"
 
 // Per-context counters, summed over worker threads. Read with Context::GetStats().
+// The struct's own (implicit) copy, move and destruction of its deprecated fields are not uses:
+// only code naming them is warned about.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 struct Stats {
-  uint64_t jobs_submitted = 0;
-  uint64_t jobs_completed = 0;   // finished OK
-  uint64_t jobs_failed = 0;
+  uint64_t calls_submitted = 0;  // all-reduce calls (AllReduceAsync / AllReduce)
+  uint64_t calls_completed = 0;  // finished OK
+  uint64_t calls_failed = 0;
   uint64_t packets_sent = 0;     // including retransmissions
   uint64_t retransmissions = 0;  // packets resent after a timeout
   uint64_t results_received = 0; // results accepted (one per packet of a slice)
@@ -29,6 +33,13 @@ struct Stats {
   // below the bound that rounds up (off by at most one quantum). A value beyond its block's
   // exponent is never clamped silently: its all-reduce fails instead.
   uint64_t quantization_clamps = 0;
+
+  // Deprecated (one release): the old names of calls_submitted, calls_completed and
+  // calls_failed, filled by GetStats() with the same values.
+  [[deprecated("use calls_submitted")]] uint64_t jobs_submitted = 0;
+  [[deprecated("use calls_completed")]] uint64_t jobs_completed = 0;
+  [[deprecated("use calls_failed")]] uint64_t jobs_failed = 0;
 };
+#pragma GCC diagnostic pop
 
 }  // namespace switchml

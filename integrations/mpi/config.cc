@@ -25,7 +25,7 @@ Status RenameField(const Status& s) {
       {"num_worker_threads", "SWITCHML_THREADS"},
       {"window_packets", "SWITCHML_WINDOW"},
       {"elements_per_packet", "SWITCHML_ELEMENTS_PER_PACKET"},
-      {"job_timeout", "SWITCHML_JOB_TIMEOUT_MS"},
+      {"call_timeout", "SWITCHML_CALL_TIMEOUT_MS"},
       {"rpc_timeout", "SWITCHML_RPC_TIMEOUT_MS"},
       {"controller_address", "SWITCHML_CONTROLLER"},
       {"bind_ip", "SWITCHML_BIND_IP"},
@@ -99,8 +99,8 @@ InterposerConfig ParseInterposerConfig(const EnvLookup& getenv) {
       {"SWITCHML_WINDOW", 1, 1u << 20, [](Options& o, uint64_t v) { o.window_packets = uint32_t(v); }},
       {"SWITCHML_ELEMENTS_PER_PACKET", 1, 1u << 20,
        [](Options& o, uint64_t v) { o.elements_per_packet = uint32_t(v); }},
-      {"SWITCHML_JOB_TIMEOUT_MS", 1, 86'400'000,
-       [](Options& o, uint64_t v) { o.job_timeout = std::chrono::milliseconds(v); }},
+      {"SWITCHML_CALL_TIMEOUT_MS", 1, 86'400'000,
+       [](Options& o, uint64_t v) { o.call_timeout = std::chrono::milliseconds(v); }},
       {"SWITCHML_RPC_TIMEOUT_MS", 1, 86'400'000,
        [](Options& o, uint64_t v) { o.rpc_timeout = std::chrono::milliseconds(v); }},
       {"SWITCHML_JOB_ID", 1, UINT32_MAX, [](Options& o, uint64_t v) { o.job_id = uint32_t(v); }},
@@ -109,6 +109,20 @@ InterposerConfig ParseInterposerConfig(const EnvLookup& getenv) {
     if (const char* v = get(var.name)) {
       auto n = ParseUint(var.name, v, var.lo, var.hi);
       if (n.ok()) var.apply(o, *n); else fail(n.status());
+    }
+  }
+  // The deprecated name of SWITCHML_CALL_TIMEOUT_MS (one release): used when the new one is
+  // not set; both set to different values is an error naming both.
+  if (const char* old = get("SWITCHML_JOB_TIMEOUT_MS")) {
+    c.notes.push_back("SWITCHML_JOB_TIMEOUT_MS is deprecated, use SWITCHML_CALL_TIMEOUT_MS");
+    const char* now = get("SWITCHML_CALL_TIMEOUT_MS");
+    if (now == nullptr) {
+      auto n = ParseUint("SWITCHML_JOB_TIMEOUT_MS", old, 1, 86'400'000);
+      if (n.ok()) o.call_timeout = std::chrono::milliseconds(*n); else fail(n.status());
+    } else if (std::string_view(now) != old) {
+      fail(InvalidArgumentError("SWITCHML_JOB_TIMEOUT_MS (deprecated) '" + std::string(old) +
+                                "' and SWITCHML_CALL_TIMEOUT_MS '" + now +
+                                "' disagree; set only SWITCHML_CALL_TIMEOUT_MS"));
     }
   }
   if (const char* v = get("SWITCHML_BIND_IP")) o.bind_ip = v;

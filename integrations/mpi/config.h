@@ -10,8 +10,9 @@
 // Variables (README.md in this folder has the full table):
 //   SWITCHML_CONTROLLER          host:port of the controller; unset or empty = routing disabled
 //   SWITCHML_THREADS, SWITCHML_WINDOW, SWITCHML_ELEMENTS_PER_PACKET,
-//   SWITCHML_JOB_TIMEOUT_MS, SWITCHML_RPC_TIMEOUT_MS, SWITCHML_BIND_IP, SWITCHML_ADVERTISE_IP
+//   SWITCHML_CALL_TIMEOUT_MS, SWITCHML_RPC_TIMEOUT_MS, SWITCHML_BIND_IP, SWITCHML_ADVERTISE_IP
 //                                → the matching switchml::Options fields
+//   SWITCHML_JOB_TIMEOUT_MS      deprecated name of SWITCHML_CALL_TIMEOUT_MS (noted in `notes`)
 //   SWITCHML_MPI_FALLBACK        pmpi (default) | fail
 //   SWITCHML_MPI_STATS           0 (default) | 1
 //   SWITCHML_MPI_MIN_ELEMENTS    calls with fewer elements go to PMPI (default 0)
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "switchml/options.h"
 #include "switchml/status.h"
@@ -31,8 +33,8 @@ namespace switchml::mpi {
 enum class FallbackMode { kPmpi, kFail };
 
 // How a routed MPI_Iallreduce completes. kAsync: it returns at once and the request completes
-// when the job does (interposer.cc: a helper thread under Open MPI, MPICH's MPIX generalized
-// request callbacks under MPICH). kInline: MPI_Iallreduce finishes the job before it returns
+// when the job does (interposer.cc: the job's completion callback under Open MPI, MPICH's MPIX
+// generalized request callbacks under MPICH). kInline: MPI_Iallreduce finishes the job before it returns
 // (no overlap; never needs MPI_THREAD_MULTIPLE).
 enum class CompletionMode { kAsync, kInline };
 
@@ -46,6 +48,9 @@ struct InterposerConfig {
   bool print_stats = false;
   // Routed calls need at least this many elements (and always at least 1).
   uint64_t min_elements = 0;
+  // One line each for deprecated variables that were used (the interposer prints them on
+  // stderr, rank 0 only), e.g. "SWITCHML_JOB_TIMEOUT_MS is deprecated, use ...".
+  std::vector<std::string> notes;
   // The first error, naming the variable (INVALID_ARGUMENT); OK otherwise. On error `enabled`
   // is false and the other fields hold what could be parsed: a bad SWITCHML_MPI_FALLBACK
   // value selects kFail (the user asked for a policy we cannot tell), a bad SWITCHML_MPI_STATS

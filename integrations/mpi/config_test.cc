@@ -38,7 +38,7 @@ TEST(MpiConfigTest, AllVariablesParsed) {
                               {"SWITCHML_THREADS", "2"},
                               {"SWITCHML_WINDOW", "128"},
                               {"SWITCHML_ELEMENTS_PER_PACKET", "1024"},
-                              {"SWITCHML_JOB_TIMEOUT_MS", "2500"},
+                              {"SWITCHML_CALL_TIMEOUT_MS", "2500"},
                               {"SWITCHML_RPC_TIMEOUT_MS", "700"},
                               {"SWITCHML_BIND_IP", "127.0.0.1"},
                               {"SWITCHML_ADVERTISE_IP", "127.0.0.2"},
@@ -52,7 +52,8 @@ TEST(MpiConfigTest, AllVariablesParsed) {
   EXPECT_EQ(c.options.num_worker_threads, 2u);
   EXPECT_EQ(c.options.window_packets, 128u);
   EXPECT_EQ(c.options.elements_per_packet, 1024u);
-  EXPECT_EQ(c.options.job_timeout, std::chrono::milliseconds(2500));
+  EXPECT_EQ(c.options.call_timeout, std::chrono::milliseconds(2500));
+  EXPECT_TRUE(c.notes.empty());
   EXPECT_EQ(c.options.rpc_timeout, std::chrono::milliseconds(700));
   EXPECT_EQ(c.options.bind_ip, "127.0.0.1");
   EXPECT_EQ(c.options.advertise_ip, "127.0.0.2");
@@ -69,7 +70,25 @@ TEST(MpiConfigTest, DefaultsMatchOptions) {
   EXPECT_EQ(c.options.num_worker_threads, defaults.num_worker_threads);
   EXPECT_EQ(c.options.window_packets, defaults.window_packets);
   EXPECT_EQ(c.options.elements_per_packet, defaults.elements_per_packet);
-  EXPECT_EQ(c.options.job_timeout, defaults.job_timeout);
+  EXPECT_EQ(c.options.call_timeout, defaults.call_timeout);
+}
+
+TEST(MpiConfigTest, DeprecatedJobTimeoutStillWorksWithANote) {
+  InterposerConfig c = Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"}, {"SWITCHML_JOB_TIMEOUT_MS", "1500"}});
+  ASSERT_TRUE(c.status.ok()) << c.status;
+  EXPECT_EQ(c.options.call_timeout, std::chrono::milliseconds(1500));
+  ASSERT_EQ(c.notes.size(), 1u);
+  EXPECT_EQ(c.notes[0], "SWITCHML_JOB_TIMEOUT_MS is deprecated, use SWITCHML_CALL_TIMEOUT_MS");
+  c = Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"}, {"SWITCHML_JOB_TIMEOUT_MS", "1500"},
+             {"SWITCHML_CALL_TIMEOUT_MS", "1500"}});
+  EXPECT_TRUE(c.status.ok()) << c.status;
+  c = Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"}, {"SWITCHML_JOB_TIMEOUT_MS", "1500"},
+             {"SWITCHML_CALL_TIMEOUT_MS", "900"}});
+  EXPECT_FALSE(c.enabled);
+  EXPECT_EQ(c.status.message(), "SWITCHML_JOB_TIMEOUT_MS (deprecated) '1500' and SWITCHML_CALL_TIMEOUT_MS '900' "
+                                "disagree; set only SWITCHML_CALL_TIMEOUT_MS");
+  c = Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"}, {"SWITCHML_JOB_TIMEOUT_MS", "0"}});
+  EXPECT_THAT(c.status.message(), StartsWith("SWITCHML_JOB_TIMEOUT_MS must be an integer"));
 }
 
 TEST(MpiConfigTest, BadIntegersNameTheVariable) {
@@ -81,8 +100,8 @@ TEST(MpiConfigTest, BadIntegersNameTheVariable) {
     std::string quoted = std::string("got '").append(bad).append("'");
     EXPECT_THAT(c.status.message(), HasSubstr(quoted)) << bad;
   }
-  InterposerConfig c = Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"}, {"SWITCHML_JOB_TIMEOUT_MS", "0"}});
-  EXPECT_THAT(c.status.message(), StartsWith("SWITCHML_JOB_TIMEOUT_MS"));
+  InterposerConfig c = Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"}, {"SWITCHML_CALL_TIMEOUT_MS", "0"}});
+  EXPECT_THAT(c.status.message(), StartsWith("SWITCHML_CALL_TIMEOUT_MS"));
   c = Parse({{"SWITCHML_MPI_MIN_ELEMENTS", "x"}});
   EXPECT_THAT(c.status.message(), StartsWith("SWITCHML_MPI_MIN_ELEMENTS"));
 }

@@ -18,9 +18,11 @@
 //
 // MPI_Iallreduce returns a generalized request, completed with MPI_Grequest_complete when the
 // SwitchML job is done (AsyncMode):
-//  - Open MPI (kThread): a helper thread waits on the handles in submission order and completes
-//    the requests. Calling MPI from a second thread needs MPI_THREAD_MULTIPLE, so MPI_Init(_thread)
-//    asks PMPI for it (and reports the level actually provided to the caller).
+//  - Open MPI (kThread): the job's completion callback (AllReduceHandle::OnComplete) completes
+//    the request, on the SwitchML worker thread that finished the job (or at once in
+//    MPI_Iallreduce if it already had). Calling MPI from a thread of ours needs
+//    MPI_THREAD_MULTIPLE, so MPI_Init(_thread) asks PMPI for it (and reports the level actually
+//    provided to the caller).
 //  - MPICH (kMpix): MPIX_Grequest_start with a poll function (called by MPI_Test*, MPI_Wait,
 //    MPI_Waitany/some) and a wait function (called by MPI_Waitall), which complete the request
 //    from inside the application's own completion call, as ROMIO does; no thread, no
@@ -35,7 +37,7 @@
 // Errors on a routed call: the SwitchML Status is printed on stderr, the communicator's error
 // handler is invoked with MPI_ERR_OTHER (by default MPI_ERRORS_ARE_FATAL: the job aborts with
 // that message) and, if it returns, MPI_ERR_OTHER is returned. A routed call never waits longer
-// than SWITCHML_JOB_TIMEOUT_MS without progress.
+// than SWITCHML_CALL_TIMEOUT_MS without progress.
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
 #endif
@@ -45,10 +47,8 @@
 #include <mpi.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -64,9 +64,9 @@ namespace switchml::mpi {
 namespace {
 
 // One MPI_Iallreduce routed through SwitchML. Owned jointly by the completion side (whoever
-// calls MPI_Grequest_complete: the helper thread, an MPIX callback, MPI_Iallreduce itself in
-// inline mode, or MPI_Finalize; see CompleteOp) and by MPI (until free_fn): the last to let go
-// deletes it.
+// calls MPI_Grequest_complete: the job's completion callback, an MPIX callback, MPI_Iallreduce
+// itself in inline mode, or MPI_Finalize; see CompleteOp) and by MPI (until free_fn): the last
+// to let go deletes it.
 struct AsyncOp {
   AllReduceHandle handle;
   MPI_Request request = MPI_REQUEST_NULL;
@@ -87,38 +87,6 @@ struct Counters {
   std::atomic<uint64_t> passthrough_iallreduce{0};
 };
 
-// Waits on the handles of routed MPI_Iallreduce calls in submission order (jobs complete in
-// that order) and completes their generalized requests. Only used with MPI_THREAD_MULTIPLE.
-class Completer {
- public:
-  void Start() { thread_ = std::thread([this] { Run(); }); }
-  void Push(AsyncOp* op) {
-    {
-      std::lock_guard lock(mu_);
-      queue_.push_back(op);
-    }
-    cv_.notify_one();
-  }
-  // Completes everything queued, then joins the thread. Blocks up to the queued jobs' timeouts.
-  void Stop() {
-    if (!thread_.joinable()) return;
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_one();
-    thread_.join();
-  }
-
- private:
-  void Run();
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<AsyncOp*> queue_;  // guarded by mu_
-  bool stop_ = false;           // guarded by mu_
-};
-
 enum class AsyncMode { kNone, kInline, kThread, kMpix };
 
 #ifdef MPICH_VERSION
@@ -136,9 +104,8 @@ struct State {
   std::atomic<bool> active{false};
   std::unique_ptr<Context> ctx;
   AsyncMode async_mode = AsyncMode::kNone;  // set with active
-  Completer completer;                      // runs in kThread mode
-  // kMpix: requests not completed yet, completed at MPI_Finalize if the program never waited
-  // (e.g. it called MPI_Request_free).
+  // kThread and kMpix: requests not completed yet; MPI_Finalize waits for them (the program may
+  // have freed one with MPI_Request_free before it completed).
   std::mutex pending_mu;
   std::unordered_set<AsyncOp*> pending;  // guarded by pending_mu
   std::string disabled_reason = "MPI_Init not intercepted yet";
@@ -167,26 +134,12 @@ int RecordFailure(const char* call, const Status& status) {
 void CompleteOp(AsyncOp* op, const Status& s) {
   if (op->completed.exchange(true, std::memory_order_acq_rel)) return;
   if (!s.ok()) op->error_code = RecordFailure("MPI_Iallreduce", s);
-  if (S().async_mode == AsyncMode::kMpix) {
+  {
     std::lock_guard lock(S().pending_mu);
     S().pending.erase(op);
   }
   PMPI_Grequest_complete(op->request);
   op->Unref();
-}
-
-void Completer::Run() {
-  for (;;) {
-    AsyncOp* op = nullptr;
-    {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stop_ and drained
-      op = queue_.front();
-      queue_.pop_front();
-    }
-    CompleteOp(op, op->handle.Wait());
-  }
 }
 
 int QueryFn(void* extra_state, MPI_Status* status) {
@@ -267,6 +220,9 @@ int SetUp(int provided) {
   PMPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
   PMPI_Comm_size(MPI_COMM_WORLD, &s.size);
   const InterposerConfig& c = s.config;
+  if (s.rank == 0) {
+    for (const std::string& note : c.notes) std::fprintf(stderr, "switchml-mpi: note: %s\n", note.c_str());
+  }
 
   // Round 1: settings. Any rank with bad or missing settings disables routing everywhere
   // before anyone contacts the controller (which would otherwise wait for it in a barrier).
@@ -329,7 +285,6 @@ int SetUp(int provided) {
       s.async_mode = AsyncMode::kMpix;
     } else if (provided >= MPI_THREAD_MULTIPLE) {
       s.async_mode = AsyncMode::kThread;
-      s.completer.Start();
     } else {
       s.async_mode = AsyncMode::kInline;
     }
@@ -359,7 +314,8 @@ int InitCommon(int* argc, char*** argv, int required, int* provided) {
   int rc;
   int level = MPI_THREAD_SINGLE;
   if (s.config.enabled && s.config.completion == CompletionMode::kAsync && !kHaveMpixGrequest) {
-    // The Completer thread calls MPI_Grequest_complete concurrently with the application.
+    // Completion callbacks call MPI_Grequest_complete from SwitchML's worker threads,
+    // concurrently with the application.
     rc = PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &level);
   } else if (required >= 0) {
     rc = PMPI_Init_thread(argc, argv, required, &level);
@@ -470,9 +426,16 @@ __attribute__((visibility("default"))) int MPI_Iallreduce(const void* sendbuf, v
   }
   op_state->request = *request;
   switch (st.async_mode) {
-    case AsyncMode::kThread:
-      st.completer.Push(op_state);
+    case AsyncMode::kThread: {
+      {
+        std::lock_guard lock(st.pending_mu);
+        st.pending.insert(op_state);
+      }
+      // Runs on the SwitchML worker thread that finishes the job, or here if it already has.
+      // CompleteOp never blocks: a short lock, MPI_Grequest_complete, maybe a line on stderr.
+      op_state->handle.OnComplete([op_state](const switchml::Status& s) { switchml::mpi::CompleteOp(op_state, s); });
       break;
+    }
     case AsyncMode::kMpix: {
       std::lock_guard lock(st.pending_mu);
       st.pending.insert(op_state);
@@ -489,14 +452,21 @@ __attribute__((visibility("default"))) int MPI_Iallreduce(const void* sendbuf, v
 __attribute__((visibility("default"))) int MPI_Finalize(void) {
   auto& st = S();
   // Outstanding MPI_Iallreduce requests must be complete by now (MPI requires it); whatever is
-  // left (requests freed with MPI_Request_free before completion) is completed here.
-  st.completer.Stop();
+  // left (requests freed with MPI_Request_free before completion) is completed here, each
+  // within its job timeout. Destroying the context below joins SwitchML's worker threads, so
+  // no completion callback is still inside MPI_Grequest_complete when PMPI_Finalize runs.
   std::vector<switchml::mpi::AsyncOp*> left;
   {
     std::lock_guard lock(st.pending_mu);
     left.assign(st.pending.begin(), st.pending.end());
+    // A completion callback may complete one meanwhile (and delete it if MPI freed it already):
+    // keep each alive. Still pending under this lock = its completion side has not let go.
+    for (auto* op : left) op->refs.fetch_add(1, std::memory_order_relaxed);
   }
-  for (auto* op : left) switchml::mpi::CompleteOp(op, op->handle.Wait());
+  for (auto* op : left) {
+    switchml::mpi::CompleteOp(op, op->handle.Wait());
+    op->Unref();
+  }
   st.active.store(false, std::memory_order_release);
   if (st.config.print_stats) switchml::mpi::PrintStats();
   st.ctx.reset();

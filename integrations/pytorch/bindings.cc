@@ -15,9 +15,13 @@ namespace {
 
 py::dict StatsToDict(const switchml::Stats& s) {
   py::dict d;
-  d["jobs_submitted"] = s.jobs_submitted;
-  d["jobs_completed"] = s.jobs_completed;
-  d["jobs_failed"] = s.jobs_failed;
+  d["calls_submitted"] = s.calls_submitted;
+  d["calls_completed"] = s.calls_completed;
+  d["calls_failed"] = s.calls_failed;
+  // Deprecated keys (one release): the old names, with the same values.
+  d["jobs_submitted"] = s.calls_submitted;
+  d["jobs_completed"] = s.calls_completed;
+  d["jobs_failed"] = s.calls_failed;
   d["packets_sent"] = s.packets_sent;
   d["retransmissions"] = s.retransmissions;
   d["results_received"] = s.results_received;
@@ -44,7 +48,9 @@ PYBIND11_MODULE(_ext, m) {
       .def_readwrite("num_worker_threads", &SwitchMLConfig::num_worker_threads)
       .def_readwrite("window_packets", &SwitchMLConfig::window_packets)
       .def_readwrite("elements_per_packet", &SwitchMLConfig::elements_per_packet)
-      .def_readwrite("job_timeout", &SwitchMLConfig::job_timeout)
+      .def_readwrite("call_timeout", &SwitchMLConfig::call_timeout)
+      // Deprecated name of call_timeout (one release): the same field.
+      .def_readwrite("job_timeout", &SwitchMLConfig::call_timeout)
       .def_readwrite("bind_ip", &SwitchMLConfig::bind_ip)
       .def_readwrite("advertise_ip", &SwitchMLConfig::advertise_ip)
       .def_readwrite("job_id", &SwitchMLConfig::job_id)
@@ -66,7 +72,8 @@ PYBIND11_MODULE(_ext, m) {
              for (const auto& [key, count] : pg.FallbackCounts()) d[py::str(key)] = count;
              return d;
            },
-           "The SwitchML client library's counters for this group (jobs, packets, retransmissions), and "
+           "The SwitchML client library's counters for this group (calls_submitted/completed/failed, "
+           "packets, retransmissions; jobs_* are deprecated aliases of calls_*), and "
            "the all-reduce calls sent to the inner Gloo group: fallback_allreduces (total) and one "
            "fallback_<reason> per reason (fallback_op_max, ..., fallback_dtype_float64, ...).");
 }

@@ -139,11 +139,13 @@ ProcessGroupSwitchML::ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>
   if (config.num_worker_threads != 0) options.num_worker_threads = config.num_worker_threads;
   if (config.window_packets != 0) options.window_packets = config.window_packets;
   if (config.elements_per_packet != 0) options.elements_per_packet = config.elements_per_packet;
-  if (config.job_timeout.count() > 0) options.job_timeout = config.job_timeout;
+  if (config.call_timeout.count() > 0) options.call_timeout = config.call_timeout;
   options.bind_ip = config.bind_ip;
   options.advertise_ip = config.advertise_ip;
   options.job_id = config.job_id;
   options.job_token = config.job_token;
+  // The queue holds calls back instead (StartReadyLocked): AllReduceAsync never blocks.
+  options.max_calls_in_flight = 2 * kMaxJobsInFlight;
   if (switchml::Status s = options.Validate(); !s.ok()) {
     TORCH_CHECK_VALUE(false, "switchml: invalid backend settings: ", s.message());
   }
@@ -151,26 +153,24 @@ ProcessGroupSwitchML::ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>
   TORCH_CHECK(context.ok(), "switchml: rank ", rank, " of ", size, " could not join the SwitchML job through ",
               "the controller at ", controller_address_, ": ", context.status().ToString());
   context_ = std::move(*context);
-
-  completion_thread_ = std::thread([this] { CompletionLoop(); });
   init();
 }
 
 ProcessGroupSwitchML::~ProcessGroupSwitchML() {
-  // Calls still waiting to start fail (closing_); then destroying the context cancels jobs still
-  // queued or running: their handles complete with CANCELLED, so the completion thread finishes
-  // every pending work (with that error) and then exits.
+  // Calls still waiting to start fail (closing_, when an earlier call completes); destroying
+  // the context cancels jobs still queued or running: their handles complete with CANCELLED
+  // (every SwitchML callback has run when the context is gone), which completes their calls.
+  // Gloo fallbacks complete within Gloo's own timeout. Their callbacks use this object: wait.
+  std::vector<std::shared_ptr<Call>> started;
   {
     std::lock_guard lock(mu_);
     closing_ = true;
+    StartReadyLocked(started);  // fails every call not started yet
   }
+  for (auto& c : started) Arm(c);
   context_.reset();
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (completion_thread_.joinable()) completion_thread_.join();
+  std::unique_lock lock(mu_);
+  progress_cv_.wait(lock, [&] { return queue_.empty() && completing_ == 0; });
 }
 
 std::string ProcessGroupSwitchML::ResolveControllerAddress(const c10::intrusive_ptr<c10d::Store>& store,
@@ -250,6 +250,7 @@ void ProcessGroupSwitchML::SubmitJob(const at::Tensor& buffer, std::string name,
   const switchml::DataType type =
       buffer.scalar_type() == at::kInt ? switchml::DataType::kInt32 : switchml::DataType::kFloat32;
   void* data = buffer.data_ptr();
+  // Never blocks: StartReadyLocked keeps jobs_in_flight_ + max_jobs <= kMaxJobsInFlight.
   c.handles.push_back(context_->AllReduceAsync(data, data, static_cast<size_t>(buffer.numel()), type));
   c.job_names.push_back(std::move(name));
 }
@@ -268,31 +269,115 @@ bool ProcessGroupSwitchML::ConflictsLocked(const Call& c, size_t count) const {
   return false;
 }
 
-void ProcessGroupSwitchML::StartReadyLocked() {
+void ProcessGroupSwitchML::StartReadyLocked(std::vector<std::shared_ptr<Call>>& started) {
   for (size_t j = 0; j < queue_.size(); ++j) {
     Call& c = *queue_[j];
     if (c.started) continue;
-    // A call that must wait holds back every later one: SwitchML job order = call order.
-    if (ConflictsLocked(c, j)) return;
-    c.started = true;
     if (closing_) {
+      c.started = true;
       c.error = std::make_exception_ptr(
           std::runtime_error("switchml: the process group was destroyed before this all-reduce started"));
+      started.push_back(queue_[j]);
       continue;
     }
+    // A call that must wait holds back every later one: SwitchML job order = call order. So
+    // does one whose jobs could make AllReduceAsync block (a completion callback, on the
+    // SwitchML thread the pending jobs need, may be waiting for mu_).
+    if (ConflictsLocked(c, j) || jobs_in_flight_ + c.max_jobs > kMaxJobsInFlight) return;
+    c.started = true;
     try {
       at::NoGradGuard no_grad;
       c.start(c);
     } catch (...) {
       c.error = std::current_exception();
     }
+    jobs_in_flight_ += c.handles.size();
+    started.push_back(queue_[j]);
   }
+}
+
+namespace {
+// Set while this thread completes a call's work (its future callbacks run then): what must
+// not wait for other calls there (WaitLocked).
+thread_local bool tls_completing = false;
+}  // namespace
+
+void ProcessGroupSwitchML::Arm(const std::shared_ptr<Call>& c) {
+  c->parts.store(c->handles.size() + c->gloo_works.size() + 1, std::memory_order_relaxed);
+  const int rank = getRank();
+  for (size_t i = 0; i < c->handles.size(); ++i) {
+    // On the SwitchML worker thread that finished the job (or here): short, never blocks long.
+    c->handles[i].OnComplete([this, c, i, rank](const switchml::Status& s) {
+      if (!s.ok()) {
+        std::lock_guard lock(c->part_mu);
+        if (!c->part_error) {
+          c->part_error = std::make_exception_ptr(std::runtime_error(
+              "switchml: " + c->job_names[i] + " failed on rank " + std::to_string(rank) + ": " + s.ToString()));
+        }
+      }
+      PartDone(c);
+    });
+  }
+  for (auto& w : c->gloo_works) {
+    // On a Gloo thread when the work finishes (Gloo's timeout bounds it), or here.
+    w->getFuture()->addCallback([this, c](c10::ivalue::Future& f) {
+      if (f.hasError()) {
+        std::lock_guard lock(c->part_mu);
+        if (!c->part_error) c->part_error = f.exception_ptr();
+      }
+      PartDone(c);
+    });
+  }
+  PartDone(c);  // the arming part
+}
+
+void ProcessGroupSwitchML::PartDone(const std::shared_ptr<Call>& c) {
+  if (c->parts.fetch_sub(1, std::memory_order_acq_rel) == 1) CompleteCall(c);
+}
+
+void ProcessGroupSwitchML::CompleteCall(const std::shared_ptr<Call>& c) {
+  std::exception_ptr eptr = c->error;
+  {
+    std::lock_guard lock(c->part_mu);
+    if (!eptr) eptr = c->part_error;
+  }
+  const bool outer = !tls_completing;
+  tls_completing = true;
+  if (!eptr && c->finish) {
+    try {
+      at::NoGradGuard no_grad;
+      c->finish();
+    } catch (...) {
+      eptr = std::current_exception();
+    }
+  }
+  std::vector<std::shared_ptr<Call>> started;
+  {
+    // The call's effects on its tensors are final: calls waiting for it may start.
+    std::lock_guard lock(mu_);
+    queue_.erase(std::find(queue_.begin(), queue_.end(), c));
+    jobs_in_flight_ -= c->handles.size();
+    ++completing_;
+    StartReadyLocked(started);
+  }
+  progress_cv_.notify_all();
+  for (auto& next : started) Arm(next);
+  // Drop tensor references before reporting idle (the work keeps its outputs).
+  c->start = nullptr;
+  c->finish = nullptr;
+  c->gloo_works.clear();
+  c->work->Complete(eptr);
+  if (outer) tls_completing = false;
+  // Notified under the lock: the destructor may return as soon as it sees completing_ == 0.
+  std::lock_guard lock(mu_);
+  --completing_;
+  progress_cv_.notify_all();
 }
 
 void ProcessGroupSwitchML::WaitLocked(std::unique_lock<std::mutex>& lock, const std::function<bool()>& ready,
                                       const std::string& what) {
   if (ready()) return;
-  TORCH_CHECK(std::this_thread::get_id() != completion_thread_.get_id(), "switchml: ", what,
+  TORCH_CHECK(!tls_completing, "switchml: ", what,
               " was called from a work's callback (future.then, DDP comm hook) while an earlier all-reduce it "
               "must wait for is pending; that would wait for the thread running the callback");
   TORCH_CHECK(progress_cv_.wait_for(lock, timeout_, ready), "switchml: ", what,
@@ -328,12 +413,13 @@ std::vector<std::pair<std::string, uint64_t>> ProcessGroupSwitchML::FallbackCoun
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::EnqueueSwitchML(std::shared_ptr<Call> c) {
   c10::intrusive_ptr<c10d::Work> work = c->work;
+  std::vector<std::shared_ptr<Call>> started;
   {
     std::lock_guard lock(mu_);
     queue_.push_back(std::move(c));
-    StartReadyLocked();  // starts it now unless an earlier call holds it back
+    StartReadyLocked(started);  // starts it now unless an earlier call holds it back
   }
-  cv_.notify_one();
+  for (auto& s : started) Arm(s);
   return work;
 }
 
@@ -351,10 +437,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::RunOnGloo(std::shared_ptr<C
       c->start(*c);  // a throw (Gloo rejecting the call) reaches the caller; nothing is queued
     }
     c->started = true;
-    queue_.push_back(std::move(c));
+    queue_.push_back(c);
   }
   CountFallback(route, collective);
-  cv_.notify_one();
+  Arm(c);
   return work;
 }
 
@@ -391,6 +477,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce(std::vector<at::T
     return RunOnGloo(std::move(c), route, "all_reduce");
   }
 
+  c->max_jobs = 1;
   if (tensors.size() == 1 && InPlace(first)) {
     // The library reduces the caller's tensor in place: direct unless AVG divides afterwards.
     c->direct = !avg;
@@ -446,6 +533,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce_coalesced(
     return RunOnGloo(std::move(c), route, "all_reduce_coalesced");
   }
 
+  TORCH_CHECK_VALUE(tensors.size() <= kMaxJobsInFlight, "switchml: allreduce_coalesced takes at most ",
+                    kMaxJobsInFlight, " tensors (one SwitchML call each), got ", tensors.size());
+  c->max_jobs = tensors.size();
   bool all_in_place = true;
   for (const at::Tensor& t : tensors) all_in_place = all_in_place && InPlace(t);
   c->direct = all_in_place && !avg;
@@ -474,58 +564,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce_coalesced(
     }
   };
   return EnqueueSwitchML(std::move(c));
-}
-
-void ProcessGroupSwitchML::CompletionLoop() {
-  for (;;) {
-    std::shared_ptr<Call> c;
-    {
-      std::unique_lock lock(mu_);
-      // The front call is always started: nothing precedes it to wait for.
-      cv_.wait(lock, [&] { return (stop_ && queue_.empty()) || (!queue_.empty() && queue_.front()->started); });
-      if (queue_.empty()) return;  // stop_ and drained
-      c = queue_.front();
-    }
-    std::exception_ptr eptr = c->error;
-    std::string error;
-    for (size_t i = 0; i < c->handles.size(); ++i) {
-      const switchml::Status s = c->handles[i].Wait();
-      if (!s.ok() && error.empty()) {
-        error = "switchml: " + c->job_names[i] + " failed on rank " + std::to_string(getRank()) + ": " + s.ToString();
-      }
-    }
-    for (auto& w : c->gloo_works) {
-      try {
-        w->wait();  // bounded by the Gloo timeout
-      } catch (...) {
-        if (!eptr) eptr = std::current_exception();
-      }
-    }
-    if (!eptr && !error.empty()) eptr = std::make_exception_ptr(std::runtime_error(error));
-    if (!eptr && c->finish) {
-      try {
-        at::NoGradGuard no_grad;
-        c->finish();
-      } catch (...) {
-        eptr = std::current_exception();
-      }
-    }
-    {
-      // The call's effects on its tensors are final: calls waiting for it may start.
-      std::lock_guard lock(mu_);
-      queue_.pop_front();
-      StartReadyLocked();
-      busy_ = true;
-    }
-    progress_cv_.notify_all();
-    c->work->Complete(eptr);
-    c.reset();  // drop tensor references before reporting idle
-    {
-      std::lock_guard lock(mu_);
-      busy_ = false;
-    }
-    progress_cv_.notify_all();
-  }
 }
 
 // ---- Delegated to Gloo ----
@@ -593,7 +631,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::recvAnysource(std::vector<a
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::barrier(const c10d::BarrierOptions& opts) {
   {
     std::unique_lock lock(mu_);
-    WaitLocked(lock, [&] { return queue_.empty() && !busy_; }, "barrier");
+    WaitLocked(lock, [&] { return queue_.empty() && completing_ == 0; }, "barrier");
   }
   return gloo_->barrier(opts);
 }
@@ -601,7 +639,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::barrier(const c10d::Barrier
 void ProcessGroupSwitchML::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   {
     std::unique_lock lock(mu_);
-    WaitLocked(lock, [&] { return queue_.empty() && !busy_; }, "monitoredBarrier");
+    WaitLocked(lock, [&] { return queue_.empty() && completing_ == 0; }, "monitoredBarrier");
   }
   gloo_->monitoredBarrier(opts, wait_all_ranks);
 }

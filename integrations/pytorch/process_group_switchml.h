@@ -59,6 +59,7 @@
 // for every c10d backend — must be the same on every rank.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -94,7 +95,7 @@ struct SwitchMLConfig {
   uint32_t num_worker_threads = 0;
   uint32_t window_packets = 0;
   uint32_t elements_per_packet = 0;
-  std::chrono::milliseconds job_timeout{0};
+  std::chrono::milliseconds call_timeout{0};
   std::string bind_ip;
   std::string advertise_ip;
   // A job created with `switchml jobs create` (0 / empty: the reference session).
@@ -114,8 +115,10 @@ class SwitchMLWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
 
-  // Called once, by the group's completion thread: marks the work done (with `error` if not
-  // null) and then completes the future (whose callbacks run on the calling thread).
+  // Called once, by whoever completes the call's last part (ProcessGroupSwitchML::CompleteCall:
+  // a SwitchML worker thread, a Gloo thread, or the calling thread if everything was already
+  // done): marks the work done (with `error` if not null) and then completes the future (whose
+  // callbacks run on the calling thread).
   void Complete(std::exception_ptr error);
 
  private:
@@ -134,7 +137,8 @@ class ProcessGroupSwitchML : public c10d::ProcessGroup {
   ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, SwitchMLConfig config);
   // Stops the SwitchML context (jobs still running fail with CANCELLED, their works complete
-  // with that error), then the completion thread.
+  // with that error), then waits until every call's work completed (Gloo fallbacks: within
+  // Gloo's timeout).
   ~ProcessGroupSwitchML() override;
 
   const std::string getBackendName() const override { return "switchml"; }
@@ -213,11 +217,19 @@ class ProcessGroupSwitchML : public c10d::ProcessGroup {
   // tensors, non-contiguous gathers) or writes after them (AVG division, copies back), which the
   // library cannot see. Such a call starts (stages and submits) only once every earlier call
   // whose memory overlaps its own has completed; until then it waits in the queue, and so do the
-  // calls after it (their SwitchML jobs must not overtake it), and the completion thread starts
-  // it when the conflicting call completes. Calls on disjoint memory are not held back unless a
-  // waiting call precedes them. Gloo fallbacks are issued by the calling thread (Gloo's
+  // calls after it (their SwitchML jobs must not overtake it), and the completion of the
+  // conflicting call starts it (CompleteCall, on the thread that completes that call). Calls on
+  // disjoint memory are not held back unless a waiting call precedes them. Gloo fallbacks are issued by the calling thread (Gloo's
   // collective order must be the call order too), after waiting for the earlier overlapping
   // calls; they stay in the queue until Gloo finishes, so later overlapping calls wait for them.
+  //
+  // Completion design. No thread of our own: each SwitchML handle's completion callback
+  // (AllReduceHandle::OnComplete) and each Gloo work's future callback counts down `parts`; the
+  // part that brings it to zero completes the call (CompleteCall): `finish`, then out of the
+  // queue, start what may start now, then the work. Works complete as their calls do, not
+  // necessarily in call order. SwitchML runs these callbacks on the worker thread that moves
+  // every call's packets, so mu_ is never held while blocking: a call also waits in the queue
+  // while starting it could make AllReduceAsync block for backpressure (kMaxJobsInFlight).
   struct Call {
     c10::intrusive_ptr<SwitchMLWork> work;
     std::vector<Span> spans;  // memory of every tensor the call reads or writes
@@ -230,8 +242,12 @@ class ProcessGroupSwitchML : public c10d::ProcessGroup {
     std::vector<switchml::AllReduceHandle> handles;
     std::vector<std::string> job_names;  // "allreduce of tensor 0 (float32, 1000 elements)"
     std::vector<c10::intrusive_ptr<c10d::Work>> gloo_works;
-    std::function<void()> finish;  // after every job succeeded, on the completion thread
+    std::function<void()> finish;  // after every job succeeded, in CompleteCall
     std::exception_ptr error;      // start failed (or the group was closing)
+    size_t max_jobs = 0;           // SwitchML jobs its start submits, at most (set at the call)
+    std::atomic<size_t> parts{0};  // handles + Gloo works not finished, + 1 while being armed
+    std::mutex part_mu;            // guards part_error
+    std::exception_ptr part_error; // the first failed handle or Gloo work
   };
 
   // What SwitchML cannot do for a call: empty = SwitchML; otherwise the fallback reason key
@@ -249,16 +265,22 @@ class ProcessGroupSwitchML : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> EnqueueSwitchML(std::shared_ptr<Call> c);
   // Waits for the earlier calls overlapping `c`, issues its Gloo calls and queues it.
   c10::intrusive_ptr<c10d::Work> RunOnGloo(std::shared_ptr<Call> c, const Route& route, const char* collective);
-  // Starts every queued call that may start now, in order (requires mu_).
-  void StartReadyLocked();
+  // Starts every queued call that may start now, in order, appending them to `started`, which
+  // the caller must Arm() after releasing mu_ (requires mu_).
+  void StartReadyLocked(std::vector<std::shared_ptr<Call>>& started);
+  // Registers the completion callbacks of a started call's handles and Gloo works (never under
+  // mu_: a part already finished runs its callback at once, on this thread).
+  void Arm(const std::shared_ptr<Call>& c);
+  // One part of `c` finished; the last one completes the call.
+  void PartDone(const std::shared_ptr<Call>& c);
+  void CompleteCall(const std::shared_ptr<Call>& c);
   // Whether `c` overlaps one of the first `count` queued calls it must wait for (requires mu_).
   bool ConflictsLocked(const Call& c, size_t count) const;
   // Waits on progress_cv_ until `ready` holds, at most the group timeout; throws naming `what`
-  // on timeout, or at once if called from the completion thread (a work callback) when `ready`
-  // does not hold, since only that thread makes progress.
+  // on timeout, or at once if called from a work's completion (a future callback) when `ready`
+  // does not hold: that thread may be the one the pending calls need.
   void WaitLocked(std::unique_lock<std::mutex>& lock, const std::function<bool()>& ready, const std::string& what);
   void CountFallback(const Route& route, const char* collective);
-  void CompletionLoop();
   std::string ResolveControllerAddress(const c10::intrusive_ptr<c10d::Store>& store,
                                        const std::string& own);
 
@@ -267,15 +289,19 @@ class ProcessGroupSwitchML : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_;
   std::unique_ptr<switchml::Context> context_;
 
-  // Guards the queue and every start, so that the SwitchML job order is the queue order.
+  // SwitchML jobs submitted and not yet accounted complete, at most (the context's
+  // max_calls_in_flight is twice this: the library also counts the first round of a call it
+  // rejected at submission, whose handle the backend already saw complete).
+  static constexpr size_t kMaxJobsInFlight = 32768;
+
+  // Guards the queue and every start, so that the SwitchML job order is the queue order. Never
+  // held while blocking (SwitchML completion callbacks take it).
   std::mutex mu_;
-  std::condition_variable cv_;           // signals the completion thread
   std::condition_variable progress_cv_;  // a call completed (barrier(), Gloo fallbacks wait on it)
   std::deque<std::shared_ptr<Call>> queue_;  // guarded by mu_; call order
-  bool busy_ = false;     // guarded by mu_: the completion thread is completing a popped call
+  size_t jobs_in_flight_ = 0;  // guarded by mu_: SwitchML jobs of started, uncompleted calls
+  int completing_ = 0;    // guarded by mu_: calls out of the queue whose work is being completed
   bool closing_ = false;  // guarded by mu_: destructor running; calls not started fail
-  bool stop_ = false;     // guarded by mu_
-  std::thread completion_thread_;
 
   mutable std::mutex fallback_mu_;
   uint64_t fallback_total_ = 0;                                     // guarded by fallback_mu_

@@ -28,7 +28,41 @@ long long CountUs(D d) {
 }
 }  // namespace
 
+// The deprecated fields are read only here (Options::Resolved and Validate) and written only by
+// Resolved and ContextImpl::GetStats.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+StatusOr<Options> Options::Resolved() const {
+  Options o = *this;
+  const Options defaults;
+  if (max_jobs_in_flight != 0) {
+    if (max_calls_in_flight != defaults.max_calls_in_flight && max_calls_in_flight != max_jobs_in_flight) {
+      return InvalidArgumentError("max_jobs_in_flight (deprecated) = " + std::to_string(max_jobs_in_flight) +
+                                  " and max_calls_in_flight = " + std::to_string(max_calls_in_flight) +
+                                  " disagree; set only max_calls_in_flight");
+    }
+    o.max_calls_in_flight = max_jobs_in_flight;
+  }
+  if (job_timeout.count() != 0) {
+    if (call_timeout != defaults.call_timeout && call_timeout != job_timeout) {
+      return InvalidArgumentError("job_timeout (deprecated) = " + std::to_string(job_timeout.count()) +
+                                  " ms and call_timeout = " + std::to_string(call_timeout.count()) +
+                                  " ms disagree; set only call_timeout");
+    }
+    o.call_timeout = job_timeout;
+  }
+  o.max_jobs_in_flight = o.max_calls_in_flight;
+  o.job_timeout = o.call_timeout;
+  return o;
+}
+
 Status Options::Validate() const {
+  if ((max_jobs_in_flight != 0 && max_jobs_in_flight != max_calls_in_flight) ||
+      (job_timeout.count() != 0 && job_timeout != call_timeout)) {
+    StatusOr<Options> resolved = Resolved();
+    if (!resolved.ok()) return resolved.status();
+    return resolved->Validate();  // its deprecated fields equal the new ones: no recursion
+  }
   auto bad = [](const std::string& m) { return InvalidArgumentError(m); };
   if (num_workers < 1 || num_workers > 256)
     return bad("num_workers must be in [1, 256], got " + std::to_string(num_workers));
@@ -50,10 +84,10 @@ Status Options::Validate() const {
   if (initial_rto < min_rto || initial_rto > max_rto)
     return bad("initial_rto must be in [min_rto, max_rto] = [" + std::to_string(CountUs(min_rto)) + ", " +
                std::to_string(CountUs(max_rto)) + "] us, got " + std::to_string(CountUs(initial_rto)) + " us");
-  if (job_timeout.count() <= 0) return bad("job_timeout must be > 0 ms, got " + std::to_string(job_timeout.count()));
+  if (call_timeout.count() <= 0) return bad("call_timeout must be > 0 ms, got " + std::to_string(call_timeout.count()));
   if (rpc_timeout.count() <= 0) return bad("rpc_timeout must be > 0 ms, got " + std::to_string(rpc_timeout.count()));
-  if (max_jobs_in_flight < 1 || max_jobs_in_flight > 65536)
-    return bad("max_jobs_in_flight must be in [1, 65536], got " + std::to_string(max_jobs_in_flight));
+  if (max_calls_in_flight < 1 || max_calls_in_flight > 65536)
+    return bad("max_calls_in_flight must be in [1, 65536], got " + std::to_string(max_calls_in_flight));
   if (busy_poll.count() < 0 || busy_poll > std::chrono::seconds(1))
     return bad("busy_poll must be in [0, 1000000] us, got " + std::to_string(busy_poll.count()) + " us");
   if (job_id != 0 && job_token.empty())
@@ -71,6 +105,7 @@ Status Options::Validate() const {
   }
   return OkStatus();
 }
+#pragma GCC diagnostic pop
 
 // ---- AllReduceHandle ----
 
@@ -96,8 +131,27 @@ bool AllReduceHandle::IsDone() const {
 Status AllReduceHandle::status() const {
   if (!state_) return FailedPreconditionError("status() on an empty AllReduceHandle");
   std::lock_guard lock(state_->mu);
-  if (!state_->done) return FailedPreconditionError("job " + std::to_string(state_->id) + " has not finished");
+  if (!state_->done) return FailedPreconditionError("call " + std::to_string(state_->id) + " has not finished");
   return state_->status;
+}
+
+void AllReduceHandle::OnComplete(std::function<void(const Status&)> fn) const {
+  if (!fn) return;
+  if (!state_) {
+    client::RunCallback(fn, FailedPreconditionError("OnComplete() on an empty AllReduceHandle"));
+    return;
+  }
+  Status result;
+  {
+    std::lock_guard lock(state_->mu);
+    if (!state_->done) {
+      // The thread that sets `done` takes the list under this lock: it will run fn.
+      state_->callbacks.push_back(std::move(fn));
+      return;
+    }
+    result = state_->status;
+  }
+  client::RunCallback(fn, result);
 }
 
 // ---- Context ----
@@ -137,7 +191,8 @@ std::unique_ptr<Context> ContextImpl::CreateWithChannels(
 std::unique_ptr<Context> ContextImpl::CreateWithChannels(
     const Options& options, std::vector<std::unique_ptr<transport::Channel>> channels,
     Routes routes, FailureExplainer explain_failure) {
-  auto impl = std::unique_ptr<ContextImpl>(new ContextImpl(options, routes.endpoints.at(0)));
+  auto impl = std::unique_ptr<ContextImpl>(
+      new ContextImpl(options.Resolved().value(), routes.endpoints.at(0)));
   impl->explain_failure_ = std::move(explain_failure);
   const control::JobLayout& layout = routes.layout;
   for (uint32_t t = 0; t < options.num_worker_threads; ++t) {
@@ -153,7 +208,7 @@ std::unique_ptr<Context> ContextImpl::CreateWithChannels(
     c.initial_rto = options.initial_rto;
     c.min_rto = options.min_rto;
     c.max_rto = options.max_rto;
-    c.job_timeout = options.job_timeout;
+    c.call_timeout = impl->options().call_timeout;
     impl->workers_.push_back(std::make_unique<Worker>(impl.get(), t, c, std::move(channels[t])));
   }
   for (auto& w : impl->workers_) w->Start();
@@ -218,11 +273,11 @@ Status ContextImpl::broken_status() const {
 }
 
 AllReduceHandle ContextImpl::Failed(Status s) {
-  auto job = std::make_shared<JobState>();
-  job->done = true;
-  job->status = std::move(s);
-  jobs_failed_.fetch_add(1, std::memory_order_relaxed);
-  return AllReduceHandle(job);
+  auto call = std::make_shared<CallState>();
+  call->done = true;
+  call->status = std::move(s);
+  calls_failed_.fetch_add(1, std::memory_order_relaxed);
+  return AllReduceHandle(call);
 }
 
 namespace {
@@ -246,30 +301,30 @@ Status CheckArguments(const void* in, const void* out, size_t n, DataType type, 
 
 }  // namespace
 
-Status ScanExponents(JobState& job, uint32_t block) {
-  for (size_t t = 0; t < job.slice_offsets.size(); ++t) {
-    Status s = BlockExponents(job.in + job.slice_offsets[t], job.slice_lengths[t], block,
-                              job.exponents.data() + job.slice_first_blocks[t], job.slice_offsets[t]);
+Status ScanExponents(CallState& call, uint32_t block) {
+  for (size_t t = 0; t < call.slice_offsets.size(); ++t) {
+    Status s = BlockExponents(call.in + call.slice_offsets[t], call.slice_lengths[t], block,
+                              call.exponents.data() + call.slice_first_blocks[t], call.slice_offsets[t]);
     if (!s.ok()) return s;
   }
   return OkStatus();
 }
 
 AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataType type, ReduceOp op) {
-  jobs_submitted_.fetch_add(1, std::memory_order_relaxed);
+  calls_submitted_.fetch_add(1, std::memory_order_relaxed);
   Status invalid = CheckArguments(in, out, n, type, op);
   if (broken()) {
     // Nothing pairs up any more: no round for this call either.
     if (!invalid.ok()) return Failed(invalid);
     return Failed(FailedPreconditionError("context unusable after an earlier failure: " + broken_status().ToString()));
   }
-  auto job = std::make_shared<JobState>();
+  auto call = std::make_shared<CallState>();
   const size_t bytes = n * ElementSize(type);
   if (n > 0 && invalid.ok()) {
-    job->in_begin = reinterpret_cast<uintptr_t>(in);
-    job->in_end = job->in_begin + bytes;
-    job->out_begin = reinterpret_cast<uintptr_t>(out);
-    job->out_end = job->out_begin + bytes;
+    call->in_begin = reinterpret_cast<uintptr_t>(in);
+    call->in_end = call->in_begin + bytes;
+    call->out_begin = reinterpret_cast<uintptr_t>(out);
+    call->out_end = call->out_begin + bytes;
   }
   const uint32_t threads = uint32_t(workers_.size());
   // Slicing (docs/protocol.md#slicing): thread t gets the same elements on every worker.
@@ -278,9 +333,9 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
   size_t blocks = 0;
   for (uint32_t t = 0; t < threads; ++t) {
     const size_t length = t < rem ? base + 1 : base;
-    job->slice_offsets.push_back(t < rem ? t * (base + 1) : t * base + rem);
-    job->slice_lengths.push_back(length);
-    job->slice_first_blocks.push_back(blocks);
+    call->slice_offsets.push_back(t < rem ? t * (base + 1) : t * base + rem);
+    call->slice_lengths.push_back(length);
+    call->slice_first_blocks.push_back(blocks);
     blocks += (length + block - 1) / block;
   }
 
@@ -290,16 +345,16 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
   bool reads_pending_output = false;
   if (invalid.ok()) {
     // Stream semantics: depend on every unfinished earlier call whose buffers conflict with ours.
-    std::erase_if(pending_, [](const std::shared_ptr<JobState>& j) {
+    std::erase_if(pending_, [](const std::shared_ptr<CallState>& j) {
       std::lock_guard l(j->mu);
       return j->done;
     });
     auto overlaps = [](uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) { return a0 < b1 && b0 < a1; };
     for (const auto& p : pending_) {
-      const bool raw = overlaps(job->in_begin, job->in_end, p->out_begin, p->out_end);
-      const bool waw = overlaps(job->out_begin, job->out_end, p->out_begin, p->out_end);
-      const bool war = overlaps(job->out_begin, job->out_end, p->in_begin, p->in_end);
-      if (raw || waw || war) job->deps.push_back(p);
+      const bool raw = overlaps(call->in_begin, call->in_end, p->out_begin, p->out_end);
+      const bool waw = overlaps(call->out_begin, call->out_end, p->out_begin, p->out_end);
+      const bool war = overlaps(call->out_begin, call->out_end, p->in_begin, p->in_end);
+      if (raw || waw || war) call->deps.push_back(p);
       reads_pending_output |= raw;
     }
     // float32: one pass over the input computes every block's exponent before anything is sent,
@@ -307,34 +362,34 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
     // a second time. When the input is an earlier unfinished call's output, the first slice
     // that starts does this instead (Worker::PrepareSlice).
     if (type == DataType::kFloat32 && n > 0) {
-      job->in = static_cast<const float*>(in);
-      job->exponents.resize(blocks);
-      job->exponents_at_start = reads_pending_output;
-      if (!reads_pending_output) invalid = ScanExponents(*job, block);
+      call->in = static_cast<const float*>(in);
+      call->exponents.resize(blocks);
+      call->exponents_at_start = reads_pending_output;
+      if (!reads_pending_output) invalid = ScanExponents(*call, block);
     }
   }
   // A rejected call still uses its call number and runs its first round, flagged, so that it
   // fails on every worker and the calls after it pair up (engine.h, "Rejected calls"). Its
   // buffers are never touched, so nothing depends on it.
   if (!invalid.ok()) {
-    job = std::make_shared<JobState>();
-    job->rejected_at_submit = true;
+    call = std::make_shared<CallState>();
+    call->rejected_at_submit = true;
   }
-  job->id = next_job_id_++;
-  job->remaining_slices = int(threads);
+  call->id = next_call_id_++;
+  call->remaining_slices = int(threads);
   {
     std::lock_guard l(inflight_mu_);
     ++inflight_;
   }
-  if (invalid.ok()) pending_.push_back(job);
+  if (invalid.ok()) pending_.push_back(call);
   for (uint32_t t = 0; t < threads; ++t) {
     const size_t len = t < rem ? base + 1 : base;
     const size_t offset = t < rem ? t * (base + 1) : t * base + rem;
     SliceTask task;
-    task.job = job;
+    task.call = call;
     task.element_offset = offset;
-    task.first_block = invalid.ok() ? job->slice_first_blocks[t] : 0;
-    task.spec.job_id = job->id;
+    task.first_block = invalid.ok() ? call->slice_first_blocks[t] : 0;
+    task.spec.call_id = call->id;
     task.spec.type = type;
     task.spec.num_elements = len;
     // Every call is checked on every worker: each non-empty slice, and thread 0 even when the
@@ -344,7 +399,7 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
     if (invalid.ok()) {
       task.spec.in = static_cast<const uint8_t*>(in) + offset * 4;
       task.spec.out = static_cast<uint8_t*>(out) + offset * 4;
-      if (!job->exponents.empty()) task.spec.exponents = job->exponents.data() + job->slice_first_blocks[t];
+      if (!call->exponents.empty()) task.spec.exponents = call->exponents.data() + call->slice_first_blocks[t];
       if (n == 0) task.spec.in = task.spec.out = nullptr;
     } else {
       task.spec.rejected = task.spec.send_descriptor;
@@ -353,21 +408,21 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
     workers_[t]->Enqueue(std::move(task));
   }
   if (!invalid.ok()) return Failed(invalid);
-  return AllReduceHandle(job);
+  return AllReduceHandle(call);
 }
 
 Status ContextImpl::WaitForInflightRoom() {
   std::unique_lock l(inflight_mu_);
-  // Every queued job finishes or fails within its own job timeout, so this wait ends; a broken
-  // context fails its queued jobs at once.
-  inflight_cv_.wait(l, [&] { return inflight_ < options_.max_jobs_in_flight || broken(); });
-  if (inflight_ >= options_.max_jobs_in_flight) {
+  // Every queued call finishes or fails within its own call timeout, so this wait ends; a broken
+  // context fails its queued calls at once.
+  inflight_cv_.wait(l, [&] { return inflight_ < options_.max_calls_in_flight || broken(); });
+  if (inflight_ >= options_.max_calls_in_flight) {
     return FailedPreconditionError("context unusable after an earlier failure: " + broken_status().ToString());
   }
   return OkStatus();
 }
 
-void ContextImpl::OnSliceDone(const std::shared_ptr<JobState>& job, const Status& slice_status, bool in_step) {
+void ContextImpl::OnSliceDone(const std::shared_ptr<CallState>& call, const Status& slice_status, bool in_step) {
   Status s = slice_status;
   // A slice that failed out of step (timeout, disagreeing workers, cancellation) leaves this
   // worker's slot state unknown: the context breaks. One that failed in step (a rejected call)
@@ -394,29 +449,45 @@ void ContextImpl::OnSliceDone(const std::shared_ptr<JobState>& job, const Status
     inflight_cv_.notify_all();
   }
   bool finished = false;
+  std::vector<std::function<void(const Status&)>> callbacks;
+  Status result;
   {
-    std::lock_guard lock(job->mu);
-    if (!s.ok() && job->status.ok()) job->status = s;
-    finished = --job->remaining_slices == 0;
-    if (finished) job->done = true;
+    std::lock_guard lock(call->mu);
+    if (!s.ok() && call->status.ok()) call->status = s;
+    finished = --call->remaining_slices == 0;
+    if (finished) {
+      call->done = true;
+      callbacks.swap(call->callbacks);  // later registrations run on their caller's thread
+      result = call->status;
+    }
   }
   if (finished) {
     // A call rejected at submission was counted then (its caller's handle).
-    if (!job->rejected_at_submit) (job->status.ok() ? jobs_completed_ : jobs_failed_).fetch_add(1, std::memory_order_relaxed);
-    job->cv.notify_all();
+    if (!call->rejected_at_submit) (result.ok() ? calls_completed_ : calls_failed_).fetch_add(1, std::memory_order_relaxed);
+    call->cv.notify_all();
     {
       std::lock_guard l(inflight_mu_);
       --inflight_;
     }
     inflight_cv_.notify_all();
+    // Last: the call no longer counts as in flight, and nothing below touches this context.
+    for (auto& fn : callbacks) RunCallback(fn, result);
   }
 }
 
+void RunCallback(const std::function<void(const Status&)>& fn, const Status& result) noexcept { fn(result); }
+
 Stats ContextImpl::GetStats() const {
   Stats s;
-  s.jobs_submitted = jobs_submitted_.load();
-  s.jobs_completed = jobs_completed_.load();
-  s.jobs_failed = jobs_failed_.load();
+  s.calls_submitted = calls_submitted_.load();
+  s.calls_completed = calls_completed_.load();
+  s.calls_failed = calls_failed_.load();
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  s.jobs_submitted = s.calls_submitted;
+  s.jobs_completed = s.calls_completed;
+  s.jobs_failed = s.calls_failed;
+#pragma GCC diagnostic pop
   for (auto& w : workers_) {
     EngineStats e = w->stats();
     s.packets_sent += e.packets_sent;

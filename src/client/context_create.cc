@@ -60,8 +60,9 @@ client::ContextImpl::FailureExplainer JobFailureExplainer(const Options& options
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options) {
-  SWITCHML_RETURN_IF_ERROR(options.Validate());
+StatusOr<std::unique_ptr<Context>> Context::Create(const Options& given) {
+  SWITCHML_RETURN_IF_ERROR(given.Validate());
+  SWITCHML_ASSIGN_OR_RETURN(const Options options, given.Resolved());  // deprecated fields folded in
   // Also in Options::Validate; repeated here so a stale Validate cannot let a half-set job
   // identity fall back to the reference session (which a rank 0 would reset).
   if (options.job_id != 0 && options.job_token.empty()) {

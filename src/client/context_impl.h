@@ -1,8 +1,8 @@
-// client/context_impl.h — internals of switchml::Context: job bookkeeping and worker threads.
+// client/context_impl.h — internals of switchml::Context: call bookkeeping and worker threads.
 //
-// A job is split into one slice per worker thread (docs/protocol.md#slicing, so thread t of every
+// A call is split into one slice per worker thread (docs/protocol.md#slicing, so thread t of every
 // worker streams the same elements through the same slots); each thread has its own FIFO of
-// slices and its own SliceEngine + Channel. A job is done when all its slices are done, at
+// slices and its own SliceEngine + Channel. A call is done when all its slices are done, at
 // which point no library thread touches its buffers any more.
 //
 // A call that any worker rejects (its arguments or input) still runs its first round, flagged,
@@ -10,14 +10,14 @@
 // writes nothing, and the context stays usable. After any other slice failure, the slot/set
 // state of this worker may no longer match the other workers' (contract C4,
 // docs/protocol.md#c4-strict-set-alternation), so the context becomes "broken": running slices
-// are aborted and new jobs fail at once with FAILED_PRECONDITION carrying the first error.
+// are aborted and new calls fail at once with FAILED_PRECONDITION carrying the first error.
 //
-// Stream semantics: jobs behave as if run one after another in submission order. A job whose
-// buffers overlap those of an earlier job that has not finished (it reads what that job writes,
-// or writes what it reads or writes) records that job as a dependency; each of its slices waits
-// for its dependencies before it starts. When it reads an earlier job's output, its float32
+// Stream semantics: calls behave as if run one after another in submission order. A call whose
+// buffers overlap those of an earlier call that has not finished (it reads what that call writes,
+// or writes what it reads or writes) records that call as a dependency; each of its slices waits
+// for its dependencies before it starts. When it reads an earlier call's output, its float32
 // block exponents are taken by each slice when it starts, from the final data, instead of at
-// submission. Jobs on disjoint buffers still stream back to back without waiting.
+// submission. Calls on disjoint buffers still stream back to back without waiting.
 #pragma once
 
 #include <atomic>
@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "client/engine.h"
-#include "client/job_state.h"
+#include "client/call_state.h"
 #include "client/worker.h"
 #include "switchml/context.h"
 #include "control/job_layout.h"
@@ -39,6 +39,9 @@
 #include "transport/channel.h"
 
 namespace switchml::client {
+
+// Runs one OnComplete callback; noexcept: an exception leaving it terminates the process.
+void RunCallback(const std::function<void(const Status&)>& fn, const Status& result) noexcept;
 
 class ContextImpl {
  public:
@@ -87,30 +90,30 @@ class ContextImpl {
   // Called by workers when a slice ended. `in_step`: it ended with this worker's slot state
   // still agreeing with every other worker's (SliceEngine::ended_in_step()); a failure that is
   // not in step breaks the context.
-  void OnSliceDone(const std::shared_ptr<JobState>& job, const Status& s, bool in_step);
+  void OnSliceDone(const std::shared_ptr<CallState>& call, const Status& s, bool in_step);
   bool broken() const { return broken_.load(std::memory_order_acquire); }
   Status broken_status() const;
 
-  static AllReduceHandle MakeHandle(std::shared_ptr<JobState> s) { return AllReduceHandle(std::move(s)); }
+  static AllReduceHandle MakeHandle(std::shared_ptr<CallState> s) { return AllReduceHandle(std::move(s)); }
 
  private:
   ContextImpl(const Options& options, transport::Endpoint switch_endpoint);
   AllReduceHandle Failed(Status s);
-  // Blocks until fewer than max_jobs_in_flight jobs are queued or running. FAILED_PRECONDITION
+  // Blocks until fewer than max_calls_in_flight calls are queued or running. FAILED_PRECONDITION
   // if the context broke meanwhile.
   Status WaitForInflightRoom();
 
   Options options_;
   transport::Endpoint switch_endpoint_;
   std::vector<std::unique_ptr<Worker>> workers_;
-  std::mutex submit_mu_;     // job ids and slice order are assigned atomically per job
-  uint64_t next_job_id_ = 0;
-  // Jobs submitted and maybe not finished, in order (guarded by submit_mu_; done ones are
-  // dropped at the next submission). At most options_.max_jobs_in_flight entries.
-  std::deque<std::shared_ptr<JobState>> pending_;
+  std::mutex submit_mu_;     // call ids and slice order are assigned atomically per call
+  uint64_t next_call_id_ = 0;
+  // Calls submitted and maybe not finished, in order (guarded by submit_mu_; done ones are
+  // dropped at the next submission). At most options_.max_calls_in_flight entries.
+  std::deque<std::shared_ptr<CallState>> pending_;
   std::mutex inflight_mu_;   // taken by OnSliceDone, never while holding submit_mu_ for long
   std::condition_variable inflight_cv_;
-  uint32_t inflight_ = 0;    // jobs queued or running (guarded by inflight_mu_)
+  uint32_t inflight_ = 0;    // calls queued or running (guarded by inflight_mu_)
   std::atomic<bool> broken_{false};
   mutable std::mutex broken_mu_;
   Status broken_status_;
@@ -118,7 +121,7 @@ class ContextImpl {
   std::once_flag explain_once_;
   StatusCode explained_code_ = StatusCode::kOk;  // written once, under explain_once_
   std::string explanation_;                      // likewise
-  std::atomic<uint64_t> jobs_submitted_{0}, jobs_completed_{0}, jobs_failed_{0};
+  std::atomic<uint64_t> calls_submitted_{0}, calls_completed_{0}, calls_failed_{0};
 };
 
 }  // namespace switchml::client

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <limits>
+#include <mutex>
 #include <thread>
 
 #include "testing/exact_inputs.h"
@@ -34,7 +37,7 @@ Options FastOptions(uint32_t threads = 1) {
   o.initial_rto = std::chrono::milliseconds(5);
   o.min_rto = std::chrono::milliseconds(2);
   o.max_rto = std::chrono::milliseconds(100);
-  o.job_timeout = std::chrono::milliseconds(3000);
+  o.call_timeout = std::chrono::milliseconds(3000);
   return o;
 }
 
@@ -74,8 +77,8 @@ TEST(ContextTest, SeveralAsyncJobsSeveralThreadsInt32AndFloat32) {
       EXPECT_EQ(testing::VerifyFloat32(fout[r][j].data(), sizes[j], n, j * 10000).wrong, 0u) << r << " " << j;
     }
     Stats s = c.ctx(r).GetStats();
-    EXPECT_EQ(s.jobs_completed, 2 * sizes.size());
-    EXPECT_EQ(s.jobs_failed, 0u);
+    EXPECT_EQ(s.calls_completed, 2 * sizes.size());
+    EXPECT_EQ(s.calls_failed, 0u);
   }
 }
 
@@ -189,7 +192,7 @@ TEST(ContextTest, NonFiniteInputInALaterSliceIsNamedByItsIndexInTheTensor) {
 TEST(ContextTest, MissingPeerTimesOutThenContextIsBroken) {
   // Two workers registered, only rank 0 submits: its job must fail within the job timeout.
   Options o = FastOptions();
-  o.job_timeout = std::chrono::milliseconds(300);
+  o.call_timeout = std::chrono::milliseconds(300);
   auto cluster = Cluster(2, o);
   LoopbackCluster& c = *cluster;
   std::vector<int32_t> buf(1000, 1);
@@ -216,6 +219,189 @@ TEST(ContextTest, DestroyingContextCancelsQueuedJobs) {
   ASSERT_TRUE(h2.IsDone());
   EXPECT_FALSE(h1.status().ok());
   EXPECT_EQ(h2.status().code(), StatusCode::kCancelled) << h2.status();
+}
+
+// ---- AllReduceHandle::OnComplete ----
+
+// Records the callbacks it hands out: how often each ran, with what, on which thread.
+class Recorder {
+ public:
+  std::function<void(const Status&)> Callback(std::function<void()> inside = {}) {
+    return [this, inside = std::move(inside)](const Status& s) {
+      if (inside) inside();
+      std::lock_guard l(mu_);
+      ++runs_;
+      status_ = s;
+      thread_ = std::this_thread::get_id();
+      cv_.notify_all();
+    };
+  }
+  // Waits (at most 20 s, far above any test's need) until `n` callbacks ran.
+  bool WaitForRuns(int n) {
+    std::unique_lock l(mu_);
+    return cv_.wait_for(l, std::chrono::seconds(20), [&] { return runs_ >= n; });
+  }
+  int runs() const { std::lock_guard l(mu_); return runs_; }
+  Status status() const { std::lock_guard l(mu_); return status_; }
+  std::thread::id thread() const { std::lock_guard l(mu_); return thread_; }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int runs_ = 0;
+  Status status_;
+  std::thread::id thread_;
+};
+
+TEST(OnCompleteTest, RunsOnceOnAWorkerThreadAfterTheResultIsWritten) {
+  auto cluster = Cluster(2, FastOptions(2));
+  LoopbackCluster& c = *cluster;
+  const size_t count = 5000;
+  std::vector<int32_t> a(count, 1), b(count, 2);
+  auto h = c.ctx(0).AllReduceAsync(a.data(), a.data(), count, DataType::kInt32);
+  // Rank 1 has not submitted yet, so this call cannot have finished: the callback is queued.
+  Recorder rec;
+  int32_t first = 0, last = 0;
+  Status own;
+  uint64_t completed_seen = ~0ull;
+  h.OnComplete(rec.Callback([&] {
+    first = a[0];
+    last = a[count - 1];
+    own = h.status();  // its own handle is done
+    completed_seen = c.ctx(0).GetStats().calls_completed;
+  }));
+  h.OnComplete(rec.Callback());  // a second registration runs too, once
+  EXPECT_EQ(rec.runs(), 0);
+  ASSERT_TRUE(c.ctx(1).AllReduce(b.data(), b.data(), count, DataType::kInt32).ok());
+  ASSERT_TRUE(h.Wait().ok());
+  ASSERT_TRUE(rec.WaitForRuns(2));
+  EXPECT_TRUE(rec.status().ok()) << rec.status();
+  EXPECT_NE(rec.thread(), std::this_thread::get_id());
+  EXPECT_EQ(first, 3);
+  EXPECT_EQ(last, 3);
+  EXPECT_TRUE(own.ok()) << own;
+  EXPECT_EQ(completed_seen, 1u);
+  c.DestroyContext(0);
+  c.DestroyContext(1);
+  EXPECT_EQ(rec.runs(), 2);  // never again
+}
+
+TEST(OnCompleteTest, AlreadyFinishedRunsAtOnceOnTheCallersThread) {
+  auto cluster = Cluster(1, FastOptions());
+  LoopbackCluster& c = *cluster;
+  std::vector<float> buf(100, 1.0f);
+  auto h = c.ctx(0).AllReduceAsync(buf.data(), buf.data(), buf.size(), DataType::kFloat32);
+  ASSERT_TRUE(h.Wait().ok());
+  Recorder done;
+  h.OnComplete(done.Callback());
+  EXPECT_EQ(done.runs(), 1);  // before OnComplete returned
+  EXPECT_EQ(done.thread(), std::this_thread::get_id());
+  EXPECT_TRUE(done.status().ok());
+  // Rejected at submission: already done, with the error.
+  Recorder rejected;
+  c.ctx(0).AllReduceAsync(nullptr, buf.data(), 10, DataType::kFloat32).OnComplete(rejected.Callback());
+  EXPECT_EQ(rejected.runs(), 1);
+  EXPECT_EQ(rejected.thread(), std::this_thread::get_id());
+  EXPECT_EQ(rejected.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(rejected.status().message().find("in is null"), std::string::npos) << rejected.status();
+  // An empty handle never finishes: FAILED_PRECONDITION at once, so fn still runs exactly once.
+  Recorder empty;
+  AllReduceHandle().OnComplete(empty.Callback());
+  EXPECT_EQ(empty.runs(), 1);
+  EXPECT_EQ(empty.status().code(), StatusCode::kFailedPrecondition);
+  h.OnComplete({});  // ignored
+}
+
+TEST(OnCompleteTest, AFailedCallReportsItsError) {
+  Options o = FastOptions();
+  o.call_timeout = std::chrono::milliseconds(300);
+  auto cluster = Cluster(2, o);
+  LoopbackCluster& c = *cluster;
+  std::vector<int32_t> buf(1000, 1);
+  Recorder rec;
+  auto h = c.ctx(0).AllReduceAsync(buf.data(), buf.data(), buf.size(), DataType::kInt32);
+  h.OnComplete(rec.Callback());  // rank 1 never submits: the call times out
+  ASSERT_TRUE(rec.WaitForRuns(1));
+  EXPECT_EQ(rec.status().code(), StatusCode::kDeadlineExceeded) << rec.status();
+  EXPECT_EQ(rec.status().ToString(), h.Wait().ToString());
+  // The broken context's next call fails at submission: its callback runs at once.
+  Recorder next;
+  c.ctx(0).AllReduceAsync(buf.data(), buf.data(), buf.size(), DataType::kInt32).OnComplete(next.Callback());
+  EXPECT_EQ(next.runs(), 1);
+  EXPECT_EQ(next.status().code(), StatusCode::kFailedPrecondition) << next.status();
+}
+
+TEST(OnCompleteTest, CallsCancelledByDestroyingTheContextRunTheirCallbacksBeforeItReturns) {
+  // One worker thread: with several, another thread's slice of a queued call may see the
+  // context broken by the cancellation first (ABORTED naming it) instead of CANCELLED.
+  auto cluster = Cluster(2, FastOptions(1));
+  LoopbackCluster& c = *cluster;
+  std::vector<int32_t> buf(100000, 1);
+  Recorder running, queued;
+  auto h1 = c.ctx(0).AllReduceAsync(buf.data(), buf.data(), buf.size(), DataType::kInt32);
+  auto h2 = c.ctx(0).AllReduceAsync(buf.data(), buf.data(), buf.size(), DataType::kInt32);
+  h1.OnComplete(running.Callback());
+  h2.OnComplete(queued.Callback());
+  c.DestroyContext(0);  // rank 1 never participates
+  EXPECT_EQ(running.runs(), 1);
+  EXPECT_EQ(queued.runs(), 1);
+  EXPECT_FALSE(running.status().ok());
+  EXPECT_EQ(queued.status().code(), StatusCode::kCancelled) << queued.status();
+  EXPECT_EQ(queued.status().ToString(), h2.status().ToString());
+  Recorder late;  // after the context is gone: at once, with the same result
+  h2.OnComplete(late.Callback());
+  EXPECT_EQ(late.runs(), 1);
+  EXPECT_EQ(late.status().code(), StatusCode::kCancelled);
+}
+
+// Registrations from three threads race the completions of a stream of calls: one registers
+// right after each submission (mostly before completion), one when the previous call finished
+// (mostly while the call completes), one after the call finished. Every callback runs exactly
+// once, with the call's result, wherever it lands.
+TEST(OnCompleteTest, RegistrationRacingCompletionRunsEveryCallbackExactlyOnce) {
+  auto cluster = Cluster(1, FastOptions(2));
+  LoopbackCluster& c = *cluster;
+  constexpr int kCalls = 300;
+  std::vector<std::vector<int32_t>> bufs(kCalls, std::vector<int32_t>(70, 1));
+  std::vector<std::atomic<int>> runs(kCalls);
+  std::vector<AllReduceHandle> handles(kCalls);
+  std::atomic<int> submitted{0};
+  std::atomic<int> on_worker{0}, inline_runs{0}, failed{0};
+  auto registrar = [&](int tag) {
+    const auto me = std::this_thread::get_id();
+    for (int i = 0; i < kCalls; ++i) {
+      while (submitted.load(std::memory_order_acquire) <= i) std::this_thread::yield();
+      AllReduceHandle h = handles[i];
+      if (tag == 10 && i > 0) {
+        while (!handles[i - 1].IsDone()) std::this_thread::yield();
+      } else if (tag == 100) {
+        (void)h.Wait();
+      }
+      h.OnComplete([&, i, me, tag](const Status& s) {
+        if (!s.ok()) failed.fetch_add(1);
+        runs[i].fetch_add(tag, std::memory_order_relaxed);
+        (std::this_thread::get_id() == me ? inline_runs : on_worker).fetch_add(1);
+      });
+    }
+  };
+  std::thread submitter([&] {
+    for (int i = 0; i < kCalls; ++i) {
+      handles[i] = c.ctx(0).AllReduceAsync(bufs[i].data(), bufs[i].data(), bufs[i].size(), DataType::kInt32);
+      submitted.store(i + 1, std::memory_order_release);
+    }
+  });
+  std::thread r1(registrar, 1), r2(registrar, 10), r3(registrar, 100);
+  submitter.join();
+  r1.join();
+  r2.join();
+  r3.join();
+  for (auto& h : handles) ASSERT_TRUE(h.Wait().ok()) << h.status();
+  c.DestroyContext(0);  // every callback has run when this returns
+  for (int i = 0; i < kCalls; ++i) EXPECT_EQ(runs[i].load(), 111) << "call " << i;
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(on_worker.load() + inline_runs.load(), 3 * kCalls);
+  EXPECT_GE(inline_runs.load(), kCalls);  // the third registrar's, at least
+  std::printf("callbacks run on a worker thread: %d, at registration: %d\n", on_worker.load(), inline_runs.load());
 }
 
 // ---- A call one rank rejects fails on every rank, and the calls after it pair up ----
@@ -292,9 +478,9 @@ void ExpectRejectedCallFailsEverywhere(Spoil spoil, uint32_t n, uint32_t threads
       ASSERT_EQ(z[r][i], 10000.0f * sum) << "z[" << i << "]";
     }
     const Stats st = c.ctx(r).GetStats();
-    EXPECT_EQ(st.jobs_submitted, 3u);
-    EXPECT_EQ(st.jobs_completed, 2u);
-    EXPECT_EQ(st.jobs_failed, 1u);
+    EXPECT_EQ(st.calls_submitted, 3u);
+    EXPECT_EQ(st.calls_completed, 2u);
+    EXPECT_EQ(st.calls_failed, 1u);
   }
 }
 
@@ -389,6 +575,73 @@ TEST(RejectedCallTest, RejectionWhenTheCallStartsFailsEverywhere) {
   }
 }
 
+// The deprecated names of one release (Options::max_jobs_in_flight, Options::job_timeout,
+// Stats::jobs_*) still work, with the documented precedence.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST(DeprecatedNamesTest, OptionsAliasesAreFoldedIntoTheNewFields) {
+  Options o;
+  o.job_timeout = std::chrono::milliseconds(1234);
+  o.max_jobs_in_flight = 7;
+  ASSERT_TRUE(o.Validate().ok()) << o.Validate();
+  StatusOr<Options> r = o.Resolved();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->call_timeout, std::chrono::milliseconds(1234));
+  EXPECT_EQ(r->max_calls_in_flight, 7u);
+  EXPECT_EQ(r->job_timeout, std::chrono::milliseconds(1234));  // both report the value in force
+  EXPECT_EQ(r->max_jobs_in_flight, 7u);
+  // Unset deprecated fields: the new ones stand, and the old ones mirror them.
+  Options plain;
+  plain.call_timeout = std::chrono::milliseconds(99);
+  EXPECT_EQ(plain.Resolved()->call_timeout, std::chrono::milliseconds(99));
+  EXPECT_EQ(plain.Resolved()->job_timeout, std::chrono::milliseconds(99));
+  EXPECT_EQ(plain.Resolved()->max_calls_in_flight, 256u);
+  // Both set, equal: fine. Both set, different: INVALID_ARGUMENT naming both.
+  Options both = o;
+  both.call_timeout = std::chrono::milliseconds(1234);
+  EXPECT_TRUE(both.Validate().ok());
+  both.call_timeout = std::chrono::milliseconds(500);
+  EXPECT_EQ(both.Validate().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(both.Validate().message().find("job_timeout (deprecated) = 1234 ms and call_timeout = 500 ms disagree"),
+            std::string::npos) << both.Validate();
+  both = o;
+  both.max_calls_in_flight = 8;
+  EXPECT_NE(both.Validate().message().find("max_jobs_in_flight (deprecated) = 7 and max_calls_in_flight = 8"),
+            std::string::npos) << both.Validate();
+  // A bad value through the old name is caught like one through the new name.
+  Options bad;
+  bad.max_jobs_in_flight = 70000;
+  EXPECT_NE(bad.Validate().message().find("max_calls_in_flight must be in [1, 65536], got 70000"), std::string::npos)
+      << bad.Validate();
+}
+
+TEST(DeprecatedNamesTest, AContextHonoursTheOldTimeoutAndFillsTheOldStats) {
+  Options o = FastOptions();
+  o.call_timeout = Options().call_timeout;  // left at its default: the deprecated field wins
+  o.job_timeout = std::chrono::milliseconds(300);
+  auto cluster = Cluster(2, o);
+  LoopbackCluster& c = *cluster;
+  EXPECT_EQ(c.ctx(0).options().call_timeout, std::chrono::milliseconds(300));
+  std::vector<int32_t> buf(1000, 1), other(1000, 2);
+  // A call that completes, then one that times out after the old field's 300 ms (rank 1 stays
+  // away), not the default 10 s.
+  std::thread peer([&] { ASSERT_TRUE(c.ctx(1).AllReduce(other.data(), other.data(), other.size(), DataType::kInt32).ok()); });
+  ASSERT_TRUE(c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kInt32).ok());
+  peer.join();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kInt32).code(),
+            StatusCode::kDeadlineExceeded);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(8));  // far below 10 s
+  const Stats s = c.ctx(0).GetStats();
+  EXPECT_EQ(s.calls_submitted, 2u);
+  EXPECT_EQ(s.calls_completed, 1u);
+  EXPECT_EQ(s.calls_failed, 1u);
+  EXPECT_EQ(s.jobs_submitted, s.calls_submitted);
+  EXPECT_EQ(s.jobs_completed, s.calls_completed);
+  EXPECT_EQ(s.jobs_failed, s.calls_failed);
+}
+#pragma GCC diagnostic pop
+
 TEST(OptionsTest, ValidateNamesTheField) {
   Options o;
   EXPECT_TRUE(o.Validate().ok());
@@ -410,8 +663,8 @@ TEST(OptionsTest, ValidateNamesTheField) {
   EXPECT_NE(msg(b).find("window_packets"), std::string::npos);
   b = o; b.initial_rto = std::chrono::seconds(5);
   EXPECT_NE(msg(b).find("initial_rto"), std::string::npos);
-  b = o; b.job_timeout = std::chrono::milliseconds(0);
-  EXPECT_NE(msg(b).find("job_timeout"), std::string::npos);
+  b = o; b.call_timeout = std::chrono::milliseconds(0);
+  EXPECT_NE(msg(b).find("call_timeout"), std::string::npos);
   b = o; b.controller_address = "300.1.1.1:5";
   EXPECT_NE(msg(b).find("controller_address"), std::string::npos);
   b = o; b.job_id = 7;

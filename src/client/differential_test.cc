@@ -6,7 +6,7 @@
 // buffers, in-place and out-of-place calls, and wait points.
 //
 // A program is: cluster parameters (workers 1..6, worker threads 1..4, window, elements per
-// packet, fabric or switch faults, sometimes a small max_jobs_in_flight), buffers (int32 or float32, sizes 0, 1, odd, around a packet, multi-packet,
+// packet, fabric or switch faults, sometimes a small max_calls_in_flight), buffers (int32 or float32, sizes 0, 1, odd, around a packet, multi-packet,
 // multi-slice) and ops (sync or async all-reduce of a range of one buffer into a range of the
 // same or another buffer, often reading what an earlier, possibly still pending, op writes;
 // random points where the program waits on some handles). Every rank runs the same program on
@@ -103,7 +103,7 @@ struct ClusterParams {
   uint32_t elements_per_packet = 256;
   Faults faults = Faults::kNone;
   uint64_t fault_seed = 1;
-  uint32_t max_jobs_in_flight = 0;   // Options::max_jobs_in_flight; 0 = the library's default
+  uint32_t max_calls_in_flight = 0;   // Options::max_calls_in_flight; 0 = the library's default
   uint32_t io_threads = 1;           // the switch's SwitchConfig::io_threads
   uint32_t shards = 1;               // switches serving the job (LoopbackCluster shards)
 };
@@ -164,7 +164,7 @@ std::string Describe(const Program& p) {
   o << "program (input seed " << p.seed << "): workers=" << c.workers << " threads=" << c.threads
     << " window=" << c.window << " elements_per_packet=" << c.elements_per_packet << " faults=" << FaultsName(c.faults);
   if (c.faults != Faults::kNone) o << " (seed " << c.fault_seed << ")";
-  if (c.max_jobs_in_flight != 0) o << " max_jobs_in_flight=" << c.max_jobs_in_flight;
+  if (c.max_calls_in_flight != 0) o << " max_calls_in_flight=" << c.max_calls_in_flight;
   if (c.io_threads != 1) o << " switch_io_threads=" << c.io_threads;
   if (c.shards != 1) o << " shards=" << c.shards;
   if (p.extremes) o << " inputs=extreme";
@@ -227,7 +227,7 @@ Program Generate(uint64_t seed) {
   }
   c.fault_seed = rng.Range(1, 1000);
   // Sometimes a bound on pending calls that the programs' async runs exceed.
-  if (rng.Chance(0.25)) c.max_jobs_in_flight = uint32_t(rng.Range(1, 3));
+  if (rng.Chance(0.25)) c.max_calls_in_flight = uint32_t(rng.Range(1, 3));
   // Element budget: a few tens of milliseconds per program on 2 cores, with up to 6 workers x 4
   // threads and the switch sharing them.
   const size_t cap = c.workers <= 3 ? 20000 : 9000;
@@ -553,8 +553,8 @@ Options ProgramOptions(const ClusterParams& c) {
   o.min_rto = std::chrono::milliseconds(5);
   o.max_rto = std::chrono::milliseconds(200);
   // Generous: up to 6 workers x 4 threads and the switch share 2 cores.
-  o.job_timeout = std::chrono::milliseconds(10000);
-  if (c.max_jobs_in_flight != 0) o.max_jobs_in_flight = c.max_jobs_in_flight;
+  o.call_timeout = std::chrono::milliseconds(10000);
+  if (c.max_calls_in_flight != 0) o.max_calls_in_flight = c.max_calls_in_flight;
   return o;
 }
 
@@ -593,7 +593,7 @@ struct RankResult {
   std::vector<std::vector<uint32_t>> data;  // the rank's buffers (both types as raw bits)
   std::vector<Status> status;               // per op
   Stats stats;
-  uint32_t over_bound = 0;                  // most calls seen pending beyond max_jobs_in_flight
+  uint32_t over_bound = 0;                  // most calls seen pending beyond max_calls_in_flight
 };
 
 // Runs `p` and returns an empty string if everything matched the model, else a report.
@@ -653,12 +653,12 @@ std::string RunAndCheck(const Program& p) {
   }
   Options options = ProgramOptions(c);
   // The survivors of an abandoned job wait one job timeout: keep it short there.
-  if (abandon) options.job_timeout = std::chrono::milliseconds(1500);
+  if (abandon) options.call_timeout = std::chrono::milliseconds(1500);
   auto cluster_or = LoopbackCluster::Create(n, options, faults, sc, c.shards);
   if (!cluster_or.ok()) return "cannot build the cluster: " + cluster_or.status().ToString();
   std::unique_ptr<LoopbackCluster> cluster = std::move(*cluster_or);
   {
-    // Each op's failure ends that op in at most job_timeout; after the first failure the
+    // Each op's failure ends that op in at most call_timeout; after the first failure the
     // context is broken and later ops fail at once.
     Watchdog dog(std::chrono::milliseconds(30000 + 10000 * (p.ops.size() + 1)), Describe(p));
     std::vector<std::thread> threads;
@@ -684,9 +684,9 @@ std::string RunAndCheck(const Program& p) {
           const DataType type = p.buffers[op.in_buf].type;
           if (op.async) {
             handles[j] = ctx.AllReduceAsync(in, out, op.count, type);
-            // Backpressure: when AllReduceAsync returns, at most max_jobs_in_flight calls are
+            // Backpressure: when AllReduceAsync returns, at most max_calls_in_flight calls are
             // pending, this one included (calls only ever finish, so counting afterwards is safe).
-            const uint32_t bound = ctx.options().max_jobs_in_flight;
+            const uint32_t bound = ctx.options().max_calls_in_flight;
             uint32_t pending = 0;
             for (uint32_t i = 0; i <= j; ++i) pending += p.ops[i].async && !handles[i].IsDone();
             if (pending > bound) rr.over_bound = std::max(rr.over_bound, pending);
@@ -745,11 +745,11 @@ std::string RunAndCheck(const Program& p) {
     }
     if (ranks[k].over_bound != 0)
       note("rank " + std::to_string(k) + ": " + std::to_string(ranks[k].over_bound) +
-           " calls pending after AllReduceAsync returned, more than max_jobs_in_flight");
+           " calls pending after AllReduceAsync returned, more than max_calls_in_flight");
     const Stats& s = ranks[k].stats;
-    if (!abandon && (s.jobs_submitted != p.ops.size() || s.jobs_completed != done || s.jobs_failed != rejected))
-      note("rank " + std::to_string(k) + " stats: submitted " + std::to_string(s.jobs_submitted) + ", completed " +
-           std::to_string(s.jobs_completed) + ", failed " + std::to_string(s.jobs_failed) + "; expected " +
+    if (!abandon && (s.calls_submitted != p.ops.size() || s.calls_completed != done || s.calls_failed != rejected))
+      note("rank " + std::to_string(k) + " stats: submitted " + std::to_string(s.calls_submitted) + ", completed " +
+           std::to_string(s.calls_completed) + ", failed " + std::to_string(s.calls_failed) + "; expected " +
            std::to_string(p.ops.size()) + " submitted, " + std::to_string(done) + " completed, " +
            std::to_string(rejected) + " failed (rejected)");
   }
@@ -1020,9 +1020,9 @@ void ExpectEveryRankFails(const Disagreement& d) {
   o.num_worker_threads = 1;
   o.window_packets = 16;
   o.elements_per_packet = 256;
-  o.job_timeout = std::chrono::milliseconds(2000);
+  o.call_timeout = std::chrono::milliseconds(2000);
   // Scheduling slack on a loaded 2-core host, on top of the job timeout.
-  const auto limit = o.job_timeout + std::chrono::milliseconds(1500);
+  const auto limit = o.call_timeout + std::chrono::milliseconds(1500);
   std::vector<std::vector<uint32_t>> buffers(n);
   for (uint32_t r = 0; r < n; ++r) {
     buffers[r].resize(std::max<size_t>(d.counts[r], 1));
@@ -1079,7 +1079,7 @@ TEST(DifferentialTest, DisagreeingTypesFailOnEveryRank) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backpressure: many more async calls than max_jobs_in_flight from one thread per rank, on
+// Backpressure: many more async calls than max_calls_in_flight from one thread per rank, on
 // disjoint buffers and on chains; AllReduceAsync blocks instead of queueing them all, and every
 // call completes with the right result.
 
@@ -1090,7 +1090,7 @@ TEST(DifferentialTest, MaxJobsInFlightBoundsPendingCallsAndAllComplete) {
   p.cluster.threads = 2;
   p.cluster.window = 16;
   p.cluster.elements_per_packet = 64;
-  p.cluster.max_jobs_in_flight = 4;
+  p.cluster.max_calls_in_flight = 4;
   for (uint32_t b = 0; b < 24; ++b) p.buffers.push_back({b % 2 ? DataType::kInt32 : DataType::kFloat32, 300 + 7 * b});
   for (uint32_t j = 0; j < 120; ++j) {
     Op op;

@@ -61,7 +61,7 @@ uint32_t SliceEngine::BlockLength(uint64_t block) const {
 
 void SliceEngine::Begin(const SliceSpec& slice, TimePoint now) {
   slice_ = slice;
-  job_number_ = uint8_t(slice.job_id & 0xFF);
+  job_number_ = uint8_t(slice.call_id & 0xFF);
   const uint64_t n = config_.elements_per_packet;
   blocks_ = (slice.num_elements + n - 1) / n;
   float_layout_ = slice.type == DataType::kFloat32 && blocks_ > 0;
@@ -160,7 +160,7 @@ void SliceEngine::BuildPacket(uint32_t p, TimePoint now) {
           if (!(std::fabs(x[k]) < bound)) {
             Finish(FailedPreconditionError(
                 "float32 input element " + std::to_string(offset + k) + " of this slice of all-reduce #" +
-                std::to_string(slice_.job_id) + " changed while the all-reduce ran (it is " +
+                std::to_string(slice_.call_id) + " changed while the all-reduce ran (it is " +
                 std::to_string(x[k]) + ", beyond the block exponent 2^" + std::to_string(s.max_exp) +
                 " taken from the data before it was sent); the input must not be written until the "
                 "all-reduce's handle completes"));
@@ -176,7 +176,7 @@ void SliceEngine::BuildPacket(uint32_t p, TimePoint now) {
   if (p == 0 && slice_.send_descriptor) {
     // Packet 0 carries no data: the exponent packet of block 0 (float32) or a leading
     // descriptor-only packet (data_offset_ == 1).
-    wire::EncodeDescriptor({slice_.job_id, slice_.call_elements, uint8_t(slice_.type), slice_.rejected}, payload);
+    wire::EncodeDescriptor({slice_.call_id, slice_.call_elements, uint8_t(slice_.type), slice_.rejected}, payload);
     len = wire::kDescriptorElements;
   }
   // Deterministic padding (the reference sends whatever the buffer held).
@@ -229,7 +229,7 @@ void SliceEngine::SampleRtt(Duration r) {
   // a peer's packet was lost, our sample includes that peer's whole retransmission timeout:
   // Karn's rule cannot see it (we sent once), and with a few percent loss such samples drive the
   // estimate, and so everyone's timeout, up to max_rto (measured: 5% loss both ways made a
-  // 16 MiB job 20-70x slower). So a sample counts for at most twice the smoothed RTT: a real RTT
+  // 16 MiB call 20-70x slower). So a sample counts for at most twice the smoothed RTT: a real RTT
   // increase still moves srtt up by 1/8 per sample (thousands per second), while peer waits
   // cannot inflate it by more than a bounded factor.
   if (have_rtt_) r = std::min(r, 2 * srtt_);
@@ -253,7 +253,7 @@ void SliceEngine::OnDatagram(std::span<const uint8_t> bytes, TimePoint now) {
     return;
   }
   const wire::Header& h = v.header;
-  // Stale: another job's result, a slot this slice does not use, a packet not in flight
+  // Stale: another call's result, a slot this slice does not use, a packet not in flight
   // (already accepted: a duplicate from a spurious retransmission), or a size we never sent.
   if (!active_ || h.job_number != job_number_ || h.slot < config_.slot_base ||
       h.slot >= config_.slot_base + batch_ || v.num_elements != config_.elements_per_packet) {
@@ -297,10 +297,10 @@ void SliceEngine::OnDatagram(std::span<const uint8_t> bytes, TimePoint now) {
 
 void SliceEngine::OnVerdict(uint32_t i, const uint8_t* payload, int8_t exp0, TimePoint now) {
   verdict_pending_ = false;
-  const wire::CallDescriptor mine{slice_.job_id, slice_.call_elements, uint8_t(slice_.type), slice_.rejected};
+  const wire::CallDescriptor mine{slice_.call_id, slice_.call_elements, uint8_t(slice_.type), slice_.rejected};
   const wire::DescriptorVerdict verdict = wire::CheckDescriptor(mine, payload, config_.num_workers);
   if (!verdict.mismatch.empty()) {
-    Finish(InvalidArgumentError("the workers' all-reduce calls #" + std::to_string(slice_.job_id) +
+    Finish(InvalidArgumentError("the workers' all-reduce calls #" + std::to_string(slice_.call_id) +
                                 " do not match: " + verdict.mismatch +
                                 "; every worker must make the same calls (same element counts and "
                                 "types) in the same order"));
@@ -315,7 +315,7 @@ void SliceEngine::OnVerdict(uint32_t i, const uint8_t* payload, int8_t exp0, Tim
     } else {
       const uint32_t n = config_.num_workers;
       result_ = AbortedError(
-          "all-reduce #" + std::to_string(slice_.job_id) + " was rejected by " +
+          "all-reduce #" + std::to_string(slice_.call_id) + " was rejected by " +
           (n == 2 ? std::string("the other worker") : std::to_string(rejected_by_) + " of the " + std::to_string(n) + " workers") +
           " (its arguments or input; that worker's error says which), so it failed on every worker without "
           "writing any output; the calls after it are not affected");
@@ -365,13 +365,13 @@ void SliceEngine::Complete(uint32_t i, const uint8_t* payload, int8_t exp0, Time
 
 void SliceEngine::OnTick(TimePoint now) {
   if (!active_) return;
-  if (now - last_progress_ >= config_.job_timeout) {
+  if (now - last_progress_ >= config_.call_timeout) {
     Finish(DeadlineExceededError(
         "no result from " +
         (config_.switch_name.empty() ? "switch " + config_.switch_endpoint.ToString()
                                      : config_.switch_name) +
         " for " +
-        Ms(config_.job_timeout) + " (all-reduce #" + std::to_string(slice_.job_id) +
+        Ms(config_.call_timeout) + " (all-reduce #" + std::to_string(slice_.call_id) +
         " of this context, slots " +
         std::to_string(config_.slot_base) + ".." + std::to_string(config_.slot_base + batch_ - 1) +
         ", " + std::to_string(completed_) + "/" + std::to_string(total_) + " packets done, " +
@@ -402,7 +402,7 @@ void SliceEngine::OnTick(TimePoint now) {
 
 TimePoint SliceEngine::NextDeadline() const {
   if (!active_) return TimePoint::max();
-  return std::min(next_timer_, last_progress_ + config_.job_timeout);
+  return std::min(next_timer_, last_progress_ + config_.call_timeout);
 }
 
 void SliceEngine::Abort(Status why) {

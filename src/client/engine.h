@@ -1,7 +1,7 @@
 // client/engine.h — the per-thread streaming protocol engine (docs/protocol.md#client-protocol),
 // pure.
 //
-// One SliceEngine belongs to one worker thread. It streams one job slice at a time through
+// One SliceEngine belongs to one worker thread. It streams one call slice at a time through
 // the thread's own range of W switch slots, self-clocked: each accepted result frees its slot,
 // which immediately carries the slice's next packet. It owns the packet buffers, the
 // per-slot state and the retransmission timers, but no socket and no clock: the caller
@@ -23,9 +23,9 @@
 // transport; cancelled when its result is accepted; all cleared at slice end. RTO adapts to
 // the measured RTT (RFC 6298, Karn's rule) within [min_rto, max_rto] and doubles per
 // retransmission of the same packet. A slice fails with DEADLINE_EXCEEDED if no result is
-// accepted for job_timeout.
+// accepted for call_timeout.
 //
-// Acceptance of a result: decodes, carries this slice's job number, its slot is in use and
+// Acceptance of a result: decodes, carries this slice's call number, its slot is in use and
 // its (tsi, set, size) equal the in-flight packet's; anything else is counted and ignored.
 //
 // Float32 (docs/protocol.md#float32-exponent-quantizer): B extra leading packets carry only
@@ -79,17 +79,17 @@ struct EngineConfig {
   Duration initial_rto = std::chrono::milliseconds(20);
   Duration min_rto = std::chrono::milliseconds(5);
   Duration max_rto = std::chrono::seconds(1);
-  Duration job_timeout = std::chrono::seconds(10);
+  Duration call_timeout = std::chrono::seconds(10);
 };
 
 struct SliceSpec {
-  uint64_t job_id = 0;       // for messages; the low 8 bits go on the wire as job_number
+  uint64_t call_id = 0;      // the call number, for messages; its low 8 bits go on the wire as job_number
   DataType type = DataType::kInt32;
   const void* in = nullptr;  // first element of the slice
   void* out = nullptr;
   size_t num_elements = 0;
   // float32 only, optional: the exponent of every block (ceil(num_elements / elements_per_packet)
-  // entries), computed before the job started (ContextImpl::Submit does, in the same pass that
+  // entries), computed before the call started (ContextImpl::Submit does, in the same pass that
   // rejects Inf/NaN input). Null: Begin computes them (BlockExponents) into its own buffer.
   const int8_t* exponents = nullptr;
   // Send the call descriptor (wire::CallDescriptor) in packet 0 and check it on return. The
@@ -118,7 +118,7 @@ struct EngineStats {
 // (ceil(n / block) entries; quant::BlockExponent). Returns INVALID_ARGUMENT naming the first
 // element that is Inf or NaN (or too large to quantize) by its index plus index_base, or OK.
 // The one place block exponents are taken: at submission (ContextImpl::Submit), when a slice
-// starts (Worker, for input written by an earlier job), or by SliceEngine::Begin for a spec
+// starts (Worker, for input written by an earlier call), or by SliceEngine::Begin for a spec
 // without them.
 Status BlockExponents(const float* x, size_t n, uint32_t block, int8_t* exps, size_t index_base);
 
@@ -149,7 +149,7 @@ class SliceEngine {
 
   // A datagram that arrived from the switch.
   void OnDatagram(std::span<const uint8_t> bytes, TimePoint now);
-  // Fires due retransmission timers and the job timeout.
+  // Fires due retransmission timers and the call timeout.
   void OnTick(TimePoint now);
   // When OnTick next has something to do (TimePoint::max() when idle).
   TimePoint NextDeadline() const;

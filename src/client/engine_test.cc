@@ -62,7 +62,7 @@ class Sim {
       c.initial_rto = milliseconds(2);
       c.min_rto = milliseconds(1);
       c.max_rto = milliseconds(50);
-      c.job_timeout = milliseconds(2000);
+      c.call_timeout = milliseconds(2000);
       engines_.emplace_back(c);
     }
   }
@@ -296,7 +296,7 @@ TEST(EngineTest, RetransmitsWithExponentialBackoffThenTimesOut) {
   c.initial_rto = milliseconds(10);
   c.min_rto = milliseconds(1);
   c.max_rto = milliseconds(80);
-  c.job_timeout = milliseconds(1000);
+  c.call_timeout = milliseconds(1000);
   SliceEngine e(c);
   std::vector<int32_t> in(64, 1), out(64);
   TimePoint t{};

@@ -37,7 +37,7 @@ Options FastOptions(uint32_t threads) {
   o.initial_rto = std::chrono::milliseconds(5);
   o.min_rto = std::chrono::milliseconds(2);
   o.max_rto = std::chrono::milliseconds(100);
-  o.job_timeout = std::chrono::milliseconds(5000);
+  o.call_timeout = std::chrono::milliseconds(5000);
   return o;
 }
 

@@ -26,7 +26,7 @@ Options ManyWorkerOptions() {
   o.initial_rto = std::chrono::milliseconds(200);
   o.min_rto = std::chrono::milliseconds(200);
   o.max_rto = std::chrono::milliseconds(1000);
-  o.job_timeout = std::chrono::seconds(60);
+  o.call_timeout = std::chrono::seconds(60);
   return o;
 }
 

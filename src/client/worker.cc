@@ -42,7 +42,7 @@ void Worker::Stop() {
     left.swap(queue_);
   }
   for (auto& t : left)
-    owner_->OnSliceDone(t.job, CancelledError("context destroyed before all-reduce #" + std::to_string(t.job->id) + " ran"),
+    owner_->OnSliceDone(t.call, CancelledError("context destroyed before all-reduce #" + std::to_string(t.call->id) + " ran"),
                         /*in_step=*/false);
 }
 
@@ -68,14 +68,14 @@ void Worker::Run() {
     }
     const Status result = RunSlice(task);
     PublishStats();
-    owner_->OnSliceDone(task.job, result, ran_ && engine_.ended_in_step());
+    owner_->OnSliceDone(task.call, result, ran_ && engine_.ended_in_step());
   }
 }
 
 Status Worker::PrepareSlice(SliceTask& task) {
-  JobState& job = *task.job;
-  for (const auto& weak : job.deps) {
-    const std::shared_ptr<JobState> dep = weak.lock();
+  CallState& call = *task.call;
+  for (const auto& weak : call.deps) {
+    const std::shared_ptr<CallState> dep = weak.lock();
     if (!dep) continue;  // gone: it finished and nobody holds it any more
     const AllReduceHandle h = ContextImpl::MakeHandle(dep);
     // Its slices are ahead of ours in every worker's queue, so it finishes (or fails by its own
@@ -84,21 +84,21 @@ Status Worker::PrepareSlice(SliceTask& task) {
     // one that failed otherwise broke the context, which RunSlice checks next.
     while (!h.WaitFor(std::chrono::milliseconds(20))) {
       if (stop_.load(std::memory_order_acquire)) {
-        return CancelledError("context destroyed while all-reduce #" + std::to_string(job.id) +
+        return CancelledError("context destroyed while all-reduce #" + std::to_string(call.id) +
                               " waited for all-reduce #" + std::to_string(dep->id));
       }
     }
   }
-  if (job.exponents_at_start && task.spec.num_elements > 0) {
+  if (call.exponents_at_start && task.spec.num_elements > 0) {
     // The input is an earlier call's output, final only now. The first slice to get here scans
     // all of it, so every slice of this worker knows before sending anything whether the call
     // is rejected.
-    std::call_once(job.start_scan_once,
-                   [&] { job.start_scan = ScanExponents(job, owner_->options().elements_per_packet); });
-    if (!job.start_scan.ok()) {
+    std::call_once(call.start_scan_once,
+                   [&] { call.start_scan = ScanExponents(call, owner_->options().elements_per_packet); });
+    if (!call.start_scan.ok()) {
       task.spec.rejected = task.spec.send_descriptor;
       task.spec.rejection = InvalidArgumentError(
-          job.start_scan.message() + " (the input of all-reduce #" + std::to_string(job.id) +
+          call.start_scan.message() + " (the input of all-reduce #" + std::to_string(call.id) +
           " is the output of an earlier call, so it was checked when the call started; the call failed on every "
           "worker and wrote nothing)");
     }
@@ -110,7 +110,7 @@ Status Worker::RunSlice(SliceTask& task) {
   ran_ = false;
   if (Status st = PrepareSlice(task); !st.ok()) return st;
   if (owner_->broken()) {
-    return AbortedError("all-reduce #" + std::to_string(task.job->id) +
+    return AbortedError("all-reduce #" + std::to_string(task.call->id) +
                         " not started: " + owner_->broken_status().ToString());
   }
   ran_ = true;
@@ -123,11 +123,11 @@ Status Worker::RunSlice(SliceTask& task) {
   uint64_t iterations = 0;
   while (engine_.active()) {
     if (stop_.load(std::memory_order_acquire)) {
-      engine_.Abort(CancelledError("context destroyed while job " + std::to_string(task.job->id) + " ran"));
+      engine_.Abort(CancelledError("context destroyed while call " + std::to_string(task.call->id) + " ran"));
       break;
     }
     if (owner_->broken()) {
-      engine_.Abort(AbortedError("job " + std::to_string(task.job->id) +
+      engine_.Abort(AbortedError("call " + std::to_string(task.call->id) +
                                  " aborted: " + owner_->broken_status().ToString()));
       break;
     }

@@ -1,6 +1,6 @@
 // client/worker.h — one worker thread of a Context: a SliceEngine, a Channel and a queue.
 //
-// The thread takes slices (job_state.h) from its FIFO in order, waits for the job's
+// The thread takes slices (call_state.h) from its FIFO in order, waits for the call's
 // dependencies (stream semantics, context_impl.h), runs the slice's protocol with its
 // SliceEngine (engine.h) over its own Channel, and reports the result to its ContextImpl. The
 // loop is run-to-completion: send everything the engine queued, wait for results until the next
@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "client/engine.h"
-#include "client/job_state.h"
+#include "client/call_state.h"
 #include "transport/channel.h"
 
 namespace switchml::client {
@@ -41,7 +41,7 @@ class Worker {
  private:
   void Run();
   Status RunSlice(SliceTask& task);
-  // Waits until the job's dependencies finished and, when the job reads one's output, takes the
+  // Waits until the call's dependencies finished and, when the call reads one's output, takes the
   // block exponents (marking the slice rejected when the input is not finite). Errors:
   // CANCELLED (context stopping).
   Status PrepareSlice(SliceTask& task);

@@ -146,7 +146,7 @@ class AgreedParamsTest : public ::testing::Test {
     }
     o.window_packets = 8;
     o.elements_per_packet = 64;
-    o.job_timeout = 2s;
+    o.call_timeout = 2s;
     o.rpc_timeout = 5s;
     return o;
   }

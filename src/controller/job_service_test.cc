@@ -87,7 +87,7 @@ class JobServiceTest : public ::testing::Test {
     o.initial_rto = 10ms;
     o.min_rto = 5ms;
     o.max_rto = 100ms;
-    o.job_timeout = 800ms;
+    o.call_timeout = 800ms;
     o.rpc_timeout = 3s;
     return o;
   }
@@ -526,7 +526,7 @@ TEST(StandaloneControllerTest, DrivesTwoSwitchesOverGrpc) {
         o.elements_per_packet = 64;
         o.initial_rto = 10ms;
         o.min_rto = 5ms;
-        o.job_timeout = 2s;
+        o.call_timeout = 2s;
         o.rpc_timeout = 3s;
         return Context::Create(o);
       }));

@@ -216,7 +216,7 @@ class ShardsTest : public ::testing::Test {
       o.initial_rto = 5ms;
       o.min_rto = 2ms;
       o.max_rto = 100ms;
-      o.job_timeout = 2s;
+      o.call_timeout = 2s;
       o.rpc_timeout = 5s;
       f.push_back(std::async(std::launch::async, [o] { return Context::Create(o); }));
     }

@@ -93,7 +93,7 @@ pass "malformed datagrams dropped and counted: $(json_get "$C" "{k: v for k, v i
 start_switch
 for r in 0 1; do
   "$SWITCHML" allreduce --rank $r --workers 2 --controller 127.0.0.1:$CTL_PORT --type int32 \
-      --count $((1000 + 500 * r)) --job-timeout-ms 1500 > "$WORK/m$r.log" 2>&1 &
+      --count $((1000 + 500 * r)) --call-timeout-ms 1500 > "$WORK/m$r.log" 2>&1 &
   sml_track $!
   eval "M$r=$!"
 done

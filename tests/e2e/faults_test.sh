@@ -28,7 +28,7 @@ if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
 fi
 source "$(dirname "$0")/lib.sh"
 
-JOB_TIMEOUT_MS=2000 RPC_TIMEOUT_MS=3000
+CALL_TIMEOUT_MS=2000 RPC_TIMEOUT_MS=3000
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 jobs() { "$SWITCHML" jobs "$@"; }
 
@@ -55,7 +55,7 @@ expect_failure() {
 run_rank() {
   local log=$7
   exec "$SWITCHML" allreduce --controller "$1" --job-id "$2" --job-token "$3" --rank "$4" --workers "$5" \
-      --type int32 --counts "$6" --job-timeout-ms $JOB_TIMEOUT_MS --rpc-timeout-ms $RPC_TIMEOUT_MS \
+      --type int32 --counts "$6" --call-timeout-ms $CALL_TIMEOUT_MS --rpc-timeout-ms $RPC_TIMEOUT_MS \
       --json "$WORK/$log.json" "${@:8}" > "$WORK/$log.log" 2>&1
 }
 
@@ -105,7 +105,7 @@ A_ID=$JOB_ID; A_TOKEN=$JOB_TOKEN
 # All-reduces of 2M elements, held (never released): the job streams until the switch dies. A
 # longer job timeout here, so that the workers still retransmit (at least every max_rto = 2 s)
 # after the switch is back even if the restart is slow on a loaded machine.
-JOB_TIMEOUT_MS=4000
+CALL_TIMEOUT_MS=4000
 run_rank $CTL $A_ID $A_TOKEN 0 2 2000000 a0 $(hold a) & PA0=$!; sml_track $!
 run_rank $CTL $A_ID $A_TOKEN 1 2 2000000 a1 $(hold a) & PA1=$!; sml_track $!
 wait_streaming $CTL $A_ID 2000
@@ -121,21 +121,21 @@ restart_ms=$(( $(now_ms) - t0 ))
 pass "(a) switch restarted on the same ports after $restart_ms ms"
 for r in 0 1; do
   eval "p=\$PA$r"
-  wait_child "$p" $(( JOB_TIMEOUT_MS / 1000 + 8 ))
+  wait_child "$p" $(( CALL_TIMEOUT_MS / 1000 + 8 ))
   el=$(( $(now_ms) - t0 ))
   expect_failure "(a) rank $r of the running job (switch killed)" "$WORK/a$r.log" $RC \
-      "DEADLINE_EXCEEDED: no result from switch 127\.0\.0\.1:$OLD_UDP for $JOB_TIMEOUT_MS ms" \
-      $(( JOB_TIMEOUT_MS + 3000 )) $el
+      "DEADLINE_EXCEEDED: no result from switch 127\.0\.0\.1:$OLD_UDP for $CALL_TIMEOUT_MS ms" \
+      $(( CALL_TIMEOUT_MS + 3000 )) $el
 done
 jobs list --controller $CTL --json > "$WORK/list.json"
 unk=$(json_get "$WORK/list.json" "j['switch_counters']['unknown_sender']")
-if (( restart_ms <= JOB_TIMEOUT_MS - 2000 )); then
+if (( restart_ms <= CALL_TIMEOUT_MS - 2000 )); then
   [ "$unk" -ge 1 ] || fail "(a) the restarted switch saw no retransmission of the old workers"
   pass "(a) the restarted switch dropped $unk retransmissions of the old job as unknown_sender"
 else
   echo "note: restart took $restart_ms ms; not checking that the old workers' retransmissions reached it"
 fi
-JOB_TIMEOUT_MS=2000
+CALL_TIMEOUT_MS=2000
 # The old job is gone with the switch: its id and token are refused.
 t1=$(now_ms); rc=0
 "$SWITCHML" allreduce --controller $CTL --job-id $A_ID --job-token $A_TOKEN --rank 0 --workers 2 \
@@ -157,7 +157,7 @@ expect_exact "(a) new JobService job after the switch restart" a2r0 a2r1
 # The reference session (no job id) works on the restarted switch too.
 for r in 0 1; do
   "$SWITCHML" allreduce --controller $CTL --rank $r --workers 2 --type int32 --counts 1000,300000 \
-      --job-timeout-ms $JOB_TIMEOUT_MS --rpc-timeout-ms 3000 --json "$WORK/s$r.json" > "$WORK/s$r.log" 2>&1 &
+      --call-timeout-ms $CALL_TIMEOUT_MS --rpc-timeout-ms 3000 --json "$WORK/s$r.json" > "$WORK/s$r.log" 2>&1 &
   eval "PS$r=$!"; sml_track $!
 done
 wait_child $PS0 60; [ $RC -eq 0 ] || { cat "$WORK/s0.log"; fail "(a) reference session after restart: rank 0 rc $RC"; }
@@ -321,7 +321,7 @@ kill -9 $PC2
 t0=$(now_ms)
 wait $PC2 2>/dev/null || true
 # The restarted rank 2 tries the same job at once: its rank is still registered (ALREADY_EXISTS),
-# or, if starting the process took longer than job_timeout + idle_timeout on a loaded machine,
+# or, if starting the process took longer than call_timeout + idle_timeout on a loaded machine,
 # the job has already been torn down (FAILED_PRECONDITION).
 rc=0
 "$SWITCHML" allreduce --controller $CTL --job-id $C_ID --job-token $C_TOKEN --rank 2 --workers 3 \
@@ -330,10 +330,10 @@ expect_failure "(c) restarted rank 2 rejoining the running job" "$WORK/c2r.log" 
     "ALREADY_EXISTS: .*rank 2 of job $C_ID|FAILED_PRECONDITION: .*job $C_ID has ended" 8000 $(( $(now_ms) - t0 ))
 for r in 0 1; do
   eval "p=\$PC$r"
-  wait_child "$p" $(( JOB_TIMEOUT_MS / 1000 + 8 ))
+  wait_child "$p" $(( CALL_TIMEOUT_MS / 1000 + 8 ))
   expect_failure "(c) surviving rank $r (rank 2 killed)" "$WORK/c$r.log" $RC \
-      "DEADLINE_EXCEEDED: no result from switch 127\.0\.0\.1:$UDP_PORT for $JOB_TIMEOUT_MS ms" \
-      $(( JOB_TIMEOUT_MS + 3000 )) $(( $(now_ms) - t0 ))
+      "DEADLINE_EXCEEDED: no result from switch 127\.0\.0\.1:$UDP_PORT for $CALL_TIMEOUT_MS ms" \
+      $(( CALL_TIMEOUT_MS + 3000 )) $(( $(now_ms) - t0 ))
 done
 # The switch tears the job down once nothing arrives for its idle timeout, and frees its slots.
 ended() { jobs show --controller $CTL $C_ID > "$WORK/show.json" && [ "$(json_get "$WORK/show.json" "j['state']")" = ended ]; }

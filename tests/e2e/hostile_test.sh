@@ -60,7 +60,7 @@ COUNT=4000000 ITERS=20
 START="$WORK/start"
 for r in 0 1 2; do
   "$SWITCHML" allreduce --controller $CTL --job-id $SWITCHML_JOB_ID --job-token $SWITCHML_JOB_TOKEN \
-      --rank $r --workers 3 --type int32 --counts $COUNT --iters $ITERS --job-timeout-ms 20000 \
+      --rank $r --workers 3 --type int32 --counts $COUNT --iters $ITERS --call-timeout-ms 20000 \
       --start-file "$START" --file-timeout-s 60 --json "$WORK/w$r.json" > "$WORK/w$r.log" 2>&1 &
   eval "W$r=$!"; sml_track $!
 done

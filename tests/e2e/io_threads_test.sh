@@ -17,7 +17,7 @@ run_rank() {  # NAME RANK THREADS TYPE [allreduce flags...]
   shift 4
   exec timeout 60 "$SWITCHML" allreduce --controller "$CTL" --rank "$rank" --workers 2 \
       --threads "$threads" --window $((threads * 32)) --type "$type" --counts 1,65,300000 \
-      --job-timeout-ms 5000 --json "$WORK/$name.json" "$@" > "$WORK/$name.log" 2>&1
+      --call-timeout-ms 5000 --json "$WORK/$name.json" "$@" > "$WORK/$name.log" 2>&1
 }
 pair() {  # NAME THREADS TYPE [allreduce flags...]
   local name=$1

@@ -49,7 +49,7 @@ pass "job needing more slots than free: $(head -1 "$WORK/c.log")"
 # so that its $! can be killed.
 run_rank() {  # job id token rank workers type counts log [allreduce flags...]
   exec "$SWITCHML" allreduce --controller $CTL --job-id $1 --job-token $2 --rank $3 --workers $4 --type $5 \
-      --counts $6 --job-timeout-ms 3000 --json "$WORK/$7.json" "${@:8}" > "$WORK/$7.log" 2>&1
+      --counts $6 --call-timeout-ms 3000 --json "$WORK/$7.json" "${@:8}" > "$WORK/$7.log" 2>&1
 }
 # A job whose workers run --hold-file that never appears streams until the test ends it (a
 # worker killed, the job deleted), however fast or slow it runs.

@@ -11,7 +11,7 @@ export SWITCHML_OPERATOR_TOKEN=mismatch-test-operator-token-0123
 start_switch
 CTL=127.0.0.1:$CTL_PORT
 MISMATCH_DEADLINE_S=5
-JOB_TIMEOUT_S=10
+CALL_TIMEOUT_S=10
 
 now() { date +%s.%N; }
 elapsed_ok() { python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) - float(sys.argv[1]) <= float(sys.argv[3]) else 1)" "$@"; }
@@ -23,7 +23,7 @@ run_rank() {  # NAME RANK [allreduce flags...]
   local name=$1 rank=$2
   shift 2
   exec timeout 60 "$SWITCHML" allreduce --controller "$CTL" --rank "$rank" --workers 2 \
-      --job-timeout-ms $((JOB_TIMEOUT_S * 1000)) --rpc-timeout-ms 10000 "$@" \
+      --call-timeout-ms $((CALL_TIMEOUT_S * 1000)) --rpc-timeout-ms 10000 "$@" \
       > "$WORK/$name.out" 2> "$WORK/$name.err"
 }
 
@@ -129,16 +129,16 @@ delete_job
 
 echo "== different --size / --type at the same call (the data path's call descriptor)"
 # Both ranks must fail, within the job timeout (not hang, not return a wrong sum as OK).
-pair session-size $JOB_TIMEOUT_S "--type int32" "--size 1MiB" "--size 2MiB"
+pair session-size $CALL_TIMEOUT_S "--type int32" "--size 1MiB" "--size 2MiB"
 pass "session, --size 1MiB vs 2MiB: both ranks failed in $TOOK s: $(tail -1 "$ERR0" | cut -c1-120)"
-pair session-type $JOB_TIMEOUT_S "--size 1MiB" "--type int32" "--type float32"
+pair session-type $CALL_TIMEOUT_S "--size 1MiB" "--type int32" "--type float32"
 pass "session, --type int32 vs float32: both ranks failed in $TOOK s: $(tail -1 "$ERR0" | cut -c1-120)"
 new_job
-pair job-size $JOB_TIMEOUT_S "$JOB_FLAGS --type int32" "--size 1MiB" "--size 2MiB"
+pair job-size $CALL_TIMEOUT_S "$JOB_FLAGS --type int32" "--size 1MiB" "--size 2MiB"
 pass "job, --size 1MiB vs 2MiB: both ranks failed in $TOOK s: $(tail -1 "$ERR0" | cut -c1-120)"
 delete_job
 new_job
-pair job-type $JOB_TIMEOUT_S "$JOB_FLAGS --size 1MiB" "--type int32" "--type float32"
+pair job-type $CALL_TIMEOUT_S "$JOB_FLAGS --size 1MiB" "--type int32" "--type float32"
 pass "job, --type int32 vs float32: both ranks failed in $TOOK s: $(tail -1 "$ERR0" | cut -c1-120)"
 delete_job
 stop_switch

@@ -70,7 +70,7 @@ pass "both shards aggregated ($rx0 and $rx1 datagrams consumed), none misrouted"
 # until a file appears that the test never creates (--hold-file): still streaming when the switch
 # dies, however fast or slow they run.
 new_job doomed
-run_ranks dead- int32 100000 --hold-file "$WORK/never" --file-timeout-s 120 --job-timeout-ms 2000
+run_ranks dead- int32 100000 --hold-file "$WORK/never" --file-timeout-s 120 --call-timeout-ms 2000
 running() { jobs show "$SWITCHML_JOB_ID" --controller "$CTL" 2>/dev/null |
               python3 -c 'import json,sys; j=json.load(sys.stdin); sys.exit(0 if j["counters"]["consumed"] > 0 else 1)'; }
 sml_wait_for 20 "the job to stream" running || fail "the workers never started streaming"

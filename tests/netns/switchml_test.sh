@@ -42,7 +42,7 @@ run_job() {
   for ((i = 0; i < N; i++)); do
     # Generous job timeout: the 2-core host runs N workers and the switch at once.
     "${CX[@]}" "w$i" -- "$SWITCHML" allreduce --rank "$i" --workers "$N" --controller "$CLUSTER_SWITCH_IP:$ctl" \
-        --type "$type" --size "$SIZE" --job-timeout-ms 60000 --rpc-timeout-ms 30000 \
+        --type "$type" --size "$SIZE" --call-timeout-ms 60000 --rpc-timeout-ms 30000 \
         --json "$WORK/$label-r$i.json" > "$WORK/$label-r$i.log" 2>&1 &
     pids+=($!)
     sml_track $!

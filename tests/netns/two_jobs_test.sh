@@ -37,7 +37,7 @@ for ((i = 0; i < 8; i++)); do
   if ((i < 3)); then job=A type=int32 rank=$i; else job=B type=float32 rank=$((i - 3)); fi
   "${CX[@]}" "w$i" -- "$SWITCHML" allreduce --rank "$rank" --workers "${WORKERS[$job]}" --controller "$CTL" \
       --job-id "${ID[$job]}" --job-token "${TOKEN[$job]}" --type "$type" --size "$SIZE" \
-      --job-timeout-ms 60000 --rpc-timeout-ms 30000 --json "$WORK/w$i.json" > "$WORK/w$i.log" 2>&1 &
+      --call-timeout-ms 60000 --rpc-timeout-ms 30000 --json "$WORK/w$i.json" > "$WORK/w$i.log" 2>&1 &
   pids+=($!)
   sml_track $!
 done

@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
     c.initial_rto = FromUs(a.initial_rto_ms * 1000);
     c.min_rto = FromUs(a.min_rto_ms * 1000);
     c.max_rto = FromUs(a.max_rto_ms * 1000);
-    c.job_timeout = std::chrono::seconds(600);
+    c.call_timeout = std::chrono::seconds(600);
     engines.emplace_back(c);
   }
 

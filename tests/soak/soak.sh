@@ -81,8 +81,8 @@ RANDOM=$SEED
 
 DURATION_S=$("$PYTHON" -c "import sys; print(max(1, round(float(sys.argv[1]) * 60)))" "$MINUTES")
 WARMUP_S=$(( DURATION_S / 4 > 20 ? DURATION_S / 4 : 20 ))
-JOB_TIMEOUT_MS=10000      # normal jobs: fail after 10 s without progress
-KILL_JOB_TIMEOUT_MS=3000  # the job whose worker is killed
+CALL_TIMEOUT_MS=10000      # normal jobs: a call fails after 10 s without progress
+KILL_CALL_TIMEOUT_MS=3000  # the job whose worker is killed
 SLOTS_PER_JOB=256
 
 # The work directory (logs of every job) is kept on failure and with --keep. At exit the switch
@@ -143,7 +143,7 @@ print(json.dumps(rec))
 EOF
 }
 
-# run_job LANE JOBNO KIND TYPE WORKERS COUNTS JOB_TIMEOUT_MS ITERS [KILL]: creates a job, runs its
+# run_job LANE JOBNO KIND TYPE WORKERS COUNTS CALL_TIMEOUT_MS ITERS [KILL]: creates a job, runs its
 # ranks, records them. With KILL=1 (the worker-restart check), rank 1 is SIGKILLed while the job
 # streams and the outcome is checked and recorded as a "kill" record instead.
 run_job() {
@@ -165,7 +165,7 @@ run_job() {
     # `timeout` bounds a rank (a hang becomes exit 124); exec: $! is the worker itself.
     (exec timeout -k 5 300 "$SWITCHML" allreduce --controller "$CTL" --job-id "$id" --job-token "$token" \
         --rank "$r" --workers "$workers" --type "$type" --counts "$counts" --iters "$iters" \
-        --job-timeout-ms "$jto" --rpc-timeout-ms 20000 --json "$WORK/l$lane-j$job-r$r.json" \
+        --call-timeout-ms "$jto" --rpc-timeout-ms 20000 --json "$WORK/l$lane-j$job-r$r.json" \
         > "$WORK/l$lane-j$job-r$r.log" 2>&1) &
     pids+=($!)
   done
@@ -251,15 +251,15 @@ lane() {
     n=$((n + 1))
     if ((L == 0)) && [[ -e "$WORK/kill-now" ]]; then
       rm -f "$WORK/kill-now"
-      run_job 0 "$n" kill int32 2 4000000 "$KILL_JOB_TIMEOUT_MS" 100 1
+      run_job 0 "$n" kill int32 2 4000000 "$KILL_CALL_TIMEOUT_MS" 100 1
       n=$((n + 1))
       # The next job must get the killed job's slots (the pool is exactly full otherwise).
-      run_job 0 "$n" after_kill float32 2 "$(random_counts)" "$JOB_TIMEOUT_MS" 1
+      run_job 0 "$n" after_kill float32 2 "$(random_counts)" "$CALL_TIMEOUT_MS" 1
       continue
     fi
     local type=int32
     ((RANDOM % 2)) && type=float32
-    run_job "$L" "$n" normal "$type" $((2 + RANDOM % 2)) "$(random_counts)" "$JOB_TIMEOUT_MS" 1
+    run_job "$L" "$n" normal "$type" $((2 + RANDOM % 2)) "$(random_counts)" "$CALL_TIMEOUT_MS" 1
   done
 }
 

@@ -9,7 +9,7 @@
 #               float within the quantization bound) and every rank's counters must show the
 #               expected routed / passed-through calls.
 # min_elements: the same with SWITCHML_MPI_MIN_ELEMENTS=500 (small calls go to PMPI).
-# inline:       the same as routed with SWITCHML_MPI_COMPLETION=inline (no helper thread).
+# inline:       the same as routed with SWITCHML_MPI_COMPLETION=inline (no completion callback).
 # fallback:     a controller address nobody listens on: SWITCHML_MPI_FALLBACK=pmpi warns and
 #               gives exact results; =fail makes MPI_Init fail with a message; a bad variable
 #               value is named in the warning/error; without SWITCHML_CONTROLLER nothing is printed.
@@ -80,7 +80,7 @@ routed|min_elements|inline)
   baseline
   start_switch
   ENV=(LD_PRELOAD="$LIB" SWITCHML_CONTROLLER="127.0.0.1:$CTL_PORT" SWITCHML_MPI_STATS=1
-       SWITCHML_JOB_TIMEOUT_MS=20000)
+       SWITCHML_CALL_TIMEOUT_MS=20000)
   if [ "$SCENARIO" != min_elements ]; then
     # Counts of mpi_allreduce_check's call sequence (see its header comment).
     WANT=(switchml=on routed_allreduce=4 routed_iallreduce=3 routed_calls=7 passthrough_allreduce=5
@@ -158,7 +158,7 @@ error)
   start_switch
   START=$(date +%s)
   run_mpi "$WORK/err.log" LD_PRELOAD="$LIB" SWITCHML_CONTROLLER="127.0.0.1:$CTL_PORT" SWITCHML_MPI_STATS=1 \
-      SWITCHML_JOB_TIMEOUT_MS=1000 -- --error-mode || fail "error mode: $(tail -30 "$WORK/err.log")"
+      SWITCHML_CALL_TIMEOUT_MS=1000 -- --error-mode || fail "error mode: $(tail -30 "$WORK/err.log")"
   ELAPSED=$(( $(date +%s) - START ))
   [ "$(grep -c "error mode: .* -> ok" "$WORK/err.log")" = "$NP" ] || fail "error mode: $(cat "$WORK/err.log")"
   grep -q "rank 1: MPI_Iallreduce via SwitchML failed: INVALID_ARGUMENT: float32 input element 5 is NaN" \

@@ -167,7 +167,7 @@ run_backend() {
     start_switch
     env_extra+=("SWITCHML_CONTROLLER=$CONTROLLER")
     # Generous: 4 ranks and a switch share few cores, a rank may be descheduled for a while.
-    env_extra+=("SWITCHML_JOB_TIMEOUT_MS=${SWITCHML_JOB_TIMEOUT_MS:-60000}")
+    env_extra+=("SWITCHML_CALL_TIMEOUT_MS=${SWITCHML_CALL_TIMEOUT_MS:-60000}")
   fi
   [[ -z "$NAME" ]] || env_extra+=("GLOO_SOCKET_IFNAME=eth0")
   for ((i = 0; i < WORKERS; i++)); do : > "$WORK/$backend-rank$i.log"; done

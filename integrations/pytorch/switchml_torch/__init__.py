@@ -21,7 +21,9 @@ Settings come from environment variables, read when a group is created:
   SWITCHML_WORKER_THREADS        worker threads per process (library default 1)
   SWITCHML_WINDOW_PACKETS        packets in flight per worker (library default 256)
   SWITCHML_ELEMENTS_PER_PACKET   64, 256, 512 or 1024 (library default 256)
-  SWITCHML_JOB_TIMEOUT_MS        a job fails when no result arrives for this long (default 10000)
+  SWITCHML_CALL_TIMEOUT_MS       an all-reduce call fails when no result arrives for this long
+                                 (default 10000); SWITCHML_JOB_TIMEOUT_MS is its deprecated
+                                 name (used when it is unset, with a note on stderr)
   SWITCHML_BIND_IP               local IPv4 for the data sockets (default: any)
   SWITCHML_ADVERTISE_IP          address registered with the switch (default: the one used to
                                  reach the controller)
@@ -35,6 +37,7 @@ The three window/packet settings must be equal on every rank.
 
 import datetime
 import os
+import sys
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as dist
@@ -59,6 +62,19 @@ def _env_int(env, name, minimum):
     return value
 
 
+def _call_timeout_ms(env):
+    """SWITCHML_CALL_TIMEOUT_MS, or its deprecated name SWITCHML_JOB_TIMEOUT_MS (0 = default)."""
+    new = _env_int(env, "SWITCHML_CALL_TIMEOUT_MS", 1)
+    if not env.get("SWITCHML_JOB_TIMEOUT_MS", "").strip():
+        return new
+    old = _env_int(env, "SWITCHML_JOB_TIMEOUT_MS", 1)
+    print("switchml: note: SWITCHML_JOB_TIMEOUT_MS is deprecated, use SWITCHML_CALL_TIMEOUT_MS", file=sys.stderr)
+    if new and new != old:
+        raise ValueError(f"SWITCHML_JOB_TIMEOUT_MS (deprecated) {old} and SWITCHML_CALL_TIMEOUT_MS {new} "
+                         "disagree; set only SWITCHML_CALL_TIMEOUT_MS")
+    return old
+
+
 def config_from_env(environ=None):
     """Builds a SwitchMLConfig from the SWITCHML_* variables (see the module docstring)."""
     env = os.environ if environ is None else environ
@@ -67,7 +83,7 @@ def config_from_env(environ=None):
     config.num_worker_threads = _env_int(env, "SWITCHML_WORKER_THREADS", 1)
     config.window_packets = _env_int(env, "SWITCHML_WINDOW_PACKETS", 1)
     config.elements_per_packet = _env_int(env, "SWITCHML_ELEMENTS_PER_PACKET", 1)
-    config.job_timeout = datetime.timedelta(milliseconds=_env_int(env, "SWITCHML_JOB_TIMEOUT_MS", 1))
+    config.call_timeout = datetime.timedelta(milliseconds=_call_timeout_ms(env))
     config.bind_ip = env.get("SWITCHML_BIND_IP", "").strip()
     config.advertise_ip = env.get("SWITCHML_ADVERTISE_IP", "").strip()
     config.job_id = _env_int(env, "SWITCHML_JOB_ID", 1)

@@ -249,6 +249,25 @@ def worker_suite(args):
     c.check(pg.controller_address.startswith("127.0.0.1:"),
             f"controller address {pg.controller_address!r} (rank 1 reads it from the store)")
     gloo = dist.new_group(backend="gloo")
+
+    # SWITCHML_CALL_TIMEOUT_MS, and SWITCHML_JOB_TIMEOUT_MS as its deprecated name (with a note).
+    import contextlib
+    import io
+    cfg = switchml_torch.config_from_env({"SWITCHML_CALL_TIMEOUT_MS": "2500"})
+    c.check(cfg.call_timeout == datetime.timedelta(milliseconds=2500), "SWITCHML_CALL_TIMEOUT_MS sets call_timeout")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        cfg = switchml_torch.config_from_env({"SWITCHML_JOB_TIMEOUT_MS": "1500"})
+    c.check(cfg.call_timeout == datetime.timedelta(milliseconds=1500) and cfg.job_timeout == cfg.call_timeout
+            and "SWITCHML_JOB_TIMEOUT_MS is deprecated, use SWITCHML_CALL_TIMEOUT_MS" in err.getvalue(),
+            "deprecated SWITCHML_JOB_TIMEOUT_MS still sets call_timeout, with a note on stderr")
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            switchml_torch.config_from_env({"SWITCHML_JOB_TIMEOUT_MS": "1500", "SWITCHML_CALL_TIMEOUT_MS": "900"})
+        c.check(False, "disagreeing SWITCHML_JOB_TIMEOUT_MS and SWITCHML_CALL_TIMEOUT_MS raise")
+    except ValueError as e:
+        c.check("disagree" in str(e), f"disagreeing SWITCHML_JOB_TIMEOUT_MS and SWITCHML_CALL_TIMEOUT_MS raise ({e})")
+
     F32_TOL = 1e-5  # |x| < 16: quantization error ~2^-26, plus float32 rounding of the sum
 
     # int32: bit-exact, with wrap-around, several packets long; same as Gloo.
@@ -387,7 +406,7 @@ def worker_suite(args):
                 f"{dtype} {op} goes to Gloo: result identical to Gloo's")
         c.check(after["fallback_allreduces"] == before["fallback_allreduces"] + 1
                 and after["fallback_" + reason] == before["fallback_" + reason] + 1
-                and after["jobs_submitted"] == before["jobs_submitted"],
+                and after["calls_submitted"] == before["calls_submitted"],
                 f"... counted in stats()['fallback_allreduces'] and ['fallback_{reason}'], no SwitchML job")
     # float64 AVG: Gloo SUM divided by the world size (Gloo itself has no AVG).
     x = rank_data(rank, 1000, torch.float64, 99)
@@ -452,14 +471,17 @@ def worker_suite(args):
     c.check(True, "barrier (delegated to Gloo)")
 
     # DDP: the same training over switchml and over Gloo ends with the same parameters.
-    jobs_before = pg.stats()["jobs_completed"]
+    calls_before = pg.stats()["calls_completed"]
     p_sw, p_init = ddp_train(rank, None, steps=15)
-    jobs_used = pg.stats()["jobs_completed"] - jobs_before
+    st = pg.stats()
+    calls_used = st["calls_completed"] - calls_before
+    c.check(all(st["jobs_" + k] == st["calls_" + k] for k in ("submitted", "completed", "failed")),
+            "stats(): the deprecated jobs_* keys equal calls_*")
     p_gloo, _ = ddp_train(rank, gloo, steps=15)
     diff = max(max_err(a, b) for a, b in zip(p_sw, p_gloo))
     moved = max(max_err(a, b) for a, b in zip(p_sw, p_init))
-    c.check(jobs_used > 15, f"DDP gradients went through SwitchML, several buckets per step "
-            f"({jobs_used} jobs in 15 steps)")
+    c.check(calls_used > 15, f"DDP gradients went through SwitchML, several buckets per step "
+            f"({calls_used} calls in 15 steps)")
     c.check(moved > 1e-2, f"DDP training changed the parameters (by up to {moved:.3g})")
     c.check(diff <= 1e-4, f"DDP over switchml == DDP over gloo after 15 steps (max difference {diff:.3g})")
     flat = torch.cat([p.flatten() for p in p_sw])

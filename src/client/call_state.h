@@ -1,14 +1,15 @@
-// client/job_state.h — one all-reduce job as the context and its worker threads share it.
+// client/call_state.h — one all-reduce call as the context and its worker threads share it.
 //
-// ContextImpl::Submit creates a JobState, cuts the job into one SliceTask per worker thread and
+// ContextImpl::Submit creates a CallState, cuts the call into one SliceTask per worker thread and
 // queues them (worker.h); each worker thread reports its slice's result with
-// ContextImpl::OnSliceDone, and the last one marks the job done and wakes its waiters
+// ContextImpl::OnSliceDone, and the last one marks the call done and wakes its waiters
 // (AllReduceHandle). Fields marked "set by Submit" are written before the slices are queued and
 // read-only afterwards; the rest are guarded by `mu`.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -18,18 +19,21 @@
 
 namespace switchml::client {
 
-struct JobState {
+struct CallState {
   uint64_t id = 0;
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
   Status status;
+  // AllReduceHandle::OnComplete callbacks registered before `done`; taken (and cleared) by
+  // whoever sets `done`, which runs them after waking the waiters (guarded by mu).
+  std::vector<std::function<void(const Status&)>> callbacks;
   int remaining_slices = 0;  // guarded by mu
   std::vector<int8_t> exponents;  // float32: every slice's block exponents (SliceSpec::exponents)
 
   // Ordering (set by Submit before the slices are queued, then read-only).
   uintptr_t in_begin = 0, in_end = 0, out_begin = 0, out_end = 0;  // byte ranges of the buffers
-  std::vector<std::weak_ptr<JobState>> deps;  // earlier jobs that must finish first (expired = done)
+  std::vector<std::weak_ptr<CallState>> deps;  // earlier calls that must finish first (expired = done)
 
   // float32 input written by a dependency: the whole input is scanned once, by the first slice
   // that starts (all dependencies are finished by then), so that every slice of this worker
@@ -42,20 +46,20 @@ struct JobState {
 
   // Submit rejected this call: its slices run only the first round with the rejected flag
   // (engine.h, "Rejected calls"), so that it fails on every worker and uses its call number.
-  // The caller got the error at once through another, already done, handle; this job is not
+  // The caller got the error at once through another, already done, handle; this call is not
   // counted in Stats a second time.
   bool rejected_at_submit = false;
 };
 
-// Takes the block exponents of every slice of a float32 call (job.in, the slice vectors) into
-// job.exponents. INVALID_ARGUMENT naming the first non-finite (or too large) element.
-Status ScanExponents(JobState& job, uint32_t block);
+// Takes the block exponents of every slice of a float32 call (call.in, the slice vectors) into
+// call.exponents. INVALID_ARGUMENT naming the first non-finite (or too large) element.
+Status ScanExponents(CallState& call, uint32_t block);
 
 struct SliceTask {
-  std::shared_ptr<JobState> job;
+  std::shared_ptr<CallState> call;
   SliceSpec spec;
-  size_t element_offset = 0;  // of the slice in the job's tensor (for messages)
-  size_t first_block = 0;     // of the slice in JobState::exponents
+  size_t element_offset = 0;  // of the slice in the call's tensor (for messages)
+  size_t first_block = 0;     // of the slice in CallState::exponents
 };
 
 }  // namespace switchml::client

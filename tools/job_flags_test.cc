@@ -1,0 +1,64 @@
+// JobFlags: --call-timeout-ms, and --job-timeout-ms as its deprecated alias (one release).
+#include "job_flags.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace switchml::tools {
+namespace {
+
+// Parses `args` (after the program name) into fresh flags; returns Parse()'s result and what
+// it printed on stderr.
+struct Parsed {
+  uint32_t effective_ms = 0;
+  Status status;
+  std::string err;
+  std::vector<std::string> forwarded;
+};
+
+Parsed ParseArgs(std::vector<std::string> args) {
+  CLI::App app;
+  JobFlags flags("4KiB");
+  flags.Register(app);
+  std::vector<const char*> argv = {"allreduce"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  app.parse(int(argv.size()), argv.data());
+  Parsed p;
+  ::testing::internal::CaptureStderr();
+  p.status = flags.Parse().status();
+  p.err = ::testing::internal::GetCapturedStderr();
+  p.effective_ms = flags.EffectiveCallTimeoutMs();
+  p.forwarded = flags.ToArgs({10});
+  return p;
+}
+
+TEST(JobFlagsTest, CallTimeoutDefaultsAndIsForwarded) {
+  Parsed p = ParseArgs({});
+  EXPECT_TRUE(p.status.ok()) << p.status;
+  EXPECT_EQ(p.effective_ms, 10000u);
+  EXPECT_EQ(p.err, "");
+  p = ParseArgs({"--call-timeout-ms", "2500"});
+  EXPECT_EQ(p.effective_ms, 2500u);
+  EXPECT_EQ(p.err, "");
+  ASSERT_GE(p.forwarded.size(), 2u);
+  EXPECT_EQ(p.forwarded[p.forwarded.size() - 2], "--call-timeout-ms");
+  EXPECT_EQ(p.forwarded.back(), "2500");
+}
+
+TEST(JobFlagsTest, DeprecatedJobTimeoutStillWorksWithANote) {
+  Parsed p = ParseArgs({"--job-timeout-ms", "1500"});
+  EXPECT_TRUE(p.status.ok()) << p.status;
+  EXPECT_EQ(p.effective_ms, 1500u);
+  EXPECT_EQ(p.err, "switchml: note: --job-timeout-ms is deprecated, use --call-timeout-ms\n");
+  EXPECT_EQ(p.forwarded.back(), "1500");  // the demo forwards the new spelling
+  p = ParseArgs({"--job-timeout-ms", "1500", "--call-timeout-ms", "1500"});
+  EXPECT_TRUE(p.status.ok()) << p.status;
+  p = ParseArgs({"--job-timeout-ms", "1500", "--call-timeout-ms", "900"});
+  EXPECT_EQ(p.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.status.message(), "--job-timeout-ms (deprecated) 1500 and --call-timeout-ms 900 disagree; give only --call-timeout-ms");
+}
+
+}  // namespace
+}  // namespace switchml::tools
