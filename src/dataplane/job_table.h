@@ -49,7 +49,7 @@
 // aggregator and rank_received belong to the switch's I/O threads as writers (each to its own
 // slots and share); counters are single-writer atomics (each I/O thread writes its share with
 // relaxed load+store, any thread may read); `activity` belongs to whoever holds the table
-// writer's lock (SwitchServer's table mutex).
+// writer's lock (SwitchServer's table mutex; never an I/O thread).
 #pragma once
 
 #include <array>
