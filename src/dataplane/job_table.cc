@@ -210,20 +210,18 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::RegisterSessionWorker(
     }
   }
   std::shared_ptr<JobRuntime> runtime = ref.runtime;
-  // With several I/O threads, a new session gets new aggregation state instead of having each
-  // thread clear the old one when it adopts the table: the threads adopt at different times,
-  // the slot ownership may change with the new session's agreed parameters, and a thread
-  // still on the old table may be writing the old state. The old runtime goes when the last
-  // thread has adopted a newer table. With one I/O thread, that thread clears it in place
-  // (SwitchCore::AdoptJobs), as it always did.
-  const bool fresh_state = new_session && current.io_threads_ > 1;
-  if (runtime == nullptr || fresh_state) {  // (or a table made by the constructor)
+  // A new session gets new aggregation state rather than having the I/O threads clear the
+  // old one when they adopt the table: they adopt at different bursts, the slot ownership may
+  // change with the new session's agreed parameters, and a thread still on the old table may
+  // be writing the old state. The old runtime goes when the last table holding it does. The
+  // job counters count on (JobRuntime's `continuing`).
+  if (runtime == nullptr || new_session) {  // (no runtime: a table made by the constructor)
     SWITCHML_ASSIGN_OR_RETURN(Aggregator agg,
                               Aggregator::Create(current.pool_slots_, current.max_elements_,
                                                  current.aggregator_options_));
     if (new_session) SWITCHML_RETURN_IF_ERROR(agg.Reset(reg.num_workers));
-    runtime = std::make_shared<JobRuntime>(max_workers, std::move(agg), current.io_threads_);
-    if (new_session) runtime->epoch = ref.epoch + 1;
+    runtime = std::make_shared<JobRuntime>(max_workers, std::move(agg), current.io_threads_,
+                                           ref.runtime.get());
   }
 
   auto next = std::make_shared<JobTable>(current);

@@ -13,8 +13,9 @@
 //    pool (its aggregation state is its own, so it reserves nothing and overlaps the ranges
 //    of service jobs), packets of up to max_elements. Registered with the reference
 //    `UdpSession` rule (RegisterSessionWorker): rank 0 starts a new session (the workers are
-//    forgotten, `epoch` increases and the switch clears the job's aggregation state when it
-//    adopts the table), other ranks join it; reference mode (no ports) is allowed. It is
+//    forgotten, `epoch` increases and the row gets a new JobRuntime: zeroed aggregation state
+//    and per-rank counts, job counters continued), other ranks join it; reference mode (no
+//    ports) is allowed. It is
 //    running as soon as rank 0 registered. It never ends and is not listed (jobs(), FindJob,
 //    List and CheckAccess see service jobs only: the JobService knows no job 0).
 //  * service jobs (switchml.v1.JobService, ids from 1): created with a spec and a token
@@ -45,10 +46,10 @@
 // addresses are free for new registrations.
 //
 // Thread-safety: a JobTable is immutable and may be read by any thread. JobRuntime: the
-// aggregator, `epoch` and rank_received belong to the switch's I/O thread as writer; counters
-// are single-writer atomics (the I/O thread writes with relaxed load+store, any thread may
-// read); `activity` belongs to whoever holds the table writer's lock (SwitchServer's table
-// mutex).
+// aggregator and rank_received belong to the switch's I/O threads as writers (each to its own
+// slots and share); counters are single-writer atomics (each I/O thread writes its share with
+// relaxed load+store, any thread may read); `activity` belongs to whoever holds the table
+// writer's lock (SwitchServer's table mutex; never an I/O thread).
 #pragma once
 
 #include <array>
@@ -89,6 +90,9 @@ struct AtomicJobCounters {
 // writes only its own share of the counters (counters_of(i), rank_received_of(i): separate
 // cache lines) and only the aggregator slots it owns (JobTable::Job::OwnsSlot); readers sum
 // the shares (Counters(), RankReceived()).
+// Job 0 gets a new JobRuntime for each session (JobTable::RegisterSessionWorker) that continues
+// counting into the previous session's counter shares (ContinuingCounters), so its job
+// counters span the switch's life while its aggregator and per-rank counts start at zero.
 class JobRuntime {
  private:
   struct alignas(64) IoShare {
@@ -97,12 +101,17 @@ class JobRuntime {
   // rank_received entries per I/O thread: max_ranks rounded up to a cache line, plus one line
   // of padding, so that no two threads' counters share a line.
   static uint32_t RankStride(uint32_t max_ranks) { return (max_ranks + 7) / 8 * 8 + 8; }
-  std::unique_ptr<IoShare[]> shares_;
+  std::shared_ptr<IoShare[]> shares_;  // [io_threads]; may be shared with later runtimes
   std::unique_ptr<std::atomic<uint64_t>[]> rank_rx_;
 
  public:
-  JobRuntime(uint32_t max_ranks, Aggregator aggregator, uint32_t io_threads = 1)
-      : shares_(std::make_unique<IoShare[]>(io_threads)),
+  // A runtime with zeroed counters, or (`continuing` non-null, with the same io_threads) one
+  // that counts on in `continuing`'s job counters; rank_received always starts at zero.
+  JobRuntime(uint32_t max_ranks, Aggregator aggregator, uint32_t io_threads = 1,
+             const JobRuntime* continuing = nullptr)
+      : shares_(continuing != nullptr && continuing->io_threads == io_threads
+                    ? continuing->shares_
+                    : std::shared_ptr<IoShare[]>(new IoShare[io_threads])),
         rank_rx_(std::make_unique<std::atomic<uint64_t>[]>(size_t{io_threads} *
                                                            RankStride(max_ranks))),
         aggregator(std::move(aggregator)),
@@ -116,7 +125,7 @@ class JobRuntime {
   Aggregator aggregator;  // I/O threads only, each on the slots it owns
   const uint32_t max_ranks;  // num_workers; max_workers for job 0, whose sessions vary
   const uint32_t io_threads;
-  // I/O thread 0's share (the only one with one I/O thread), under the names it always had.
+  // I/O thread 0's share, and its per-rank counts (for tests of one SwitchCore).
   AtomicJobCounters& counters;
   std::atomic<uint64_t>* const rank_received;  // [max_ranks]
   // I/O thread `io`'s share (io < io_threads).
@@ -128,12 +137,6 @@ class JobRuntime {
   JobCounters Counters() const;
   uint64_t Received() const;
   uint64_t RankReceived(uint32_t rank) const;
-  // I/O thread only: the Job::epoch the aggregation state belongs to. When the I/O thread
-  // adopts a table whose row has another epoch (job 0: rank 0 started a new session) it
-  // clears the aggregator and rank_received (SwitchCore::AdoptJobs). With several I/O
-  // threads a new session gets a new JobRuntime instead (JobTable::RegisterSessionWorker), so
-  // no thread ever clears state another may be writing.
-  uint64_t epoch = 0;
   // Idle tracking, by the table writer (ExpireIdle): the received count last seen and when it
   // last changed.
   struct Activity {
@@ -212,8 +215,11 @@ class JobTable {
   // Applies a reference `UdpSession` registration to job 0 (docs/protocol.md#session-setup,
   // for the software switch):
   //  * rank 0 starts a new session: all of job 0's workers are forgotten, num_workers is taken
-  //    from the request and job 0's epoch increases (the switch then clears its aggregation
-  //    state);
+  //    from the request, job 0's epoch increases and its row gets a new JobRuntime (a zeroed
+  //    aggregator for the new ownership, per-rank counts from zero, the job counters continued:
+  //    JobRuntime's `continuing`), so no I/O thread ever clears state another may still be
+  //    writing (docs/design.md, "New session of job 0"); the old runtime goes when the last
+  //    table holding it does;
   //  * any other rank joins the current session and must announce the same num_workers and
   //    the same agreed parameters as rank 0 (protocol_version, num_worker_threads,
   //    window_packets, elements_per_packet; CheckAgreedParams);

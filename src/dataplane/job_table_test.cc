@@ -503,16 +503,29 @@ TEST(SwitchCoreJobsTest, TheReferenceSessionIsJobZeroOfTheOneTable) {
   EXPECT_EQ(listed.multicast_rounds, 1u);
   EXPECT_EQ(listed.slot_out_of_range, 1u);
 
-  // Rank 0 starts a new session: once adopted, job 0's state and per-rank counts are clear.
+  // Rank 0 starts a new session: job 0 gets a new runtime, with zeroed state and per-rank
+  // counts, that counts on in the same job counters; the old runtime is left as it was (a
+  // thread still on the old table writes only the old state).
   EXPECT_TRUE(h.Burst({{Encode({.slot = 5, .values = v}), {kA0, 7000}}}).empty());
   ASSERT_EQ(h.core().aggregator().Inspect(5, 0).counter, 1u);
+  const std::shared_ptr<JobRuntime> old_rt = t.reference().runtime;
   ASSERT_TRUE(h.tables().RegisterSession(r0).ok());
   EXPECT_EQ(h.tables().t->reference().epoch, 2u);
   EXPECT_EQ(h.core().aggregator().Inspect(5, 0).counter, 1u);  // not adopted yet
   h.Publish();
+  const JobRuntime& new_rt = *h.tables().t->reference().runtime;
+  EXPECT_NE(&new_rt, old_rt.get());
+  EXPECT_EQ(&h.core().aggregator(), &new_rt.aggregator);
   EXPECT_EQ(h.core().aggregator().Inspect(5, 0).counter, 0u);
-  EXPECT_EQ(rt.rank_received[0].load(), 0u);
-  EXPECT_EQ(rt.counters.Snapshot().received, 4u);  // job counters span the switch's life
+  EXPECT_EQ(h.core().aggregator().num_workers(), 2u);
+  EXPECT_EQ(old_rt->aggregator.Inspect(5, 0).counter, 1u);  // not cleared in place
+  EXPECT_EQ(new_rt.rank_received[0].load(), 0u);
+  EXPECT_EQ(new_rt.counters.Snapshot().received, 4u);  // job counters span the switch's life
+  EXPECT_TRUE(h.Burst({{Encode({.slot = 5, .values = v}), {kA0, 7000}}}).empty());
+  EXPECT_EQ(new_rt.Counters().received, 5u);
+  EXPECT_EQ(new_rt.RankReceived(0), 1u);
+  EXPECT_EQ(h.tables().t->List(kT0).reference_session->counters.received, 5u);
+  EXPECT_EQ(h.core().aggregator().Inspect(5, 0).counter, 1u);
 }
 
 // The number of live jobs is bounded (each one owns an aggregator and index entries); an ended

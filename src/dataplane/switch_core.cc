@@ -67,22 +67,9 @@ Status SwitchCore::RegisterWorker(const WorkerRegistration& reg) {
   return OkStatus();
 }
 
-void SwitchCore::AdoptJobs(std::shared_ptr<const JobTable> jobs) {
-  // A row whose epoch moved (job 0: rank 0 started a new session):
-  // docs/protocol.md#c7-zero-state-at-session-start, the state is zero when a session starts. Only this thread writes the runtime, so it clears it here,
-  // between bursts. Reset cannot fail: num_workers was validated against max_workers <= 256.
-  auto reset = [](const JobTable::Job& job) {
-    JobRuntime* rt = job.runtime.get();
-    if (rt == nullptr || rt->epoch == job.epoch) return;
-    rt->epoch = job.epoch;
-    if (job.spec.num_workers > 0) (void)rt->aggregator.Reset(job.spec.num_workers);
-    for (uint32_t r = 0; r < rt->max_ranks; ++r) {
-      rt->rank_received[r].store(0, std::memory_order_relaxed);
-    }
-  };
-  reset(jobs->reference());
-  for (const JobTable::Job& job : jobs->jobs()) reset(job);
-  jobs_ = std::move(jobs);
+std::shared_ptr<const JobTable> SwitchCore::AdoptJobs(std::shared_ptr<const JobTable> jobs) {
+  std::swap(jobs_, jobs);
+  return jobs;
 }
 
 void SwitchCore::ProcessBurst(std::span<const transport::RxDatagram> in, Outbox& out) {

@@ -109,17 +109,17 @@ class SwitchCore {
   SwitchCore& operator=(SwitchCore&&) noexcept = default;
 
   // Applies a reference `UdpSession` registration to job 0
-  // (JobTable::RegisterSessionWorker): rank 0 starts a new session and clears job 0's
-  // aggregation state. Errors as JobTable::RegisterSessionWorker.
+  // (JobTable::RegisterSessionWorker) and adopts the result: rank 0 starts a new session with
+  // zeroed aggregation state. Errors as JobTable::RegisterSessionWorker.
   Status RegisterWorker(const WorkerRegistration& reg);
 
   // Switches to the job table `jobs` (built with JobTable's functions from jobs(), possibly on
-  // another thread). Jobs keep their aggregation state across tables (it lives in their
-  // JobRuntime), except that a row whose epoch differs from its runtime's (job 0 after rank 0
-  // started a new session) has its aggregation state and per-rank counters cleared here; a
-  // job absent from `jobs` is no longer reachable. Must be non-null, from this switch's
-  // configuration.
-  void AdoptJobs(std::shared_ptr<const JobTable> jobs);
+  // another thread) and returns the previous one, so that the caller chooses the thread that
+  // releases it (SwitchServer hands it to its control thread). Jobs keep their aggregation
+  // state across tables (it lives in their JobRuntime; a new session of job 0 comes with a
+  // new runtime); a job absent from `jobs` is no longer reachable. Nothing is cleared or
+  // allocated here. Must be non-null, from this switch's configuration.
+  std::shared_ptr<const JobTable> AdoptJobs(std::shared_ptr<const JobTable> jobs);
 
   // Processes `in` in order and replaces the contents of `out` with the datagrams to send.
   // Never fails: bad datagrams are counted and dropped. Allocates only when `out` must grow.

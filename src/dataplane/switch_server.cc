@@ -76,6 +76,10 @@ Status SwitchServer::Start() {
   std::lock_guard<std::mutex> lock(lifecycle_mu_);
   if (started_) return OkStatus();
   stop_.store(false, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> control_lock(control_mu_);
+    control_stop_ = false;
+  }
   started_ = true;
   for (const auto& io : io_) {
     try {
@@ -85,6 +89,13 @@ Status SwitchServer::Start() {
       return ResourceExhaustedError("cannot start switch I/O thread " + std::to_string(io->index) +
                                     ": " + e.what());
     }
+  }
+  try {
+    control_thread_ = std::thread([this] { RunControl(); });
+  } catch (const std::system_error& e) {
+    StopLocked();
+    return ResourceExhaustedError(std::string("cannot start the switch's control thread: ") +
+                                  e.what());
   }
   running_.store(true, std::memory_order_release);
   return OkStatus();
@@ -97,13 +108,39 @@ void SwitchServer::Stop() {
 
 void SwitchServer::StopLocked() {
   if (!started_) return;
+  {
+    std::lock_guard<std::mutex> control_lock(control_mu_);
+    control_stop_ = true;
+  }
+  control_cv_.notify_all();
   stop_.store(true, std::memory_order_release);
   for (const auto& io : io_) io->channel->Wake();
   for (const auto& io : io_) {
     if (io->thread.joinable()) io->thread.join();
   }
+  if (control_thread_.joinable()) control_thread_.join();
+  ReleaseRetiredTables();  // what the I/O threads left since the control thread's last pass
   started_ = false;
   running_.store(false, std::memory_order_release);
+}
+
+void SwitchServer::RunControl() {
+  std::unique_lock<std::mutex> lock(control_mu_);
+  TimePoint next = Clock::now() + kSweepInterval;
+  while (!control_cv_.wait_until(lock, next, [&] { return control_stop_; })) {
+    lock.unlock();
+    const TimePoint now = Clock::now();
+    ExpireIdleJobs(now);
+    ReleaseRetiredTables();
+    next = std::max(next + kSweepInterval, now);  // no burst of catch-up sweeps after a stall
+    lock.lock();
+  }
+}
+
+void SwitchServer::ReleaseRetiredTables() {
+  // Dropping each table here may free the aggregation state of an ended job or of job 0's
+  // previous session (a large allocation): on this thread, not an I/O thread.
+  retired_tables_.DrainAll([](std::shared_ptr<const JobTable>&) {});
 }
 
 bool SwitchServer::running() const { return running_.load(std::memory_order_acquire); }
@@ -137,8 +174,11 @@ ServerCounters SwitchServer::io_thread_counters(uint32_t i) const {
 
 std::vector<std::pair<std::string, uint64_t>> SwitchServer::transport_counters() const {
   std::vector<std::pair<std::string, uint64_t>> sum;
+  std::lock_guard<std::mutex> lock(transport_mu_);
   for (const auto& io : io_) {
-    std::lock_guard<std::mutex> lock(io->transport_mu);
+    if (std::unique_ptr<NamedCounters> latest = io->transport_posted.Take()) {
+      io->transport = std::move(*latest);
+    }
     for (const auto& counter : io->transport) {  // not a structured binding: clang 14 cannot capture one
       auto it = std::find_if(sum.begin(), sum.end(), [&](const auto& p) { return p.first == counter.first; });
       if (it == sum.end()) {
@@ -152,9 +192,7 @@ std::vector<std::pair<std::string, uint64_t>> SwitchServer::transport_counters()
 }
 
 void SwitchServer::PublishTransportCounters(IoThread& io) {
-  std::vector<std::pair<std::string, uint64_t>> now = io.channel->TransportCounters();
-  std::lock_guard<std::mutex> lock(io.transport_mu);
-  io.transport = std::move(now);
+  io.transport_posted.Post(io.channel->TransportCounters());
 }
 
 ServerCounters SwitchServer::counters() const {
@@ -170,13 +208,13 @@ ServerCounters SwitchServer::counters() const {
 
 Status SwitchServer::last_error() const {
   std::lock_guard<std::mutex> lock(error_mu_);
+  if (std::unique_ptr<Status> latest = error_posted_.Take()) {
+    last_error_ = std::move(*latest);
+  }
   return last_error_;
 }
 
-void SwitchServer::RecordError(const Status& s) {
-  std::lock_guard<std::mutex> lock(error_mu_);  // error path only
-  last_error_ = s;
-}
+void SwitchServer::RecordError(const Status& s) { error_posted_.Post(s); }
 
 void SwitchServer::PublishCounters(IoThread& io) {
   io.io_counters.core = io.core.counters();
@@ -187,16 +225,11 @@ void SwitchServer::PublishCounters(IoThread& io) {
 }
 
 void SwitchServer::AdoptLatestJobs(IoThread& io) {
-  if (table_generation_.load(std::memory_order_acquire) == io.adopted_generation) return;
-  std::shared_ptr<const JobTable> jobs;
-  {
-    std::lock_guard<std::mutex> lock(table_mu_);
-    jobs = latest_jobs_;
-    io.adopted_generation = table_generation_.load(std::memory_order_relaxed);
-  }
-  // The previous job table (and the aggregator of a job it alone still held) is released here,
-  // on an I/O thread, between bursts.
-  io.core.AdoptJobs(std::move(jobs));
+  std::unique_ptr<std::shared_ptr<const JobTable>> latest = io.next_jobs.Take();
+  if (latest == nullptr) return;
+  // The previous table (and the aggregator of a job it alone still held) goes to the control
+  // thread, which releases it.
+  retired_tables_.Push(io.core.AdoptJobs(std::move(*latest)));
   ++io.io_counters.sessions_adopted;
   PublishCounters(io);
 }
@@ -226,15 +259,11 @@ void SwitchServer::SendAll(IoThread& io, std::span<const transport::TxDatagram> 
 }
 
 void SwitchServer::Run(IoThread& io) {
+  // No lock anywhere on this loop (see "Threading" in the header).
   AdoptLatestJobs(io);
-  TimePoint last_sweep = Clock::now();
   while (!stop_.load(std::memory_order_acquire)) {
     // Once per loop, not per packet: one clock read (tens of ns) per burst or idle wake-up.
     const TimePoint now = Clock::now();
-    if (io.index == 0 && now - last_sweep >= kSweepInterval) {  // one thread sweeps
-      last_sweep = now;
-      ExpireIdleJobs(now);
-    }
     if (now - io.transport_read >= kSweepInterval) {
       io.transport_read = now;
       PublishTransportCounters(io);
@@ -253,7 +282,7 @@ void SwitchServer::Run(IoThread& io) {
     }
     // After the receive, before processing: see the header comment.
     AdoptLatestJobs(io);
-    if (io.inspect_pending.load(std::memory_order_acquire)) ServeInspections(io);
+    if (!io.inspections.empty()) ServeInspections(io);
     if (*got == 0) continue;
     io.core.ProcessBurst(std::span<const transport::RxDatagram>(io.rx.data(), *got), io.outbox);
     // Each destination's responses side by side: a GSO channel sends them as one message.
@@ -269,7 +298,7 @@ void SwitchServer::Run(IoThread& io) {
 
 void SwitchServer::PublishJobs(std::shared_ptr<const JobTable> jobs) {
   latest_jobs_ = std::move(jobs);
-  table_generation_.fetch_add(1, std::memory_order_release);
+  for (const auto& io : io_) io->next_jobs.Post(latest_jobs_);
   if (!workers_listener_) return;
   WorkerAddresses workers;
   auto add = [&](const JobTable::Job& job) {
@@ -385,10 +414,9 @@ struct SwitchServer::InspectRequest {
   uint32_t job_id = 0;
   uint32_t first_slot = 0;
   std::vector<SlotInfo> out;  // pre-sized; each I/O thread fills the slots it owns
-  std::mutex mu;
-  Status status;           // guarded by mu: the first error an I/O thread met
-  uint32_t remaining = 0;  // guarded by mu: I/O threads that have not answered
-  std::promise<void> done;
+  std::vector<Status> status;  // [I/O thread]: what each met, written by that thread only
+  std::atomic<uint32_t> remaining{0};  // I/O threads that have not answered
+  std::promise<void> done;             // set by the last one
 };
 
 namespace {
@@ -465,41 +493,31 @@ StatusOr<std::vector<SlotInfo>> SwitchServer::InspectSlots(uint32_t job_id,
     }
   }
   if (n == 0) return std::vector<SlotInfo>{};
-  request->remaining = uint32_t(io_.size());
+  request->status.resize(io_.size());
+  request->remaining.store(uint32_t(io_.size()), std::memory_order_relaxed);
   auto future = request->done.get_future();
   for (const auto& io : io_) {
-    {
-      std::lock_guard<std::mutex> lock(io->inspect_mu);
-      io->inspect_queue.push_back(request);
-      io->inspect_pending.store(true, std::memory_order_release);
-    }
+    io->inspections.Push(request);
     io->channel->Wake();
   }
   if (future.wait_for(std::chrono::seconds(2)) != std::future_status::ready) {
     return UnavailableError("the switch I/O threads did not answer the slot inspection within "
                             "2 s (stopping?)");
   }
-  std::lock_guard<std::mutex> lock(request->mu);
-  if (!request->status.ok()) return request->status;
+  for (const Status& s : request->status) {
+    if (!s.ok()) return s;
+  }
   return request->out;
 }
 
 void SwitchServer::ServeInspections(IoThread& io) {
-  std::vector<std::shared_ptr<InspectRequest>> queue;
-  {
-    std::lock_guard<std::mutex> lock(io.inspect_mu);
-    queue.swap(io.inspect_queue);
-    io.inspect_pending.store(false, std::memory_order_relaxed);
-  }
-  for (auto& r : queue) {
+  io.inspections.DrainAll([&](std::shared_ptr<InspectRequest>& r) {
     // Disjoint entries per thread (each slot has one owner), so no lock while filling. The
     // table is the one this thread adopted: the state it alone writes.
-    const Status s = FillSlots(io.core.jobs(), r->job_id, r->first_slot,
-                               io_.size() == 1 ? kAllIoThreads : io.index, r->out);
-    std::lock_guard<std::mutex> lock(r->mu);
-    if (!s.ok() && r->status.ok()) r->status = s;
-    if (--r->remaining == 0) r->done.set_value();
-  }
+    r->status[io.index] = FillSlots(io.core.jobs(), r->job_id, r->first_slot, io.index, r->out);
+    // acq_rel: the last thread sees every other thread's entries before completing.
+    if (r->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) r->done.set_value();
+  });
 }
 
 }  // namespace switchml::dataplane

@@ -17,9 +17,10 @@
 // It implements SwitchControl (control/switch_control.h) over one JobTable: the reference Session
 // service registers workers into job 0 and the JobService creates, registers and deletes the
 // other jobs, all through RegisterJobWorker & co. from the gRPC services' threads while the
-// loop runs. Every
-// kSweepInterval I/O thread 0 also ends jobs that have been idle longer than their
-// idle_timeout (ExpireIdleJobs), which frees their slots.
+// loop runs. A control thread of the server's own does the periodic control work: every
+// kSweepInterval it ends jobs that have been idle longer than their idle_timeout
+// (ExpireIdleJobs), which frees their slots, and releases the job tables the I/O threads have
+// moved past.
 //
 //   SWITCHML_ASSIGN_OR_RETURN(auto server, SwitchServer::Create(config, std::move(channel)));
 //   SWITCHML_RETURN_IF_ERROR(server->Start());
@@ -27,33 +28,43 @@
 //   std::cout << server->counters().FormatTable();
 //   server->Stop();   // also done by the destructor
 //
-// Threading:
-//  * Registration never takes a lock the packet path waits on: every change (CreateJob,
-//    RegisterJobWorker, DeleteJob, the idle sweep) builds a new immutable JobTable
-//    under a writer-side mutex, publishes it as the latest one and bumps an atomic
-//    generation. Each I/O thread compares the generation once per burst (one acquire load) and
-//    only when it changed copies the shared_ptr under that mutex, so the lock is taken once
-//    per change, never per packet. A table in which rank 0 started a new reference session
-//    clears job 0's aggregation state when it is adopted (SwitchCore::AdoptJobs; with several
-//    I/O threads the table carries fresh state instead, JobTable::RegisterSessionWorker). The check
-//    runs after RecvBurst returns and before the burst is processed, so a datagram a worker
-//    sends after its registration returned is matched against a table that includes it.
-//  * transport_counters() too: each I/O thread copies its channel's TransportCounters under a
-//    mutex of its own every kSweepInterval (they may cost a system call).
+// Threading. The rule: an I/O thread never takes a lock on its loop (nor waits for any other
+// thread): it exchanges data with the rest of the switch only through atomics and the
+// lock-free handoffs of handoff.h. SwitchServerTest.PacketPathTakesNoTableLock checks that
+// rounds complete while a test holds the table lock.
+//  * Job tables: every change (CreateJob, RegisterJobWorker, DeleteJob, the idle sweep)
+//    builds a new immutable JobTable under the writer-side mutex table_mu_, makes it the latest
+//    one and posts it to every I/O thread's mailbox (Mailbox: the latest table wins). Each I/O
+//    thread takes its mailbox once per burst (one relaxed load when nothing changed) and
+//    adopts what it finds (SwitchCore::AdoptJobs); the table it leaves goes onto a lock-free
+//    list that the control thread empties, so freeing an ended job's or an old session's
+//    aggregation state never runs on an I/O thread. A new session of job 0 comes with a new
+//    JobRuntime (JobTable::RegisterSessionWorker), whatever the number of I/O threads. The
+//    check runs after RecvBurst returns and before the burst is processed, so a datagram a
+//    worker sends after its registration returned is matched against a table that includes
+//    it.
+//  * transport_counters(): each I/O thread reads its channel's TransportCounters (it may cost
+//    a system call, and a Channel is used by one thread) every kSweepInterval and posts them
+//    to a mailbox; readers take them under a reader-side mutex.
 //  * counters() may be called from any thread: each I/O thread mirrors its core's counters
 //    into its own relaxed atomics after every burst (a few dozen stores per burst, no lock);
 //    counters() sums the threads. A snapshot is per-counter exact but not taken at one instant.
 //  * InspectSlots reads aggregation state that only the owning I/O thread may touch, so while
-//    the loop runs every I/O thread fills in the slots it owns between bursts (the caller
-//    waits for all of them).
+//    the loop runs the request is pushed onto every I/O thread's lock-free inspection list;
+//    each fills in the slots it owns between bursts and counts down an atomic, and the last
+//    one completes the caller's future (the caller waits for all, at most 2 s).
+//  * last_error(): an I/O thread posts a channel error to a mailbox; readers take it under a
+//    reader-side mutex.
 //  * Start/Stop/Info/counters and every SwitchControl method are thread-safe. Stop() wakes the
-//    channel and joins; the receive timeout (kRecvTimeout) bounds how long that takes even for a channel
-//    whose Wake() is slow.
+//    control thread (a condition variable: it does not wait out kSweepInterval) and the
+//    channels, and joins; the receive timeout (kRecvTimeout) bounds how long that takes even
+//    for a channel whose Wake() is slow.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -63,6 +74,7 @@
 #include <utility>
 #include <vector>
 
+#include "dataplane/handoff.h"
 #include "dataplane/job_table.h"
 #include "dataplane/switch_config.h"
 #include "control/switch_control.h"
@@ -104,7 +116,9 @@ class SwitchServer final : public SwitchControl {
   static constexpr size_t kBurstSize = 32;
   // How long RecvBurst waits when idle; bounds Stop() latency and costs nothing under load.
   static constexpr std::chrono::milliseconds kRecvTimeout{20};
-  // How often the I/O thread looks for idle jobs (the granularity of idle_timeout).
+  // How often the control thread looks for idle jobs (the granularity of idle_timeout) and
+  // releases the tables the I/O threads left; also how often each I/O thread refreshes its
+  // channel's transport counters.
   static constexpr std::chrono::milliseconds kSweepInterval{50};
 
   // Validates `config` and takes ownership of `channel` (which must already be bound); for
@@ -121,11 +135,12 @@ class SwitchServer final : public SwitchControl {
   SwitchServer(const SwitchServer&) = delete;
   SwitchServer& operator=(const SwitchServer&) = delete;
 
-  // Starts the I/O threads. OK and no effect if already running; may restart after Stop().
-  // Errors: ResourceExhausted if a thread cannot be created (none is left running).
+  // Starts the I/O threads and the control thread. OK and no effect if already running; may
+  // restart after Stop(). Errors: ResourceExhausted if a thread cannot be created (none is
+  // left running).
   Status Start();
-  // Stops and joins the I/O threads. Idempotent; blocks for at most about kRecvTimeout plus
-  // the time to finish the current burst.
+  // Stops and joins the I/O threads and the control thread. Idempotent; blocks for at most
+  // about kRecvTimeout plus the time to finish the current burst.
   void Stop();
   bool running() const;
 
@@ -149,9 +164,15 @@ class SwitchServer final : public SwitchControl {
   Status CheckJobAccess(uint32_t job_id, const std::string& token) const override;
 
   // Ends every job idle for longer than its idle_timeout as of `now` and returns their ids.
-  // The I/O thread calls it every kSweepInterval with the current time; tests may call it
+  // The control thread calls it every kSweepInterval with the current time; tests may call it
   // with a later `now` to skip waiting.
   std::vector<uint32_t> ExpireIdleJobs(TimePoint now);
+  // Test-only: holds the job-table writer lock (every SwitchControl method, jobs() and the
+  // idle sweep wait for it) until the returned lock is released; for tests that show the
+  // packet path never takes it.
+  std::unique_lock<std::mutex> HoldTableLockForTesting() const {
+    return std::unique_lock<std::mutex>(table_mu_);
+  }
   // The latest published job table (what the next burst will use); reference() is job 0.
   std::shared_ptr<const JobTable> jobs() const;
 
@@ -177,7 +198,8 @@ class SwitchServer final : public SwitchControl {
   // included: (ipv4, mac), sorted by address.
   using WorkerAddresses = std::vector<std::pair<uint32_t, uint64_t>>;
   // Called with WorkerAddresses every time the job table changes (registration, a new
-  // session, a job ending), under the table lock, on the thread that changed it; set before
+  // session, a job ending), under the table lock, on the thread that changed it (a
+  // SwitchControl caller, or the control thread when a job expires; never an I/O thread); set before
   // Start() and before any registration. `switchml switch` installs the workers' neighbour
   // entries with it (kernel-UDP mode; reference clients never answer ARP).
   void SetWorkersListener(std::function<void(const WorkerAddresses&)> listener) {
@@ -194,8 +216,10 @@ class SwitchServer final : public SwitchControl {
 
  private:
   struct InspectRequest;
-  // One I/O thread's state. Only that thread touches it, except `published` and the
-  // inspection queue (any thread) and `thread` (Start/Stop).
+  using NamedCounters = std::vector<std::pair<std::string, uint64_t>>;
+  // One I/O thread's state. Only that thread touches it, except the handoffs (`next_jobs`,
+  // `inspections`, `transport_posted`: lock-free), `published` (atomics), `transport`
+  // (readers, under transport_mu_) and `thread` (Start/Stop).
   struct IoThread {
     IoThread(uint32_t index, std::unique_ptr<transport::Channel> channel, SwitchCore core);
     const uint32_t index;
@@ -207,18 +231,18 @@ class SwitchServer final : public SwitchControl {
     std::unique_ptr<uint8_t[]> rx_bytes;
     std::array<transport::RxDatagram, kBurstSize> rx{};
     ServerCounters io_counters;  // core part refreshed from core when published
-    uint64_t adopted_generation = 0;
+    // The latest job table not yet adopted (posted by PublishJobs).
+    Mailbox<std::shared_ptr<const JobTable>> next_jobs;
+    // InspectSlots requests waiting for this thread.
+    PushList<std::shared_ptr<InspectRequest>> inspections;
     // Counter mirror for other threads (on its own cache lines).
     alignas(64) std::array<std::atomic<uint64_t>, ServerCounters::kNumCounters> published{};
-    // InspectSlots requests waiting for this thread.
-    std::mutex inspect_mu;
-    std::vector<std::shared_ptr<InspectRequest>> inspect_queue;  // guarded by inspect_mu
-    std::atomic<bool> inspect_pending{false};
     // The channel's TransportCounters, read by this thread every kSweepInterval and when it
-    // stops (a system call: never per burst), for other threads.
+    // stops (a system call: never per burst) and posted for readers, who keep the latest in
+    // `transport` (guarded by transport_mu_).
     TimePoint transport_read{};
-    mutable std::mutex transport_mu;
-    std::vector<std::pair<std::string, uint64_t>> transport;  // guarded by transport_mu
+    Mailbox<NamedCounters> transport_posted;
+    NamedCounters transport;
     std::thread thread;
   };
 
@@ -226,6 +250,9 @@ class SwitchServer final : public SwitchControl {
   void Run(IoThread& io);
   void AdoptLatestJobs(IoThread& io);
   void ServeInspections(IoThread& io);
+  // The control thread: every kSweepInterval, ExpireIdleJobs and ReleaseRetiredTables.
+  void RunControl();
+  void ReleaseRetiredTables();
   void PublishJobs(std::shared_ptr<const JobTable> jobs);  // table_mu_ held
   void SendAll(IoThread& io, std::span<const transport::TxDatagram> all);
   void PublishCounters(IoThread& io);
@@ -241,10 +268,22 @@ class SwitchServer final : public SwitchControl {
   std::function<void(const WorkerAddresses&)> workers_listener_;  // may be empty
   RegistrationCheck registration_check_;                          // may be empty
   std::shared_ptr<const JobTable> latest_jobs_;  // guarded by table_mu_
-  std::atomic<uint64_t> table_generation_{0};
+  // Tables the I/O threads have moved past, released by the control thread (and by Stop).
+  PushList<std::shared_ptr<const JobTable>> retired_tables_;
 
+  mutable std::mutex transport_mu_;  // readers of IoThread::transport
+
+  // Channel errors: posted by the I/O threads, taken by last_error() (so mutable) into
+  // last_error_ under the readers' mutex.
+  mutable Mailbox<Status> error_posted_;
   mutable std::mutex error_mu_;
-  Status last_error_;  // guarded by error_mu_
+  mutable Status last_error_;  // guarded by error_mu_
+
+  // The control thread.
+  std::thread control_thread_;
+  std::mutex control_mu_;
+  std::condition_variable control_cv_;
+  bool control_stop_ = false;  // guarded by control_mu_
 
   mutable std::mutex lifecycle_mu_;  // serialises Start/Stop (and InspectSlots vs Start)
   bool started_ = false;             // guarded by lifecycle_mu_

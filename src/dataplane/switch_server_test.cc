@@ -599,7 +599,7 @@ TEST(SwitchServerJobsTest, JobTrafficInspectionAndIdleTeardown) {
   server->Stop();
 }
 
-TEST(SwitchServerJobsTest, TheIoThreadExpiresIdleJobsByItself) {
+TEST(SwitchServerJobsTest, TheControlThreadExpiresIdleJobsByItself) {
   auto net = std::make_shared<FakeNet>();
   auto server = MakeServer(net);
   ASSERT_TRUE(server->Start().ok());
@@ -617,10 +617,85 @@ TEST(SwitchServerJobsTest, TheIoThreadExpiresIdleJobsByItself) {
     auto j = server->GetJob(job->job_id);
     return j.ok() && j->state == JobState::kEnded;
   }));
+  EXPECT_THAT(server->GetJob(job->job_id)->end_reason, HasSubstr("idle_timeout 100 ms"));
   EXPECT_EQ(server->GetJob(keep->job_id)->state, JobState::kWaitingForWorkers);
   EXPECT_EQ(server->ListJobs().free_slots, 64u - 8u);
   server->Stop();
 }
+
+// ---- The packet path takes no lock (header, "Threading") ----
+
+class PacketPathTest : public ::testing::TestWithParam<uint32_t> {};
+
+// With the job-table lock held by the test, every I/O thread keeps aggregating, for longer
+// than several sweep intervals (I/O thread 0 used to take that lock for the idle sweep every
+// kSweepInterval; it would stop here). Two workers of job 0 with two worker threads each:
+// worker thread t uses slots [4t, 4t + 4) and is served by I/O thread t * io_threads / 2.
+TEST_P(PacketPathTest, RoundsCompleteWhileTheTableLockIsHeld) {
+  const uint32_t io_threads = GetParam();
+  SwitchConfig config = SmallConfig();
+  config.io_threads = io_threads;
+  std::vector<std::shared_ptr<FakeNet>> nets;  // one per I/O thread
+  std::vector<std::unique_ptr<transport::Channel>> channels;
+  for (uint32_t i = 0; i < io_threads; ++i) {
+    nets.push_back(std::make_shared<FakeNet>());
+    channels.push_back(std::make_unique<FakeChannel>(
+        nets[i], Endpoint{kSwitch.ipv4, uint16_t(kSwitch.port + i)}));
+  }
+  auto created = SwitchServer::Create(config, std::move(channels));
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<SwitchServer> server = std::move(created).value();
+  for (uint32_t rank : {0u, 1u}) {
+    const uint16_t port = rank == 0 ? 4000 : 5000;
+    WorkerRegistration r = Reg(rank, 2, rank == 0 ? kIpA : kIpB, {port, uint16_t(port + 1)});
+    r.protocol_version = control::kClientProtocolVersion;
+    r.num_worker_threads = 2;
+    r.window_packets = 8;
+    ASSERT_TRUE(RegisterInJob0(*server, r).ok());
+  }
+  EXPECT_EQ(server->jobs()->reference().io_slot_begin[1], io_threads == 1 ? 64u : 4u);
+  ASSERT_TRUE(server->Start().ok());
+
+  std::unique_lock<std::mutex> table_lock = server->HoldTableLockForTesting();
+  ASSERT_TRUE(table_lock.owns_lock());
+  const auto held_since = std::chrono::steady_clock::now();
+  std::vector<size_t> expected_sent(io_threads, 0);
+  uint64_t rounds = 0;
+  for (int round = 0;
+       round < 16 || std::chrono::steady_clock::now() - held_since < 4 * SwitchServer::kSweepInterval;
+       ++round) {
+    const uint32_t t = uint32_t(round % 2);
+    const uint32_t io = t * io_threads / 2;
+    const int i = round / 2;  // this worker thread's round: slot i % 4, the other set every 4
+    const uint16_t slot = uint16_t(4 * t + i % 4);
+    const uint8_t set = uint8_t((i / 4) % 2);
+    nets[io]->Inject(Encode({.slot = slot, .set = set, .values = Ramp(64, round, 1)}),
+                     {kIpA, uint16_t(4000 + t)});
+    nets[io]->Inject(Encode({.slot = slot, .set = set, .values = Ramp(64, -round, 2)}),
+                     {kIpB, uint16_t(5000 + t)});
+    expected_sent[io] += 2;
+    const std::vector<Datagram> sent = nets[io]->WaitSent(expected_sent[io]);
+    ASSERT_EQ(sent.size(), expected_sent[io]) << "round " << round << " with the table lock held";
+    for (size_t k = sent.size() - 2; k < sent.size(); ++k) {
+      EXPECT_EQ(sent[k].bytes,
+                ExpectedResponse(Request{.slot = slot, .set = set}, Ramp(64, 0, 3), 0, 0));
+    }
+    EXPECT_EQ(sent[sent.size() - 2].peer, (Endpoint{kIpA, uint16_t(4000 + t)}));
+    EXPECT_EQ(sent.back().peer, (Endpoint{kIpB, uint16_t(5000 + t)}));
+    ++rounds;
+  }
+  table_lock.unlock();
+  ASSERT_TRUE(Eventually([&] { return server->counters().core.multicast_rounds == rounds; }));
+  EXPECT_EQ(server->counters().core.wrong_io_thread, 0u);
+  if (io_threads == 2) {
+    EXPECT_EQ(server->io_thread_counters(1).core.multicast_rounds, rounds / 2);
+  }
+  // The control side works again once the lock is free.
+  EXPECT_EQ(server->ListJobs().reference_session->counters.multicast_rounds, rounds);
+  server->Stop();
+}
+
+INSTANTIATE_TEST_SUITE_P(IoThreads, PacketPathTest, ::testing::Values(1u, 2u));
 
 }  // namespace
 }  // namespace switchml::dataplane
