@@ -230,7 +230,8 @@ struct JobRegistration {
 
 // What a registered worker needs to send data.
 struct JobWorkerGrant {
-  SwitchInfo switch_info;  // num_slots = the job's slots, max_workers = the switch's
+  SwitchInfo switch_info;  // num_slots = the job's slots; max_workers = the switch's (0 when
+                           // it came through the JobService: the job's num_workers bounds it)
   uint32_t job_id = 0;
   uint32_t num_workers = 0;
   uint32_t elements_per_packet = 0;
@@ -273,7 +274,10 @@ class SwitchControl {
   // Frees the job's slots at once; its workers' later datagrams are dropped (job_ended).
   // Errors: NotFound, PermissionDenied (wrong token), FailedPrecondition (already ended).
   virtual Status DeleteJob(uint32_t job_id, const std::string& token) = 0;
-  // Registers a worker into job `reg.job_id`; the one registration entry point.
+  // Registers a worker into job `reg.job_id`; the one registration entry point and one rule
+  // (dataplane::JobTable::Admit): num_workers, rank, ports, the rank's earlier entry, address
+  // conflicts, the agreed parameters and the job layout they give are checked alike for
+  // every job; job 0 and service jobs differ only where the reference defines job 0:
   //
   // Job 0 (kReferenceJobId), the reference `UdpSession` rule: no token (reg.token must be
   // empty), worker.num_workers is the session's, rank 0 starts a new session (the reference
@@ -286,9 +290,10 @@ class SwitchControl {
   // used by another rank of the session).
   //
   // Other jobs. Errors: NotFound (unknown job), PermissionDenied (wrong token),
-  // FailedPrecondition (job ended, or num_workers or an agreed parameter differs from the
-  // job's first registration: the message names the field, both values and both ranks),
-  // InvalidArgument (rank >= num_workers, num_workers differs from the job's, bad ports),
+  // FailedPrecondition (job ended, num_workers differs from the job's, or an agreed parameter
+  // differs from the job's first registration: the message names the field, both values and
+  // both ranks, or the window does not fit the job's slots), InvalidArgument (rank >=
+  // num_workers, bad ports),
   // AlreadyExists (rank already registered from another address — a second rank 0 or a
   // duplicate rank — or an address already used by another worker of any job). Registering
   // never resets or otherwise changes another worker's state. Repeating an identical

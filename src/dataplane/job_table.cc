@@ -159,94 +159,9 @@ JobTable::Job JobTable::ReferenceJob(std::shared_ptr<JobRuntime> runtime) const 
 
 StatusOr<std::shared_ptr<const JobTable>> JobTable::RegisterSessionWorker(
     const JobTable& current, const WorkerRegistration& reg) {
-  const Job& ref = current.reference();
-  const uint32_t max_workers = current.max_workers_;
-  const bool new_session = reg.rank == 0;
-  // Validate everything before building anything: an invalid request leaves the session as is
-  // (the reference clears the switch first and validates afterwards).
-  if (reg.num_workers < 1 || reg.num_workers > max_workers) {
-    return InvalidArgumentError("num_workers must be in [1, " + Str(max_workers) + "], got " +
-                                Str(reg.num_workers));
-  }
-  if (reg.rank >= reg.num_workers) {
-    return InvalidArgumentError("rank must be < num_workers (" + Str(reg.num_workers) +
-                                "), got " + Str(reg.rank));
-  }
-  if (!new_session) {
-    if (ref.spec.num_workers == 0) {
-      return FailedPreconditionError("rank " + Str(reg.rank) +
-                                     " registered before rank 0 started a session");
-    }
-    if (reg.num_workers != ref.spec.num_workers) {
-      return FailedPreconditionError("num_workers " + Str(reg.num_workers) +
-                                     " differs from the session's num_workers " +
-                                     Str(ref.spec.num_workers));
-    }
-    SWITCHML_RETURN_IF_ERROR(
-        CheckAgreedParams(ref.agreed, AgreedParams::Of(reg), "the session", "session"));
-  }
-  {
-    JobSpec session = ref.spec;
-    session.num_workers = reg.num_workers;
-    SWITCHML_RETURN_IF_ERROR(LayoutOf(session, AgreedParams::Of(reg), "the session").status());
-  }
-  SWITCHML_RETURN_IF_ERROR(ValidateUdpPorts(reg.udp_ports));
-  if (!new_session) {
-    // Address conflicts with the other ranks of the session (this rank's old entry is replaced).
-    for (uint32_t r = 0; r < ref.workers.size(); ++r) {
-      const WorkerEntry& w = ref.workers[r];
-      if (r == reg.rank || !w.registered || w.ipv4 != reg.ipv4) continue;
-      if (w.udp_ports.empty() || reg.udp_ports.empty()) {
-        return AlreadyExistsError(
-            "ipv4 " + FormatIpv4(reg.ipv4) + " is already used by rank " + Str(r) +
-            "; workers sharing an address must each register their udp_ports");
-      }
-      for (uint16_t p : reg.udp_ports) {
-        if (std::find(w.udp_ports.begin(), w.udp_ports.end(), p) != w.udp_ports.end()) {
-          return AlreadyExistsError("udp port " + Where(reg.ipv4, p) +
-                                    " is already registered by rank " + Str(r));
-        }
-      }
-    }
-  }
-  std::shared_ptr<JobRuntime> runtime = ref.runtime;
-  // A new session gets new aggregation state rather than having the I/O threads clear the
-  // old one when they adopt the table: they adopt at different bursts, the slot ownership may
-  // change with the new session's agreed parameters, and a thread still on the old table may
-  // be writing the old state. The old runtime goes when the last table holding it does. The
-  // job counters count on (JobRuntime's `continuing`).
-  if (runtime == nullptr || new_session) {  // (no runtime: a table made by the constructor)
-    SWITCHML_ASSIGN_OR_RETURN(Aggregator agg,
-                              Aggregator::Create(current.pool_slots_, current.max_elements_,
-                                                 current.aggregator_options_));
-    if (new_session) SWITCHML_RETURN_IF_ERROR(agg.Reset(reg.num_workers));
-    runtime = std::make_shared<JobRuntime>(max_workers, std::move(agg), current.io_threads_,
-                                           ref.runtime.get());
-  }
-
-  auto next = std::make_shared<JobTable>(current);
-  Job& j = next->jobs_[0];
-  if (new_session) {
-    j = next->ReferenceJob(std::move(runtime));
-    j.epoch = ref.epoch + 1;
-    j.session_id = reg.session_id;
-    j.spec.num_workers = reg.num_workers;
-    j.agreed = AgreedParams::Of(reg);
-    j.workers.assign(reg.num_workers, WorkerEntry{});
-    // The reference aggregates as soon as a rank is registered: no waiting for the others.
-    j.state = JobState::kRunning;
-  } else {
-    j.runtime = std::move(runtime);
-  }
-  WorkerEntry& w = j.workers[reg.rank];
-  w.registered = true;
-  w.ipv4 = reg.ipv4;
-  w.mac = reg.mac;
-  w.udp_ports = reg.udp_ports;
-  j.num_registered = uint32_t(std::count_if(j.workers.begin(), j.workers.end(),
-                                            [](const WorkerEntry& x) { return x.registered; }));
-  next->Rebuild();
-  return std::shared_ptr<const JobTable>(std::move(next));
+  JobWorkerGrant grant;
+  return Register(current, JobRegistration{.job_id = kReferenceJobId, .worker = reg}, &grant,
+                  TimePoint{});
 }
 
 bool JobTable::Allocate(uint32_t n, uint32_t* base) const {
@@ -413,88 +328,161 @@ Status JobTable::CheckAccess(uint32_t job_id, const std::string& token) const {
   return OkStatus();
 }
 
-StatusOr<std::shared_ptr<const JobTable>> JobTable::Register(
-    const JobTable& current, const JobRegistration& reg,
-    JobWorkerGrant* grant, TimePoint now) {
-  if (reg.job_id == kReferenceJobId) {
-    // Job 0: the reference UdpSession rule, no token.
-    if (!reg.token.empty()) {
-      return InvalidArgumentError(
-          "job 0 (the reference session) takes no token; got a token of " +
-          Str(reg.token.size()) + " characters");
-    }
-    SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<const JobTable> next,
-                              RegisterSessionWorker(current, reg.worker));
-    *grant = JobWorkerGrant{};
-    grant->switch_info.num_slots = current.pool_slots_;
-    grant->job_id = kReferenceJobId;
-    grant->num_workers = reg.worker.num_workers;
-    grant->state = JobState::kRunning;
-    return next;
-  }
-  SWITCHML_RETURN_IF_ERROR(current.CheckAccess(reg.job_id, reg.token));
-  const Job& job = *current.FindJob(reg.job_id);
-  const WorkerRegistration& w = reg.worker;
+Status JobTable::Admit(const Job& job, const WorkerRegistration& w, const AdmissionRule& rule,
+                       const std::string& scope) const {
   const uint32_t n = job.spec.num_workers;
   if (w.num_workers != 0 && w.num_workers != n) {
-    return InvalidArgumentError("num_workers " + Str(w.num_workers) + " differs from " +
-                                JobName(reg.job_id) + "'s num_workers " + Str(n));
+    return FailedPreconditionError("num_workers " + Str(w.num_workers) + " differs from " +
+                                   scope + "'s num_workers " + Str(n));
   }
   if (w.rank >= n) {
-    return InvalidArgumentError("rank must be < num_workers (" + Str(n) + ") of " +
-                                JobName(reg.job_id) + ", got " + Str(w.rank));
+    return InvalidArgumentError("rank must be < num_workers (" + Str(n) + ") of " + scope +
+                                ", got " + Str(w.rank));
   }
-  SWITCHML_RETURN_IF_ERROR(ValidatePorts(w.udp_ports));
+  SWITCHML_RETURN_IF_ERROR(rule.ports_required ? ValidatePorts(w.udp_ports)
+                                               : ValidateUdpPorts(w.udp_ports));
   const WorkerEntry& old = job.workers[w.rank];
   const bool identical = old.registered && old.ipv4 == w.ipv4 && old.udp_ports == w.udp_ports;
-  if (old.registered && !identical) {
-    return AlreadyExistsError("rank " + Str(w.rank) + " of " + JobName(reg.job_id) +
+  if (old.registered && !identical && !rule.rank_replaces) {
+    return AlreadyExistsError("rank " + Str(w.rank) + " of " + scope +
                               " is already registered from " + FormatIpv4(old.ipv4) + ":" +
                               Str(old.udp_ports.empty() ? 0 : old.udp_ports[0]) +
                               "; a rank registers once per job");
   }
   if (!identical) {
-    // Every address belongs to at most one live worker of one job.
-    for (const Job& other : current.jobs()) {
-      if (other.state == JobState::kEnded) continue;
+    // An address belongs to at most one worker: of the job's other ranks, and with
+    // rule.across_jobs of every live service job.
+    auto conflict = [&](const Job& other, const std::string& other_scope) -> Status {
       for (uint32_t r = 0; r < other.workers.size(); ++r) {
         const WorkerEntry& o = other.workers[r];
+        if (&other == &job && r == w.rank) continue;  // its own entry (replaced)
         if (!o.registered || o.ipv4 != w.ipv4) continue;
+        if (o.udp_ports.empty() || w.udp_ports.empty()) {
+          return AlreadyExistsError(
+              "ipv4 " + FormatIpv4(w.ipv4) + " is already used by rank " + Str(r) + " of " +
+              other_scope + "; workers sharing an address must each register their udp_ports");
+        }
         for (uint16_t p : w.udp_ports) {
           if (std::find(o.udp_ports.begin(), o.udp_ports.end(), p) != o.udp_ports.end()) {
-            return AlreadyExistsError("udp port " + FormatIpv4(w.ipv4) + ":" + Str(p) +
+            return AlreadyExistsError("udp port " + Where(w.ipv4, p) +
                                       " is already registered by rank " + Str(r) + " of " +
-                                      JobName(other.job_id));
+                                      other_scope);
           }
         }
+      }
+      return OkStatus();
+    };
+    SWITCHML_RETURN_IF_ERROR(conflict(job, scope));
+    if (rule.across_jobs) {
+      for (const Job& other : jobs()) {
+        if (other.state == JobState::kEnded || other.job_id == job.job_id) continue;
+        SWITCHML_RETURN_IF_ERROR(conflict(other, JobName(other.job_id)));
       }
     }
   }
   // After the rank and address checks: a duplicate rank is ALREADY_EXISTS whatever it sends,
   // so only a rank that could still join is refused for disagreeing (and fails the barrier).
   if (job.num_registered > 0) {
-    SWITCHML_RETURN_IF_ERROR(
-        CheckAgreedParams(job.agreed, AgreedParams::Of(w), JobName(reg.job_id), "job"));
-  } else {
-    SWITCHML_RETURN_IF_ERROR(LayoutOf(job.spec, AgreedParams::Of(w), JobName(reg.job_id)).status());
+    return CheckAgreedParams(job.agreed, AgreedParams::Of(w), scope, rule.kind);
   }
+  return LayoutOf(job.spec, AgreedParams::Of(w), scope).status();
+}
+
+void JobTable::Admitted(Job& j, const WorkerRegistration& w, const AdmissionRule& rule) {
+  if (j.num_registered == 0) j.agreed = AgreedParams::Of(w);
+  WorkerEntry& e = j.workers[w.rank];
+  e.registered = true;
+  e.ipv4 = w.ipv4;
+  e.mac = w.mac;
+  e.udp_ports = w.udp_ports;
+  j.num_registered = uint32_t(std::count_if(j.workers.begin(), j.workers.end(),
+                                            [](const WorkerEntry& x) { return x.registered; }));
+  if (rule.running_at_first || j.num_registered == j.spec.num_workers) {
+    j.state = JobState::kRunning;
+  }
+}
+
+StatusOr<std::shared_ptr<const JobTable>> JobTable::Register(
+    const JobTable& current, const JobRegistration& reg,
+    JobWorkerGrant* grant, TimePoint now) {
+  const WorkerRegistration& w = reg.worker;
+  if (reg.job_id == kReferenceJobId) {
+    // Job 0, the reference UdpSession rule: no token; rank 0 starts a new session of
+    // num_workers ranks (a fresh row of job 0, then the same admission as every rank); a rank
+    // registering again replaces its entry; reference-mode workers (no ports) are welcome.
+    static const AdmissionRule kSessionRule{.rank_replaces = true, .ports_required = false,
+                                            .running_at_first = true, .across_jobs = false,
+                                            .kind = "session"};
+    if (!reg.token.empty()) {
+      return InvalidArgumentError(
+          "job 0 (the reference session) takes no token; got a token of " +
+          Str(reg.token.size()) + " characters");
+    }
+    const Job& ref = current.reference();
+    const uint32_t max_workers = current.max_workers_;
+    if (w.num_workers < 1 || w.num_workers > max_workers) {
+      return InvalidArgumentError("num_workers must be in [1, " + Str(max_workers) + "], got " +
+                                  Str(w.num_workers));
+    }
+    const bool new_session = w.rank == 0;
+    if (!new_session && ref.spec.num_workers == 0) {
+      return FailedPreconditionError("rank " + Str(w.rank) +
+                                     " registered before rank 0 started a session");
+    }
+    // Validate everything before building anything: an invalid request leaves the session as
+    // is (the reference clears the switch first and validates afterwards).
+    Job session = new_session ? current.ReferenceJob(nullptr) : ref;
+    if (new_session) {
+      session.epoch = ref.epoch + 1;
+      session.session_id = w.session_id;
+      session.spec.num_workers = w.num_workers;
+      session.workers.assign(w.num_workers, WorkerEntry{});
+    }
+    SWITCHML_RETURN_IF_ERROR(current.Admit(session, w, kSessionRule, "the session"));
+    // A new session gets new aggregation state rather than having the I/O threads clear the
+    // old one when they adopt the table: they adopt at different bursts, the slot ownership
+    // may change with the new session's agreed parameters, and a thread still on the old
+    // table may be writing the old state. The old runtime goes when the last table holding it
+    // does. The job counters count on (JobRuntime's `continuing`).
+    if (new_session || session.runtime == nullptr) {  // (none: a table made by the constructor)
+      SWITCHML_ASSIGN_OR_RETURN(Aggregator agg,
+                                Aggregator::Create(current.pool_slots_, current.max_elements_,
+                                                   current.aggregator_options_));
+      if (new_session) SWITCHML_RETURN_IF_ERROR(agg.Reset(w.num_workers));
+      session.runtime = std::make_shared<JobRuntime>(max_workers, std::move(agg),
+                                                     current.io_threads_, ref.runtime.get());
+    }
+    Admitted(session, w, kSessionRule);
+    auto next = std::make_shared<JobTable>(current);
+    next->jobs_[0] = std::move(session);
+    next->Rebuild();
+    *grant = JobWorkerGrant{};
+    grant->switch_info.num_slots = current.pool_slots_;
+    grant->job_id = kReferenceJobId;
+    grant->num_workers = w.num_workers;
+    grant->state = JobState::kRunning;
+    return std::shared_ptr<const JobTable>(std::move(next));
+  }
+  // A service job: token-checked; every rank registers once with its ports; it runs when
+  // every rank has registered; an address is unique among all live jobs.
+  static const AdmissionRule kJobRule{.rank_replaces = false, .ports_required = true,
+                                      .running_at_first = false, .across_jobs = true,
+                                      .kind = "job"};
+  SWITCHML_RETURN_IF_ERROR(current.CheckAccess(reg.job_id, reg.token));
+  const Job& job = *current.FindJob(reg.job_id);
+  SWITCHML_RETURN_IF_ERROR(current.Admit(job, w, kJobRule, JobName(reg.job_id)));
+  const WorkerEntry& old = job.workers[w.rank];
+  const bool identical = old.registered && old.ipv4 == w.ipv4 && old.udp_ports == w.udp_ports;
   auto next = std::make_shared<JobTable>(current);
   Job& j = const_cast<Job&>(*next->FindJob(reg.job_id));
   if (!identical) {
-    WorkerEntry& nw = j.workers[w.rank];
-    nw.registered = true;
-    nw.ipv4 = w.ipv4;
-    nw.mac = w.mac;
-    nw.udp_ports = w.udp_ports;
-    if (j.num_registered == 0) j.agreed = AgreedParams::Of(w);
-    ++j.num_registered;
-    if (j.num_registered == n) j.state = JobState::kRunning;
+    Admitted(j, w, kJobRule);
     next->Rebuild();
   }
   // Writers hold the table lock, which also guards Activity (see ExpireIdle).
   j.runtime->activity.last_active = now;
   grant->job_id = j.job_id;
-  grant->num_workers = n;
+  grant->num_workers = j.spec.num_workers;
   grant->elements_per_packet = j.spec.elements_per_packet;
   grant->state = j.state;
   grant->switch_info.num_slots = j.spec.num_slots;

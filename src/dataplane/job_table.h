@@ -8,11 +8,13 @@
 // ever touch the state of the job its *sender* is registered in. SwitchCore::ProcessBurst
 // (switch_core.cc) handles the packets of job 0 and of every service job on one code path.
 //
-// Two kinds of rows, two registration rules (docs/design.md, "Several jobs"):
+// Two kinds of rows, one registration rule (Register; Admit holds every check, AdmissionRule
+// the few places where the reference defines job 0 differently; docs/design.md, "Several
+// jobs"):
 //  * job 0, the reference session: always present (jobs_[0]), no token, slots = the whole
 //    pool (its aggregation state is its own, so it reserves nothing and overlaps the ranges
-//    of service jobs), packets of up to max_elements. Registered with the reference
-//    `UdpSession` rule (RegisterSessionWorker): rank 0 starts a new session (the workers are
+//    of service jobs), packets of up to max_elements. As the reference `UdpSession` defines
+//    it (RegisterSessionWorker is Register into job 0): rank 0 starts a new session (the workers are
 //    forgotten, `epoch` increases and the row gets a new JobRuntime: zeroed aggregation state
 //    and per-rank counts, job counters continued), other ranks join it; reference mode (no
 //    ports) is allowed. It is
@@ -336,6 +338,31 @@ class JobTable {
   }
   // Job 0's row with no session, and its aggregation state if `runtime` is set.
   Job ReferenceJob(std::shared_ptr<JobRuntime> runtime) const;
+  // The parts of the one registration rule in which job 0 (the reference UdpSession rule)
+  // and service jobs differ; everything else is Admit.
+  struct AdmissionRule {
+    // Job 0: a rank registering again replaces its entry (a restarted reference client).
+    // Jobs: a rank registers once; only an identical repeat (a retried RPC) is accepted.
+    bool rank_replaces = false;
+    // Jobs: every worker lists its threads' UDP ports. Job 0: a worker without ports is in
+    // reference mode (replies go to the port its packet came from).
+    bool ports_required = true;
+    // Job 0 aggregates from its first registration (the reference does not wait); a job runs
+    // once every rank has registered.
+    bool running_at_first = false;
+    // Jobs: an address is unique among every live service job's workers; job 0's among its
+    // own ranks (a service job's address wins over job 0's in Find).
+    bool across_jobs = true;
+    const char* kind = "job";  // what every worker belongs to, for CheckAgreedParams
+  };
+  // Whether `job` (as it would be after the registration's session start, for job 0) admits
+  // `w`: num_workers, rank, ports, the rank's old entry, address conflicts, the agreed
+  // parameters and the layout they give. `scope` names the job in messages ("job 3", "the
+  // session").
+  Status Admit(const Job& job, const WorkerRegistration& w, const AdmissionRule& rule,
+               const std::string& scope) const;
+  // Records the admitted `w` in `j` (the first registration fixes the agreed parameters).
+  static void Admitted(Job& j, const WorkerRegistration& w, const AdmissionRule& rule);
   // Finds a free range of `n` slots (first fit); false if none.
   bool Allocate(uint32_t n, uint32_t* base) const;
   // Sorts the service jobs (live first, by id) and rebuilds index_, has_host_keys_ and

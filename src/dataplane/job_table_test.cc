@@ -163,7 +163,10 @@ TEST(JobTableTest, RegistrationChecksTokenRankAndAddresses) {
   EXPECT_THAT(s.message(), HasSubstr("udp_ports"));
   JobRegistration wrong_n = Reg(a, 0, ip, {5000});
   wrong_n.worker.num_workers = 3;
-  EXPECT_EQ(x.Register(wrong_n).code(), StatusCode::kInvalidArgument);
+  // Like an agreed parameter and like job 0's rule (one registration rule for both).
+  const Status wrong = x.Register(wrong_n);
+  EXPECT_EQ(wrong.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(wrong.message(), HasSubstr("num_workers 3 differs from job 1's num_workers 2"));
   EXPECT_EQ(x.t->FindJob(a)->num_registered, 0u);
 
   JobWorkerGrant grant;

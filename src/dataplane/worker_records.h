@@ -2,8 +2,8 @@
 // the reference session (job 0) included.
 //
 // The switch has one table of jobs (job_table.h); the reference `UdpSession` session is its
-// job 0. What is common to how the two registration rules (JobTable::RegisterSessionWorker for
-// job 0, JobTable::Register for service jobs) describe and check a worker lives here:
+// job 0. What the one registration rule (JobTable::Register / Admit, for job 0 and service
+// jobs alike) uses to describe and check a worker lives here:
 //  * WorkerEntry — a registered worker's address. Two ways a worker is identified
 //    (WorkerRegistration::udp_ports):
 //     - port mode (our extension): the worker lists one UDP source port per worker thread; a
