@@ -17,6 +17,7 @@
 #include "controller/local_switch_for_tests.h"
 #include "dataplane/switch_server.h"
 #include "rendezvous/job_client.h"
+#include "switchml/context.h"
 
 namespace switchml::controller {
 namespace {
@@ -217,6 +218,29 @@ TEST_F(RendezvousTest, FailureExplanationAsksAboutTheJobOnlyForTimeouts) {
   EXPECT_THAT(why, HasSubstr("job " + std::to_string(job.job_id)));
   EXPECT_THAT(why, HasSubstr("deleted through the controller"));
   EXPECT_EQ(explain(InternalError("something else")), "");
+}
+
+// Context::Create goes through the interface for both kinds, with the job's packet size checked
+// once, from the grant: a job's caps the worker's, job 0's (0) caps nothing.
+TEST_F(RendezvousTest, ContextChecksThePacketSizeAgainstTheGrant) {
+  Options o;
+  o.num_workers = 1;
+  o.controller_address = address_;
+  o.window_packets = 8;
+  o.elements_per_packet = 256;
+  o.rpc_timeout = 3s;
+  const JobInfo job = CreateJob(1);  // elements_per_packet 64
+  Options in_job = o;
+  in_job.job_id = job.job_id;
+  in_job.job_token = job.token;
+  auto refused = Context::Create(in_job);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("elements_per_packet=256 exceeds job " + std::to_string(job.job_id) +
+                        "'s elements_per_packet 64"));
+  auto session = Context::Create(o);
+  EXPECT_TRUE(session.ok()) << session.status();
 }
 
 }  // namespace
