@@ -56,8 +56,9 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Options& given) {
   // also refuses a half-set job identity (as Options::Validate does), so that it can never fall
   // back to the reference session, which a rank 0 would reset.
   SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<rendezvous::Rendezvous> rdv,
-                            rendezvous::ConnectRendezvous(options.controller_address, options.job_id,
-                                                          options.job_token, options.rpc_timeout));
+                            rendezvous::ConnectRendezvous(options.controller_address,
+                                                          options.job_id, options.job_token,
+                                                          options.rpc_timeout));
   SWITCHML_ASSIGN_OR_RETURN(const control::JobWorkerGrant grant, rdv->Join(reg));
   // The job's packet size (0 = any: job 0's workers agree on theirs at registration).
   if (grant.elements_per_packet != 0 && options.elements_per_packet > grant.elements_per_packet) {

@@ -166,7 +166,8 @@ TEST_F(RendezvousTest, AHalfSetIdentityIsRefusedBeforeConnecting) {
   auto no_token = ConnectRendezvous(address_, 7, "", 3s);
   ASSERT_FALSE(no_token.ok());
   EXPECT_EQ(no_token.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(no_token.status().message(), HasSubstr("job_token must be set when job_id is (job_id=7)"));
+  EXPECT_THAT(no_token.status().message(),
+              HasSubstr("job_token must be set when job_id is (job_id=7)"));
   auto stray_token = ConnectRendezvous(address_, 0, "tok", 3s);
   ASSERT_FALSE(stray_token.ok());
   EXPECT_EQ(stray_token.status().code(), StatusCode::kInvalidArgument);
