@@ -1,77 +1,17 @@
 // Context::Create: opens the data sockets, registers with the switch through the controller
 // (docs/protocol.md#session-sequence) and starts the worker threads.
-#include <algorithm>
-#include <chrono>
+#include <memory>
 #include <string>
 
 #include "client/context_impl.h"
-#include "rendezvous/job_client.h"
-#include "rendezvous/session_client.h"
+#include "rendezvous/rendezvous.h"
 #include "transport/udp_channel.h"
 
 namespace switchml {
 
-namespace {
-
-// Joins job options.job_id through the JobService: token-checked registration, then the
-// job's own barrier. Returns the switch's address with num_slots = the job's slots.
-StatusOr<control::SwitchInfo> JoinJob(const Options& options,
-                                         const control::WorkerRegistration& reg) {
-  SWITCHML_ASSIGN_OR_RETURN(auto client, rendezvous::JobClient::Connect(
-                                             options.controller_address, options.rpc_timeout));
-  control::JobRegistration jr;
-  jr.job_id = options.job_id;
-  jr.token = options.job_token;
-  jr.worker = reg;
-  SWITCHML_ASSIGN_OR_RETURN(control::JobWorkerGrant grant,
-                            rendezvous::JobBootstrap(*client, jr));
-  if (options.elements_per_packet > grant.elements_per_packet) {
-    return FailedPreconditionError(
-        "elements_per_packet=" + std::to_string(options.elements_per_packet) + " exceeds job " +
-        std::to_string(options.job_id) + "'s elements_per_packet " +
-        std::to_string(grant.elements_per_packet) + " (set when the job was created)");
-  }
-  return grant.switch_info;
-}
-
-// For a job of the JobService: when a worker times out, asks the controller whether the job
-// still exists, so that a job the switch tore down (idle timeout, deleted, another rank gone)
-// says so instead of only "no result from switch".
-client::ContextImpl::FailureExplainer JobFailureExplainer(const Options& options) {
-  if (options.job_id == 0) return {};
-  return [address = options.controller_address, job_id = options.job_id, token = options.job_token,
-          deadline = std::min<std::chrono::milliseconds>(options.rpc_timeout, std::chrono::seconds(2))](
-             const Status& s) -> std::string {
-    if (s.code() != StatusCode::kDeadlineExceeded) return "";
-    auto client = rendezvous::JobClient::Connect(address, deadline);
-    if (!client.ok()) return "";
-    auto info = (*client)->GetJob(job_id, token);
-    if (!info.ok()) {
-      // NOT_FOUND (the switch restarted or forgot it) and FAILED_PRECONDITION ("job J has
-      // ended: <reason>") both explain the timeout; anything else says nothing about it.
-      const StatusCode c = info.status().code();
-      if (c != StatusCode::kNotFound && c != StatusCode::kFailedPrecondition) return "";
-      return "; the controller says: " + info.status().message();
-    }
-    if (info->state != control::JobState::kEnded) return "";
-    return "; job " + std::to_string(job_id) + " has ended: " + info->end_reason;
-  };
-}
-
-}  // namespace
-
 StatusOr<std::unique_ptr<Context>> Context::Create(const Options& given) {
   SWITCHML_RETURN_IF_ERROR(given.Validate());
   SWITCHML_ASSIGN_OR_RETURN(const Options options, given.Resolved());  // deprecated fields folded in
-  // Also in Options::Validate; repeated here so a stale Validate cannot let a half-set job
-  // identity fall back to the reference session (which a rank 0 would reset).
-  if (options.job_id != 0 && options.job_token.empty()) {
-    return InvalidArgumentError("job_token must be set when job_id is (job_id=" +
-                                std::to_string(options.job_id) + ")");
-  }
-  if (options.job_id == 0 && !options.job_token.empty()) {
-    return InvalidArgumentError("job_token is set but job_id is 0; give the job's id too");
-  }
   SWITCHML_ASSIGN_OR_RETURN(transport::Endpoint controller,
                             transport::ParseEndpoint(options.controller_address, 50099));
   uint32_t bind_ip = 0;
@@ -112,15 +52,22 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Options& given) {
     channels.push_back(std::move(ch));
   }
 
-  control::SwitchInfo info;
-  if (options.job_id != 0) {
-    SWITCHML_ASSIGN_OR_RETURN(info, JoinJob(options, reg));
-  } else {
-    SWITCHML_ASSIGN_OR_RETURN(auto session, rendezvous::SessionClient::Connect(
-                                                options.controller_address, options.rpc_timeout));
-    SWITCHML_ASSIGN_OR_RETURN(info, rendezvous::Bootstrap(*session, reg));
+  // One path for job 0 (the reference session) and the JobService's jobs. ConnectRendezvous
+  // also refuses a half-set job identity (as Options::Validate does), so that it can never fall
+  // back to the reference session, which a rank 0 would reset.
+  SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<rendezvous::Rendezvous> rdv,
+                            rendezvous::ConnectRendezvous(options.controller_address,
+                                                          options.job_id, options.job_token,
+                                                          options.rpc_timeout));
+  SWITCHML_ASSIGN_OR_RETURN(const control::JobWorkerGrant grant, rdv->Join(reg));
+  // The job's packet size (0 = any: job 0's workers agree on theirs at registration).
+  if (grant.elements_per_packet != 0 && options.elements_per_packet > grant.elements_per_packet) {
+    return FailedPreconditionError(
+        "elements_per_packet=" + std::to_string(options.elements_per_packet) + " exceeds job " +
+        std::to_string(grant.job_id) + "'s elements_per_packet " +
+        std::to_string(grant.elements_per_packet) + " (set when the job was created)");
   }
-
+  const control::SwitchInfo& info = grant.switch_info;
   if (info.max_workers != 0 && options.num_workers > info.max_workers) {
     return FailedPreconditionError("num_workers=" + std::to_string(options.num_workers) +
                                    " exceeds the switch's maximum of " + std::to_string(info.max_workers));
@@ -128,7 +75,7 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Options& given) {
   SWITCHML_ASSIGN_OR_RETURN(client::ContextImpl::Routes routes,
                             client::ContextImpl::RoutesFor(options, info, controller.ipv4));
   return client::ContextImpl::CreateWithChannels(options, std::move(channels), std::move(routes),
-                                                 JobFailureExplainer(options));
+                                                 rdv->failure_explainer());
 }
 
 }  // namespace switchml

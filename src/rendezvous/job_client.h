@@ -1,6 +1,7 @@
 // rendezvous/job_client.h — the client side of switchml.v1.JobService (switchml_v1.proto).
 //
-// Used by operators' tools (`switchml jobs ...`) and by workers that join a job:
+// Used by operators' tools (`switchml jobs ...`) and by workers that join a job (through
+// rendezvous.h, ConnectRendezvous, which runs JobBootstrap for every job but job 0):
 //
 //   auto client = JobClient::Connect("10.0.0.254:50099", std::chrono::seconds(5));
 //   if (!client.ok()) return client.status();        // Unavailable within 5 s

@@ -2,6 +2,7 @@
 //
 // A SessionClient wraps one gRPC channel to the controller; Bootstrap() runs the reference
 // client's session set-up sequence (docs/protocol.md#session-sequence) over it and returns the switch's address.
+// Workers join through rendezvous.h (ConnectRendezvous), which uses this for job 0.
 //
 //   auto client = SessionClient::Connect("10.0.0.1:50099", std::chrono::seconds(5));
 //   if (!client.ok()) return client.status();   // Unavailable within 5 s if nobody listens

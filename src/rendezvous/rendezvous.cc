@@ -1,0 +1,120 @@
+#include "rendezvous/rendezvous.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "rendezvous/job_client.h"
+#include "rendezvous/session_client.h"
+
+namespace switchml::rendezvous {
+
+namespace {
+
+// Job 0: the reference Session service (Bootstrap). The session fixes no packet size in
+// advance (its workers agree on one among themselves), so the grant says 0 = any.
+class SessionRendezvous final : public Rendezvous {
+ public:
+  SessionRendezvous(std::string address, std::unique_ptr<SessionClient> client)
+      : address_(std::move(address)), client_(std::move(client)) {}
+
+  StatusOr<control::JobWorkerGrant> Join(const control::WorkerRegistration& reg) override {
+    SWITCHML_ASSIGN_OR_RETURN(control::SwitchInfo info, Bootstrap(*client_, reg));
+    control::JobWorkerGrant grant;
+    grant.switch_info = std::move(info);
+    grant.job_id = control::kReferenceJobId;
+    grant.num_workers = reg.num_workers;
+    grant.elements_per_packet = 0;
+    grant.state = control::JobState::kRunning;
+    return grant;
+  }
+  FailureExplainer failure_explainer() const override { return {}; }
+  uint32_t job_id() const override { return control::kReferenceJobId; }
+  const std::string& address() const override { return address_; }
+
+ private:
+  const std::string address_;
+  std::unique_ptr<SessionClient> client_;
+};
+
+// Any other job: the JobService (JobBootstrap), with the job's token.
+class JobRendezvous final : public Rendezvous {
+ public:
+  JobRendezvous(std::string address, uint32_t job_id, std::string token,
+                std::chrono::milliseconds rpc_timeout, std::unique_ptr<JobClient> client)
+      : address_(std::move(address)),
+        job_id_(job_id),
+        token_(std::move(token)),
+        rpc_timeout_(rpc_timeout),
+        client_(std::move(client)) {}
+
+  StatusOr<control::JobWorkerGrant> Join(const control::WorkerRegistration& reg) override {
+    control::JobRegistration jr;
+    jr.job_id = job_id_;
+    jr.token = token_;
+    jr.worker = reg;
+    return JobBootstrap(*client_, jr);
+  }
+
+  // When a worker times out, asks the controller whether the job still exists, so that a job
+  // the switch tore down (idle timeout, deleted, another rank gone) says so instead of only
+  // "no result from switch".
+  FailureExplainer failure_explainer() const override {
+    return [address = address_, job_id = job_id_, token = token_,
+            deadline = std::min<std::chrono::milliseconds>(rpc_timeout_, std::chrono::seconds(2))](
+               const Status& s) -> std::string {
+      if (s.code() != StatusCode::kDeadlineExceeded) return "";
+      auto client = JobClient::Connect(address, deadline);
+      if (!client.ok()) return "";
+      auto info = (*client)->GetJob(job_id, token);
+      if (!info.ok()) {
+        // NOT_FOUND (the switch restarted or forgot it) and FAILED_PRECONDITION ("job J has
+        // ended: <reason>") both explain the timeout; anything else says nothing about it.
+        const StatusCode c = info.status().code();
+        if (c != StatusCode::kNotFound && c != StatusCode::kFailedPrecondition) return "";
+        return "; the controller says: " + info.status().message();
+      }
+      if (info->state != control::JobState::kEnded) return "";
+      return "; job " + std::to_string(job_id) + " has ended: " + info->end_reason;
+    };
+  }
+  uint32_t job_id() const override { return job_id_; }
+  const std::string& address() const override { return address_; }
+
+ private:
+  const std::string address_;
+  const uint32_t job_id_;
+  const std::string token_;
+  const std::chrono::milliseconds rpc_timeout_;
+  std::unique_ptr<JobClient> client_;
+};
+
+}  // namespace
+
+std::string Rendezvous::ExplainFailure(const Status& s) const {
+  FailureExplainer explain = failure_explainer();
+  return explain ? explain(s) : std::string();
+}
+
+StatusOr<std::unique_ptr<Rendezvous>> ConnectRendezvous(const std::string& address,
+                                                        uint32_t job_id, const std::string& token,
+                                                        std::chrono::milliseconds rpc_timeout) {
+  // A half-set identity must not fall back to the reference session (which a rank 0 would
+  // reset), nor send a token nobody checks.
+  if (job_id != control::kReferenceJobId && token.empty()) {
+    return InvalidArgumentError("job_token must be set when job_id is (job_id=" +
+                                std::to_string(job_id) + ")");
+  }
+  if (job_id == control::kReferenceJobId && !token.empty()) {
+    return InvalidArgumentError("job_token is set but job_id is 0; give the job's id too");
+  }
+  if (job_id == control::kReferenceJobId) {
+    SWITCHML_ASSIGN_OR_RETURN(auto client, SessionClient::Connect(address, rpc_timeout));
+    return std::unique_ptr<Rendezvous>(
+        std::make_unique<SessionRendezvous>(address, std::move(client)));
+  }
+  SWITCHML_ASSIGN_OR_RETURN(auto client, JobClient::Connect(address, rpc_timeout));
+  return std::unique_ptr<Rendezvous>(
+      std::make_unique<JobRendezvous>(address, job_id, token, rpc_timeout, std::move(client)));
+}
+
+}  // namespace switchml::rendezvous

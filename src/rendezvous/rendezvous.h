@@ -1,0 +1,72 @@
+// rendezvous/rendezvous.h — how a worker joins its job through the controller: one interface
+// for job 0 (the reference Session service) and for the JobService's jobs.
+//
+//   auto r = ConnectRendezvous("10.0.0.1:50099", job_id, job_token, std::chrono::seconds(5));
+//   if (!r.ok()) return r.status();   // InvalidArgument (half-set identity), Unavailable
+//   StatusOr<JobWorkerGrant> grant = (*r)->Join(reg);   // every rank registered after it
+//   // grant->switch_info: where to send (routes per worker thread); grant->elements_per_packet:
+//   // the job's packet size, 0 = any (job 0 agrees on it among its workers, not in advance).
+//   ContextImpl::FailureExplainer explain = (*r)->failure_explainer();   // for timeouts later
+//
+// Job 0 (job_id 0, no token) is the reference session: Join runs the reference client's
+// set-up (session_client.h Bootstrap: Broadcast of the session id, UdpSession, Barriers), so
+// a reference controller serves it. Any other job_id joins that job of the JobService with its
+// token (job_client.h JobBootstrap: RegisterWorker, then the job's Barrier). Errors and
+// deadlines are those of the client underneath (every RPC within rpc_timeout; a job's errors
+// name the job: "job J rank R: registration: ...").
+//
+// Thread-safety: Join is called once, from one thread; failure_explainer() may be called at any
+// time and its function from any thread, also after the Rendezvous is gone.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "control/switch_control.h"
+#include "switchml/status.h"
+
+namespace switchml::rendezvous {
+
+class Rendezvous {
+ public:
+  // Explains a worker's failure (a Status from an all-reduce) from the controller's point of
+  // view, as a suffix for its message ("; job 3 has ended: deleted through the controller"),
+  // or "" when there is nothing to add.
+  using FailureExplainer = std::function<std::string(const Status&)>;
+
+  virtual ~Rendezvous() = default;
+
+  // Registers this worker (every field of `reg`, including the agreed parameters) and waits
+  // until every rank of the job has. The grant's switch_info says where this worker's threads
+  // send; job_id and num_workers are the job's; elements_per_packet is the job's packet size,
+  // 0 when the job does not fix one in advance (job 0); state is kRunning. Blocks up to a few
+  // rpc_timeouts (session_client.h / job_client.h say how many).
+  virtual StatusOr<control::JobWorkerGrant> Join(const control::WorkerRegistration& reg) = 0;
+
+  // A function that asks the controller, when a worker's operation times out
+  // (DeadlineExceeded), whether the job still exists and why not; it opens its own connection
+  // (deadline min(rpc_timeout, 2 s)) and holds none in between, so it may outlive this object.
+  // Empty for job 0, which has no state to ask about.
+  virtual FailureExplainer failure_explainer() const = 0;
+
+  // The job this rendezvous joins (0 = the reference session).
+  virtual uint32_t job_id() const = 0;
+  // The controller's address as given.
+  virtual const std::string& address() const = 0;
+
+  // failure_explainer() applied to `s` ("" when it is empty).
+  std::string ExplainFailure(const Status& s) const;
+};
+
+// Connects to the controller at `address` for job `job_id`: the reference session for job 0
+// (token must be empty), the JobService otherwise (token must be set). Errors: InvalidArgument
+// ("job_token must be set when job_id is (job_id=J)", "job_token is set but job_id is 0; ...",
+// empty address, rpc_timeout <= 0), Unavailable (no connection within rpc_timeout). Blocks.
+StatusOr<std::unique_ptr<Rendezvous>> ConnectRendezvous(const std::string& address,
+                                                        uint32_t job_id, const std::string& token,
+                                                        std::chrono::milliseconds rpc_timeout);
+
+}  // namespace switchml::rendezvous
