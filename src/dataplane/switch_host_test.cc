@@ -3,6 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+
+#include <algorithm>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -28,6 +32,21 @@ bool Has(const std::vector<std::pair<std::string, uint64_t>>& counters, const st
   return false;
 }
 
+// The names of this process's threads (/proc/self/task/<tid>/comm).
+std::vector<std::string> ThreadNames() {
+  std::vector<std::string> names;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return names;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::string comm;
+    std::ifstream(std::string("/proc/self/task/") + e->d_name + "/comm") >> comm;
+    names.push_back(comm);
+  }
+  closedir(d);
+  return names;
+}
+
 TEST(SwitchHostTest, KernelUdpOneChannelPerIoThreadEachOnItsPort) {
   SwitchHostConfig c = SmallConfig();
   c.bind = {0x7F000001, 0};  // 127.0.0.1, free ports
@@ -46,6 +65,11 @@ TEST(SwitchHostTest, KernelUdpOneChannelPerIoThreadEachOnItsPort) {
   EXPECT_TRUE((*host)->KernelCounters().empty());  // counted from Start
   ASSERT_TRUE((*host)->Start().ok());
   EXPECT_TRUE((*host)->server()->running());
+  // Named when Start returns (bench/switch_rate finds the I/O threads by name).
+  const auto names = ThreadNames();
+  for (const char* name : {"swml-io-0", "swml-io-1", "swml-io-2", "swml-control"}) {
+    EXPECT_EQ(std::count(names.begin(), names.end(), name), 1) << name;
+  }
   const auto all = (*host)->AllCounters();
   EXPECT_TRUE(Has(all, "datagrams_received"));
   EXPECT_FALSE((*host)->KernelCounters().empty());
