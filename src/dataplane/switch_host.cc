@@ -140,6 +140,7 @@ StatusOr<std::unique_ptr<SwitchHost>> SwitchHost::Create(SwitchHostConfig config
       ro.max_payload = raw_max_payload;
       ro.ring_frames = host->raw_ring_frames_;
       auto ch = transport::RawChannel::Create(ro);
+      if (ch.ok()) host->raw_channels_.push_back(ch->get());
       if (ch.ok()) channel = std::unique_ptr<transport::Channel>(std::move(*ch));
       else channel = ch.status();
     } else {
@@ -166,6 +167,16 @@ StatusOr<std::unique_ptr<SwitchHost>> SwitchHost::Create(SwitchHostConfig config
   SWITCHML_ASSIGN_OR_RETURN(host->server_, SwitchServer::Create(cfg, std::move(channels)));
   SwitchServer& server = *host->server_;
   if (factory) return host;
+  if (raw) {
+    // The workers' registered MACs (the source neighbour entries use in kernel-UDP mode) reach
+    // each raw channel: destinations it has not heard from yet are sent to at them.
+    std::vector<transport::RawChannel*> chans = host->raw_channels_;
+    server.SetWorkersListener([chans](const SwitchServer::WorkerAddresses& workers) {
+      std::vector<std::pair<uint32_t, transport::MacAddress>> known;
+      for (const auto& [ip, mac] : workers) known.emplace_back(ip, transport::MacFromUint64(mac));
+      for (transport::RawChannel* ch : chans) ch->SetNeighbours(known);
+    });
+  }
 
   if (c.neighbour_entries) {
     if (host->iface_.empty()) {

@@ -24,8 +24,11 @@
 //    reference clients never answer ARP, so with neighbour_entries each worker that registered
 //    a MAC gets a permanent neighbour entry tagged as the switch's (transport/netif.h), if
 //    transport::CheckNeighbourEntry allows it (else its registration is refused); removed when
-//    it is forgotten, when the host is destroyed and (after a crash) at the next Create. Raw frames: the channel
-//    answers every worker at the MAC its frames come from (transport/raw_channel.h).
+//    it is forgotten, when the host is destroyed and (after a crash) at the next Create. Raw
+//    frames: the same registered MACs go to every raw channel (RawChannel::SetNeighbours), which
+//    answers each worker at the MAC its frames come from, else at the registered one, else at
+//    the kernel's neighbour entry (transport/raw_channel.h). One source for both modes: the
+//    registrations (SwitchServer::SetWorkersListener).
 //  * Gratuitous ARP for bind.ipv4 on the interface at Start and every announce_interval_s.
 //  * Kernel UDP: the kernel's receive errors of this network namespace, counted from Start
 //    (kernel_*); a rise while workers are registered is warned about once.
@@ -58,6 +61,7 @@
 namespace switchml::transport {
 class ArpAnnouncer;
 class NeighbourEntries;
+class RawChannel;
 }  // namespace switchml::transport
 
 namespace switchml::dataplane {
@@ -134,6 +138,7 @@ class SwitchHost {
   std::string iface_;
   uint32_t raw_ring_frames_ = 0;
   std::vector<uint16_t> ports_;
+  std::vector<transport::RawChannel*> raw_channels_;  // kRaw: the server's channels, by thread
   std::unique_ptr<transport::NeighbourEntries> neighbours_;  // destroyed after server_
   std::unique_ptr<SwitchServer> server_;
   std::unique_ptr<transport::ArpAnnouncer> announcer_;
