@@ -273,7 +273,7 @@ int main(int argc, char** argv) {
       return Fail(InvalidArgumentError("--dst-mac '" + dst_mac_text + "' is not a MAC address"));
     }
     for (int i = 0; i < 6; ++i) mac[i] = static_cast<uint8_t>(b[i]);
-    (*ch)->SetNeighbour(to->ipv4, mac);
+    (*ch)->SetNeighbours({{to->ipv4, mac}});
     std::vector<uint8_t> payload(size, 0x5A);
     std::vector<TxDatagram> tx(burst, TxDatagram{payload.data(), size, *to});
     uint64_t sent = 0;

@@ -70,6 +70,7 @@
 
 #include "control/job_layout.h"
 #include "dataplane/switch_config.h"
+#include "dataplane/switch_host.h"
 #include "dataplane/switch_server.h"
 #include "switchml/status.h"
 #include "transport/channel.h"
@@ -199,18 +200,22 @@ class SwitchDut final : public DeviceUnderTest {
                                                      const std::vector<uint16_t>& worker_ports,
                                                      double drop_probability, uint32_t threads,
                                                      uint32_t window, uint32_t elements) {
-    std::vector<std::unique_ptr<transport::Channel>> channels;
+    // The switch as `switchml switch` assembles it (dataplane::SwitchHost), its channels made
+    // here so that their UdpChannelStats can be summed after Stop().
     std::vector<UdpChannel*> raw;
-    for (uint32_t i = 0; i < threads; ++i) {
+    dataplane::SwitchHostConfig hc;  // SwitchConfig defaults, as `switchml switch` runs
+    hc.switch_config.ingress_drop_probability = drop_probability;  // testing aid (0 = off)
+    hc.switch_config.io_threads = threads;
+    hc.io = dataplane::SwitchHostConfig::Io::kFactory;
+    hc.bind = opt.local;
+    hc.channel_factory = [&](uint32_t) -> StatusOr<std::unique_ptr<transport::Channel>> {
       SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<UdpChannel> ch, UdpChannel::Create(opt));
       raw.push_back(ch.get());
-      channels.push_back(std::move(ch));
-    }
-    dataplane::SwitchConfig config;  // defaults, as `switchml switch` runs
-    config.ingress_drop_probability = drop_probability;  // testing aid (0 = off)
-    config.io_threads = threads;
-    SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<dataplane::SwitchServer> server,
-                              dataplane::SwitchServer::Create(config, std::move(channels)));
+      return std::unique_ptr<transport::Channel>(std::move(ch));
+    };
+    SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<dataplane::SwitchHost> host,
+                              dataplane::SwitchHost::Create(std::move(hc)));
+    dataplane::SwitchServer* server = host->server();
     const uint32_t n = uint32_t(worker_ports.size());
     for (uint32_t k = 0; k < n; ++k) {
       control::WorkerRegistration reg;
@@ -239,17 +244,29 @@ class SwitchDut final : public DeviceUnderTest {
         }
       }
     }
-    auto dut = std::unique_ptr<SwitchDut>(new SwitchDut(std::move(server), std::move(raw)));
+    auto dut = std::unique_ptr<SwitchDut>(new SwitchDut(std::move(host), std::move(raw)));
     const std::set<pid_t> before = ListTasks();
-    SWITCHML_RETURN_IF_ERROR(dut->server_->Start());
-    std::set<pid_t> after = ListTasks();
-    for (pid_t t : before) after.erase(t);
-    if (after.size() != threads) {
-      return InternalError("cannot identify the switch I/O threads: " + std::to_string(after.size()) +
-                           " new threads appeared at Start(), expected " + std::to_string(threads));
+    SWITCHML_RETURN_IF_ERROR(dut->host_->Start());
+    // The new threads named "swml-io-<i>" (SwitchServer::Start), by i; the control thread is not
+    // one of them.
+    dut->tids_.assign(threads, 0);
+    uint32_t found = 0;
+    for (pid_t t : ListTasks()) {
+      if (before.count(t) != 0) continue;
+      std::string comm;
+      std::ifstream("/proc/self/task/" + std::to_string(t) + "/comm") >> comm;
+      if (!comm.starts_with("swml-io-")) continue;
+      const uint32_t i = uint32_t(std::atoi(comm.c_str() + 8));
+      if (i < threads && dut->tids_[i] == 0) {
+        dut->tids_[i] = t;
+        ++found;
+      }
     }
-    // Started in index order: Linux hands out ascending thread ids.
-    dut->tids_.assign(after.begin(), after.end());
+    if (found != threads) {
+      return InternalError("cannot identify the switch I/O threads: " + std::to_string(found) +
+                           " threads named swml-io-<i> appeared at Start(), expected " +
+                           std::to_string(threads));
+    }
     return dut;
   }
 
@@ -270,7 +287,7 @@ class SwitchDut final : public DeviceUnderTest {
     return v;
   }
   void Stop() override {
-    server_->Stop();
+    host_->Stop();
     total_ = {};
     for (const UdpChannel* ch : channels_) total_ += ch->stats();
   }
@@ -287,9 +304,10 @@ class SwitchDut final : public DeviceUnderTest {
   }
 
  private:
-  SwitchDut(std::unique_ptr<dataplane::SwitchServer> server, std::vector<UdpChannel*> channels)
-      : server_(std::move(server)), channels_(std::move(channels)) {}
-  std::unique_ptr<dataplane::SwitchServer> server_;
+  SwitchDut(std::unique_ptr<dataplane::SwitchHost> host, std::vector<UdpChannel*> channels)
+      : host_(std::move(host)), server_(host_->server()), channels_(std::move(channels)) {}
+  std::unique_ptr<dataplane::SwitchHost> host_;
+  dataplane::SwitchServer* server_;    // host_'s
   std::vector<UdpChannel*> channels_;  // owned by server_
   std::vector<pid_t> tids_;
   transport::UdpChannelStats total_;

@@ -135,7 +135,7 @@ class SwitchServer final : public SwitchControl {
   SwitchServer(const SwitchServer&) = delete;
   SwitchServer& operator=(const SwitchServer&) = delete;
 
-  // Starts the I/O threads and the control thread. OK and no effect if already running; may
+  // Starts the I/O threads (named "swml-io-<i>") and the control thread ("swml-control"). OK and no effect if already running; may
   // restart after Stop(). Errors: ResourceExhausted if a thread cannot be created (none is
   // left running).
   Status Start();

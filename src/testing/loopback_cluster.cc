@@ -28,16 +28,19 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
   // `switchml switch --io-threads`).
   auto shard_ip = [](uint32_t s) { return kSwitchEndpoint.ipv4 + s; };
   for (uint32_t s = 0; s < shards; ++s) {
-    std::vector<std::unique_ptr<transport::Channel>> switch_channels;
-    for (uint32_t i = 0; i < std::max<uint32_t>(switch_config.io_threads, 1); ++i) {
-      SWITCHML_ASSIGN_OR_RETURN(
-          auto ch, c->fabric_->CreateChannel({shard_ip(s), uint16_t(kSwitchEndpoint.port + i)}));
-      switch_channels.push_back(std::move(ch));
-    }
-    SWITCHML_ASSIGN_OR_RETURN(auto server,
-                              dataplane::SwitchServer::Create(switch_config, std::move(switch_channels)));
-    SWITCHML_RETURN_IF_ERROR(server->Start());
-    c->servers_.push_back(std::move(server));
+    // The switch as `switchml switch` assembles it (dataplane::SwitchHost), on the fabric.
+    dataplane::SwitchHostConfig hc;
+    hc.switch_config = switch_config;
+    hc.io = dataplane::SwitchHostConfig::Io::kFactory;
+    hc.bind = {switch_config.advertised_ipv4, kSwitchEndpoint.port};  // as configured
+    transport::LoopbackFabric* fabric = c->fabric_.get();
+    hc.channel_factory = [fabric, ip = shard_ip(s)](uint32_t i) {
+      return fabric->CreateChannel({ip, uint16_t(kSwitchEndpoint.port + i)});
+    };
+    SWITCHML_ASSIGN_OR_RETURN(auto host, dataplane::SwitchHost::Create(std::move(hc)));
+    SWITCHML_RETURN_IF_ERROR(host->Start());
+    c->servers_.push_back(host->server());
+    c->hosts_.push_back(std::move(host));
   }
   // Several shards: one service job per shard (job 0 serves a single switch only).
   const std::string token = "loopback-cluster-token";
@@ -106,7 +109,7 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
 
 LoopbackCluster::~LoopbackCluster() {
   contexts_.clear();
-  for (auto& s : servers_) s->Stop();
+  for (auto& h : hosts_) h->Stop();
 }
 
 }  // namespace switchml::testing

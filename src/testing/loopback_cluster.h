@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "dataplane/switch_config.h"
+#include "dataplane/switch_host.h"
 #include "dataplane/switch_server.h"
 #include "switchml/context.h"
 #include "switchml/options.h"
@@ -78,7 +79,8 @@ class LoopbackCluster {
   LoopbackCluster() = default;
 
   std::unique_ptr<transport::LoopbackFabric> fabric_;
-  std::vector<std::unique_ptr<dataplane::SwitchServer>> servers_;
+  std::vector<std::unique_ptr<dataplane::SwitchHost>> hosts_;
+  std::vector<dataplane::SwitchServer*> servers_;  // hosts_'s
   std::vector<std::unique_ptr<Context>> contexts_;
 };
 

@@ -288,6 +288,22 @@ StatusOr<NeighbourHost> ReadNeighbourHost(const std::string& iface) {
   return host;
 }
 
+StatusOr<std::vector<std::pair<uint32_t, MacAddress>>> ReadResolvedNeighbours(const std::string& iface) {
+  const unsigned index = if_nametoindex(iface.c_str());
+  if (index == 0) return NotFoundError("no interface named '" + iface + "'");
+  SWITCHML_ASSIGN_OR_RETURN(const int fd, OpenNetlink());
+  auto dump = DumpNeighbours(fd, 1, int(index), iface);
+  close(fd);
+  if (!dump.ok()) return dump.status();
+  // NUD_VALID of the kernel's net/neighbour.h (not in the uapi headers).
+  constexpr uint16_t kValid = NUD_PERMANENT | NUD_NOARP | NUD_REACHABLE | NUD_PROBE | NUD_STALE | NUD_DELAY;
+  std::vector<std::pair<uint32_t, MacAddress>> out;
+  for (const NeighbourEntry& e : *dump) {
+    if ((e.state & kValid) != 0 && e.mac != MacAddress{}) out.emplace_back(e.ipv4, e.mac);
+  }
+  return out;
+}
+
 StatusOr<std::unique_ptr<NeighbourEntries>> NeighbourEntries::Open(const std::string& iface) {
   SWITCHML_ASSIGN_OR_RETURN(NeighbourHost host, ReadNeighbourHost(iface));
   if (!host.keyed_by_address) {

@@ -107,6 +107,14 @@ std::string DescribeSubnets(const std::vector<InterfaceAddress>& addresses);
 // (no such interface), Unavailable (getifaddrs or netlink failed or did not answer within 1 s).
 StatusOr<NeighbourHost> ReadNeighbourHost(const std::string& iface);
 
+// The IPv4 neighbour entries of `iface` that resolve to a MAC now (the kernel's NUD_VALID
+// states: permanent, noarp, reachable, stale, delay, probe; a MAC that is not all zero): where
+// the kernel itself would send. An rtnetlink dump, as ReadNeighbourHost's; needs no privilege.
+// The one reader of the kernel's neighbour table (RawChannel asks it for destinations it never
+// heard from). Errors: NotFound (no such interface), Unavailable (netlink failed or did not
+// answer within 1 s).
+StatusOr<std::vector<std::pair<uint32_t, MacAddress>>> ReadResolvedNeighbours(const std::string& iface);
+
 // Permanent neighbour entries on one interface, installed and removed over rtnetlink, each
 // tagged kSwitchNeighbourProtocol. Only entries with that tag on this interface are ever
 // removed: those left by an earlier run at Open, those no longer wanted at Sync, all of them

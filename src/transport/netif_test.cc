@@ -181,5 +181,24 @@ TEST(NetifTest, LoopbackIsNeverGivenNeighbourEntries) {
   EXPECT_EQ(ReadNeighbourHost("nosuchif0").status().code(), StatusCode::kNotFound);
 }
 
+// The resolved entries are those of the full dump with a MAC in a valid state (no loopback
+// entry ever has one).
+TEST(NetifTest, ResolvedNeighboursAreTheDumpsEntriesWithAMac) {
+  auto resolved = ReadResolvedNeighbours("lo");
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  auto host = ReadNeighbourHost("lo");
+  ASSERT_TRUE(host.ok()) << host.status();
+  for (const auto& [ip, mac] : *resolved) {
+    EXPECT_NE(mac, MacAddress{});
+    bool in_dump = false;
+    for (const auto& e : host->neighbours) in_dump |= e.ipv4 == ip && e.mac == mac;
+    EXPECT_TRUE(in_dump) << ip;
+  }
+  const auto missing = ReadResolvedNeighbours("nosuchif0");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("nosuchif0"));
+}
+
 }  // namespace
 }  // namespace switchml::transport

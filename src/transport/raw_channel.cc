@@ -20,10 +20,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
+#include "transport/netif.h"
 #include "transport/posix_util.h"
 
 namespace switchml::transport {
@@ -309,7 +308,11 @@ void RawChannel::Wake() {
   [[maybe_unused]] ssize_t ignored = write(wake_fd_, &one, sizeof(one));
 }
 
-void RawChannel::SetNeighbour(uint32_t ipv4, const MacAddress& mac) { static_mac_[ipv4] = mac; }
+void RawChannel::SetNeighbours(std::vector<std::pair<uint32_t, MacAddress>> neighbours) {
+  std::lock_guard<std::mutex> lock(neighbours_mu_);
+  pending_neighbours_ = std::move(neighbours);
+  neighbours_posted_.store(true, std::memory_order_release);
+}
 
 const RawChannelStats& RawChannel::stats() {
   tpacket_stats_v3 st{};  // the V2 layout is its prefix
@@ -522,24 +525,10 @@ StatusOr<size_t> RawChannel::RecvBurst(std::span<RxDatagram> batch,
 void RawChannel::ReadNeighbourTable() {
   ++stats_.neighbour_reads;
   last_arp_read_ = std::chrono::steady_clock::now();
-  std::ifstream in("/proc/net/arp");
-  std::string line;
-  std::getline(in, line);  // header
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    std::string ip, hw_type, flags, mac, mask, device;
-    if (!(fields >> ip >> hw_type >> flags >> mac >> mask >> device)) continue;
-    if (device != interface_ || (std::strtoul(flags.c_str(), nullptr, 16) & 0x2) == 0) continue;
-    in_addr addr{};
-    MacAddress m{};
-    unsigned b[6];
-    if (inet_pton(AF_INET, ip.c_str(), &addr) != 1 ||
-        std::sscanf(mac.c_str(), "%x:%x:%x:%x:%x:%x", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]) != 6) {
-      continue;
-    }
-    for (int i = 0; i < 6; ++i) m[i] = static_cast<uint8_t>(b[i]);
-    arp_mac_[ntohl(addr.s_addr)] = m;
-  }
+  // The kernel's resolved entries on this interface (netif.h), as the kernel would send.
+  auto entries = ReadResolvedNeighbours(interface_);
+  if (!entries.ok()) return;  // as a miss: the datagram is counted in send_no_mac
+  for (const auto& [ip, mac] : *entries) arp_mac_[ip] = mac;
 }
 
 const MacAddress* RawChannel::LookupMac(Endpoint to) {
@@ -555,6 +544,12 @@ const MacAddress* RawChannel::LookupMac(Endpoint to) {
 }
 
 StatusOr<size_t> RawChannel::SendBurst(std::span<const TxDatagram> batch) {
+  if (neighbours_posted_.load(std::memory_order_acquire)) {  // a new SetNeighbours table
+    std::lock_guard<std::mutex> lock(neighbours_mu_);
+    static_mac_.clear();
+    for (const auto& [ip, mac] : pending_neighbours_) static_mac_[ip] = mac;
+    neighbours_posted_.store(false, std::memory_order_relaxed);
+  }
   const uint32_t limit = std::min(max_payload_, mtu_ > 28 ? mtu_ - 28 : 0);
   for (size_t i = 0; i < batch.size(); ++i) {
     const TxDatagram& d = batch[i];

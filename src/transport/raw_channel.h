@@ -47,8 +47,10 @@
 // socket (through the interface's qdisc, so tc shaping applies). The destination MAC is the one
 // the destination endpoint's last frame came from (learned on receive, per source IP and port;
 // failing that, per source IP); for a destination never heard from, the kernel's neighbour
-// table (/proc/net/arp, read at most every 100 ms and only for such misses) or an entry set
-// with SetNeighbour. A datagram whose MAC is unknown is dropped and counted (send_no_mac): like
+// table (its resolved entries on the interface, ReadResolvedNeighbours in netif.h: the same
+// rtnetlink reader the switch's neighbour entries use; read at most every 100 ms and only for
+// such misses) or an entry set
+// with SetNeighbours. A datagram whose MAC is unknown is dropped and counted (send_no_mac): like
 // a lost packet, it counts as accepted.
 //
 // Errors: Create needs CAP_NET_RAW (PermissionDenied naming the capability otherwise); the
@@ -60,12 +62,16 @@
 // split in place (ring or the preallocated copy buffer).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "switchml/status.h"
 #include "transport/channel.h"
@@ -134,7 +140,7 @@ struct RawChannelStats {
   uint64_t send_no_mac = 0;       // datagrams dropped: destination MAC unknown
   uint64_t send_eagain = 0;       // SendBurst calls that stopped early: device queue full
   uint64_t send_syscalls = 0;
-  uint64_t neighbour_reads = 0;   // reads of /proc/net/arp
+  uint64_t neighbour_reads = 0;   // reads of the kernel's neighbour table (ReadResolvedNeighbours)
 };
 
 class RawChannel final : public Channel {
@@ -170,9 +176,13 @@ class RawChannel final : public Channel {
   void Wake() override;                   // thread-safe (one write(2) to an eventfd)
   std::string Describe() const override;  // "raw eth0 10.0.0.1:48864"
 
-  // Sets the MAC for a destination IP (all ports), overriding the neighbour table; a MAC
-  // learned from that IP's own frames later takes precedence for the endpoint it came from.
-  void SetNeighbour(uint32_t ipv4, const MacAddress& mac);
+  // Replaces the table of known neighbours: the MAC of each destination IP (all ports), used
+  // before the kernel's neighbour table and before a MAC learned per IP; a MAC learned from an
+  // endpoint's own frames takes precedence for that endpoint. Thread-safe: the owning thread
+  // takes the new table at its next SendBurst (one atomic load per burst otherwise). A switch
+  // (dataplane::SwitchHost) passes the MACs its workers registered, as it installs neighbour
+  // entries for kernel UDP: one source of the workers' MACs for both modes.
+  void SetNeighbours(std::vector<std::pair<uint32_t, MacAddress>> neighbours);
 
   // Updates ring_drops from the kernel (PACKET_STATISTICS, which resets on read) and returns the
   // counters.
@@ -253,6 +263,10 @@ class RawChannel final : public Channel {
   std::unordered_map<uint64_t, MacAddress> mac_by_endpoint_;
   std::unordered_map<uint32_t, MacAddress> mac_by_ip_;
   std::unordered_map<uint32_t, MacAddress> static_mac_;
+  // SetNeighbours' table, until the owning thread takes it.
+  std::mutex neighbours_mu_;
+  std::vector<std::pair<uint32_t, MacAddress>> pending_neighbours_;  // guarded by neighbours_mu_
+  std::atomic<bool> neighbours_posted_{false};
   std::unordered_map<uint32_t, MacAddress> arp_mac_;
   std::chrono::steady_clock::time_point last_arp_read_{};
 };
