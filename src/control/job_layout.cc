@@ -75,6 +75,24 @@ SlotRange JobLayout::ShardSlots(uint32_t job_slots, uint32_t shard, uint32_t num
   return SlotRange{first, end - first};
 }
 
+uint32_t JobLayout::SlotsFor(uint32_t num_shards, uint32_t worker_threads,
+                             uint32_t window_packets) {
+  if (num_shards == 0 || worker_threads == 0) return window_packets;
+  // Between the window (every thread's slots) and K x ceil(n / K) x w (every shard holding as
+  // many as shard 0, which has the most threads): the first that Make accepts.
+  const uint64_t w = window_packets / worker_threads;
+  const uint64_t most =
+      num_shards * ((uint64_t{worker_threads} + num_shards - 1) / num_shards) * w;
+  for (uint64_t slots = std::max<uint64_t>(window_packets, num_shards); slots < most; ++slots) {
+    if (Make({.job_slots = uint32_t(slots), .num_shards = num_shards,
+              .worker_threads = worker_threads, .window_packets = window_packets})
+            .ok()) {
+      return uint32_t(slots);
+    }
+  }
+  return uint32_t(std::max<uint64_t>(most, num_shards));
+}
+
 SlotRange JobLayout::ShardSlots(uint32_t shard) const {
   return ShardSlots(p_.job_slots, shard, p_.num_shards);
 }

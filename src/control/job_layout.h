@@ -82,6 +82,10 @@ class JobLayout {
   // The slots shard `shard` of `num_shards` holds of a job of `job_slots` slots: what a shard
   // reserves when the job is created, before any worker says how many threads it runs.
   static SlotRange ShardSlots(uint32_t job_slots, uint32_t shard, uint32_t num_shards);
+  // The fewest job slots with which every one of `num_shards` shards holds the windows of its
+  // share of `worker_threads` threads (window_packets / worker_threads slots each): what to
+  // create a job on several switches with. window_packets when num_shards divides the threads.
+  static uint32_t SlotsFor(uint32_t num_shards, uint32_t worker_threads, uint32_t window_packets);
 
   uint32_t job_slots() const { return p_.job_slots; }
   uint32_t num_shards() const { return p_.num_shards; }

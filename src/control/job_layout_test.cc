@@ -61,6 +61,24 @@ TEST(JobLayoutTest, ShardSlotsNeedOnlyWhatIsKnownAtCreation) {
   EXPECT_EQ(MakeOk(10, 3, 3, 3).ShardSlots(2), JobLayout::ShardSlots(10, 2, 3));
 }
 
+TEST(JobLayoutTest, SlotsForIsTheFewestThatFit) {
+  EXPECT_EQ(JobLayout::SlotsFor(1, 4, 256), 256u);
+  EXPECT_EQ(JobLayout::SlotsFor(2, 4, 256), 256u);  // K divides the threads: the window
+  for (uint32_t k = 1; k <= 6; ++k) {
+    for (uint32_t n = 1; n <= 13; ++n) {
+      const uint32_t w = 8, slots = JobLayout::SlotsFor(k, n, n * w);
+      if (k > slots) continue;
+      EXPECT_TRUE(JobLayout::Make({.job_slots = slots, .num_shards = k, .worker_threads = n,
+                                   .window_packets = n * w}).ok()) << "K=" << k << " n=" << n;
+      if (slots > 1 && k <= slots - 1) {
+        EXPECT_FALSE(JobLayout::Make({.job_slots = slots - 1, .num_shards = k,
+                                      .worker_threads = n, .window_packets = n * w}).ok())
+            << "K=" << k << " n=" << n << ": " << slots - 1 << " slots fit too";
+      }
+    }
+  }
+}
+
 TEST(JobLayoutTest, MoreShardsThanThreadsLeavesShardsIdle) {
   const JobLayout l = MakeOk(64, 4, 2, 16);
   EXPECT_EQ(l.ShardOf(0), 0u);

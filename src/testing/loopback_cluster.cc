@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "client/context_impl.h"
+#include "control/job_layout.h"
 #include "control/switch_control.h"
 
 namespace switchml::testing {
@@ -49,10 +50,9 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
     for (uint32_t s = 0; s < shards; ++s) {
       control::JobSpec spec;
       spec.num_workers = num_workers;
-      // Enough for every shard to hold its threads' windows (JobLayout): K x ceil(n / K)
-      // threads x window / n slots (= the window when K divides the threads).
-      const uint32_t n = options.num_worker_threads;
-      spec.num_slots = shards * ((n + shards - 1) / shards) * (options.window_packets / n);
+      // Enough for every shard to hold its threads' windows.
+      spec.num_slots = control::JobLayout::SlotsFor(shards, options.num_worker_threads,
+                                                    options.window_packets);
       spec.elements_per_packet = options.elements_per_packet;
       spec.token = token;
       spec.shard = s;
