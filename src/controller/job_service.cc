@@ -30,17 +30,6 @@ namespace {
 
 namespace v1 = ::switchml::v1;
 
-using control::JobDataType;
-using control::JobInfo;
-using control::JobList;
-using control::JobRegistration;
-using control::JobSpec;
-using control::JobState;
-using control::JobWorkerGrant;
-using control::JobWorkerInfo;
-using control::SlotInfo;
-using control::SlotSetInfo;
-
 v1::JobState ToProto(JobState s) {
   switch (s) {
     case JobState::kWaitingForWorkers: return v1::WAITING_FOR_WORKERS;
