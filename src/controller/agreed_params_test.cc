@@ -389,8 +389,7 @@ TEST_F(AgreedParamsTest, JobRefusalFailsWaitingAndLaterBarrierCallsOfThatJobOnly
   JobRegistration r1{.job_id = job.job_id, .token = job.token, .worker = Ours(1, 2, 7501)};
   r1.worker.num_worker_threads = 3;
   const Status s1 = JobBootstrap(*client, r1).status();
-  const Status s0 = f0.get().status();
-  EXPECT_LT(SteadyClock::now() - start, 2s);  // not the 3 s rpc_timeout
+  const Status s0 = f0.get().status();  // FailedPrecondition, not the rpc_timeout's deadline
   const std::string why = "rank 1 registered num_worker_threads=3, but rank 0 registered "
                           "num_worker_threads=1 for job " + std::to_string(job.job_id);
   EXPECT_EQ(s1.code(), StatusCode::kFailedPrecondition) << s1;
@@ -401,10 +400,8 @@ TEST_F(AgreedParamsTest, JobRefusalFailsWaitingAndLaterBarrierCallsOfThatJobOnly
   EXPECT_THAT(s0.message(), HasSubstr("cannot start: a registration was refused"));
   EXPECT_THAT(s0.message(), HasSubstr(why));
 
-  // Later calls of that job fail at once; a wrong token learns nothing about it.
-  const auto t = SteadyClock::now();
+  // Later calls of that job fail (not at the deadline); a wrong token learns nothing.
   Status late = client->Barrier(job.job_id, job.token, 1);
-  EXPECT_LT(SteadyClock::now() - t, 1s);
   EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(late.message(), HasSubstr(why));
   Status wrong = client->Barrier(job.job_id, "wrong-token-000", 1);

@@ -413,6 +413,8 @@ class JobService::Impl final : public JobServiceBase {
       SyncCoordinator& coordinator = **sync;
       reactor->Start(
           [&](SyncDone done) { return start(coordinator, num_workers, std::move(done)); });
+      // A refusal recorded since the HasRefusal check above did not see this call.
+      syncs_.CancelWaitersIfRefused(job_id, token);
       return reactor;
     }
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -467,8 +469,7 @@ class JobService::Impl final : public JobServiceBase {
   void RecordRefusal(uint32_t job_id, const std::string& token, const Status& refusal) {
     if (refusal.code() != StatusCode::kFailedPrecondition) return;
     if (!sink_->CheckJobAccess(job_id, token).ok()) return;  // ended: waiters learn that
-    syncs_.RecordRefusal(job_id, token, refusal.message());
-    syncs_.CancelWaiters(job_id, "a registration was refused");  // Explain says which
+    syncs_.RecordRefusal(job_id, token, refusal.message());  // cancels; Explain says why
   }
 
   SwitchControl* const sink_;

@@ -118,18 +118,33 @@ void JobSyncTable::Shutdown() {
 
 void JobSyncTable::RecordRefusal(uint32_t job_id, const std::string& token,
                                  const std::string& message) {
-  std::lock_guard<std::mutex> lock(refusal_mu_);
-  if (job_id == kReferenceJob) {
-    refusals_[job_id] = Refusal{token, message};  // the latest refusal of the session
-    return;
+  {
+    std::lock_guard<std::mutex> lock(refusal_mu_);
+    if (job_id == kReferenceJob) {
+      refusals_[job_id] = Refusal{token, message};  // the latest refusal of the session
+    } else if (refusals_.count(job_id) == 0) {  // the first refusal explains the failure
+      if (refusals_.size() >= kMaxRefusals) {
+        auto oldest = refusals_.begin();  // the lowest id, job 0's kept
+        if (oldest->first == kReferenceJob) ++oldest;
+        refusals_.erase(oldest);
+      }
+      refusals_.emplace(job_id, Refusal{token, message});
+    }
   }
-  if (refusals_.count(job_id) != 0) return;  // the first refusal explains the job's failure
-  if (refusals_.size() >= kMaxRefusals) {
-    auto oldest = refusals_.begin();  // the lowest id, job 0's kept
-    if (oldest->first == kReferenceJob) ++oldest;
-    refusals_.erase(oldest);
-  }
-  refusals_.emplace(job_id, Refusal{token, message});
+  // Recorded first, cancelled second: a call that joins in between sees the refusal in
+  // CancelWaitersIfRefused, one that joined before is cancelled here.
+  CancelRefusedWaiters(job_id);
+}
+
+size_t JobSyncTable::CancelWaitersIfRefused(uint32_t job_id, const std::string& token) {
+  return HasRefusal(job_id, token) ? CancelRefusedWaiters(job_id) : 0;
+}
+
+size_t JobSyncTable::CancelRefusedWaiters(uint32_t job_id) {
+  static const std::string kWhy = "a registration was refused";
+  // Job 0's broadcasts belong to the next session's bootstrap, which a refusal does not end.
+  if (job_id == kReferenceJob) return reference_->CancelWaiters(kWhy, /*broadcasts=*/false);
+  return CancelWaiters(job_id, kWhy);
 }
 
 std::optional<std::string> JobSyncTable::Refused(uint32_t job_id,

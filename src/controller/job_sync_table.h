@@ -101,8 +101,14 @@ class JobSyncTable {
   void Shutdown();
 
   // Remembers that a registration of `job_id` with `token` was refused with `message` (see
-  // the header comment for which refusal is kept).
+  // the header comment for which refusal is kept), then ends the job's waiting calls with
+  // Cancelled (job 0: its Barrier calls only), which the services turn into the refusal.
   void RecordRefusal(uint32_t job_id, const std::string& token, const std::string& message);
+  // For a call that checked HasRefusal and then joined the job's barrier or broadcast: a
+  // refusal recorded in between cancelled only the waiters it found, so the joined call
+  // calls this and the waiters are cancelled as RecordRefusal would have (none when there is
+  // no refusal). Returns how many were cancelled.
+  size_t CancelWaitersIfRefused(uint32_t job_id, const std::string& token);
   // The refusal's message if a registration of `job_id` with `token` was refused.
   std::optional<std::string> Refused(uint32_t job_id, const std::string& token) const;
   bool HasRefusal(uint32_t job_id, const std::string& token) const;
@@ -126,6 +132,9 @@ class JobSyncTable {
     std::string token;
     std::string message;
   };
+
+  // Ends the waiting calls a refusal of `job_id` ends (RecordRefusal).
+  size_t CancelRefusedWaiters(uint32_t job_id);
 
   const std::shared_ptr<SyncCoordinator> reference_;
   mutable std::mutex mu_;

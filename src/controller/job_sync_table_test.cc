@@ -56,10 +56,10 @@ TEST(JobSyncTableTest, Job0IsOneCoordinatorThatIsNeverDroppedNorCounted) {
 
 TEST(JobSyncTableTest, ForgetJob0ResetsItInPlace) {
   JobSyncTable table;
+  table.RecordRefusal(0, "", "rank 1 disagrees");
   auto blocked = std::async(std::launch::async,
                             [&] { return table.reference().Barrier(2, Within(milliseconds(5000))); });
   ASSERT_TRUE(Eventually([&] { return table.reference().NumBarrierWaiters() == 1; }));
-  table.RecordRefusal(0, "", "rank 1 disagrees");
   table.Forget(0);
   EXPECT_EQ(blocked.get().code(), StatusCode::kAborted);
   EXPECT_FALSE(table.HasRefusal(0, ""));
@@ -80,6 +80,40 @@ TEST(JobSyncTableTest, Job0KeepsTheLatestRefusalAServiceJobItsFirst) {
   EXPECT_EQ(table.Refused(5, "token-5").value_or(""), "first");
   EXPECT_FALSE(table.Refused(5, "other-token").has_value());
   EXPECT_FALSE(table.HasRefusal(5, ""));
+}
+
+// A call checks for a refusal, then joins: a refusal recorded before the check fails it at
+// once, one recorded after the join cancels it, and one recorded in between (the race the
+// services close with CancelWaitersIfRefused) is seen by the joined call itself.
+TEST(JobSyncTableTest, ARefusalEndsCallsThatJoinedBeforeAndInBetween) {
+  for (uint32_t job : {0u, 9u}) {
+    SCOPED_TRACE("job " + std::to_string(job));
+    JobSyncTable table;
+    const std::string token = job == 0 ? "" : "token-9";
+    auto sync = table.Acquire(job, {}, token);
+    ASSERT_TRUE(sync.ok()) << sync.status();
+    JobSyncTable::Use use(&table, job, *sync);
+    std::promise<SyncResult> before;
+    std::promise<SyncResult> between;
+    // Joined before the refusal: RecordRefusal cancels it.
+    ASSERT_NE((*sync)->StartBarrier(3, [&](SyncResult r) { before.set_value(r); }),
+              SyncCoordinator::kFinished);
+    EXPECT_EQ(table.CancelWaitersIfRefused(job, token), 0u);  // nothing refused yet
+    EXPECT_EQ((*sync)->NumBarrierWaiters(), 1u);
+    table.RecordRefusal(job, token, "rank 1 disagrees");
+    EXPECT_EQ(before.get_future().get().status().code(), StatusCode::kCancelled);
+    // Checked before the refusal, joined after it: nothing cancels it but its own re-check.
+    ASSERT_NE((*sync)->StartBarrier(3, [&](SyncResult r) { between.set_value(r); }),
+              SyncCoordinator::kFinished);
+    EXPECT_EQ((*sync)->NumBarrierWaiters(), 1u);
+    if (job != 0) EXPECT_EQ(table.CancelWaitersIfRefused(job, "other-token"), 0u);
+    EXPECT_EQ(table.CancelWaitersIfRefused(job, token), 1u);
+    SyncResult r = between.get_future().get();
+    EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
+    EXPECT_NE(r.status().message().find("a registration was refused"), std::string::npos)
+        << r.status();
+    EXPECT_EQ((*sync)->NumBarrierWaiters(), 0u);
+  }
 }
 
 TEST(JobSyncTableTest, SweepNeverTouchesJob0) {

@@ -84,9 +84,8 @@ class SessionServiceImpl final : public switchml_proto::Session::Service {
       StatusOr<JobWorkerGrant> grant = control_->RegisterJobWorker(job0);
       if (!grant.ok()) {
         if (grant.status().code() == StatusCode::kFailedPrecondition) {
-          syncs_->RecordRefusal(kJob0, "", grant.status().message());
           // The waiting barrier calls learn it now (SyncServiceImpl::Barrier's reply).
-          syncs_->reference().CancelWaiters("a registration was refused", /*broadcasts=*/false);
+          syncs_->RecordRefusal(kJob0, "", grant.status().message());
         }
         return ToGrpcStatus(grant.status());
       }
@@ -143,6 +142,8 @@ class SyncServiceImpl final : public switchml_proto::Sync::CallbackService {
     reactor->Start([&](SyncDone done) {
       return sync->StartBarrier(num_workers, std::move(done), peer);
     });
+    // A refusal recorded since the Refused check above did not see this call.
+    syncs_->CancelWaitersIfRefused(kJob0, "");
     return reactor;
   }
 
