@@ -106,7 +106,9 @@ TEST(JobSyncTableTest, ARefusalEndsCallsThatJoinedBeforeAndInBetween) {
     ASSERT_NE((*sync)->StartBarrier(3, [&](SyncResult r) { between.set_value(r); }),
               SyncCoordinator::kFinished);
     EXPECT_EQ((*sync)->NumBarrierWaiters(), 1u);
-    if (job != 0) EXPECT_EQ(table.CancelWaitersIfRefused(job, "other-token"), 0u);
+    if (job != 0) {
+      EXPECT_EQ(table.CancelWaitersIfRefused(job, "other-token"), 0u);
+    }
     EXPECT_EQ(table.CancelWaitersIfRefused(job, token), 1u);
     SyncResult r = between.get_future().get();
     EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
