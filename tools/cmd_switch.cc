@@ -1,9 +1,10 @@
 // `switchml switch`: the software switch (UDP dataplane) with its controller (gRPC) embedded:
 // the reference Session/Sync services (one UdpSession job) and the switchml.v1.JobService
 // (several jobs, each with its own slots, workers and token; `switchml jobs ...` drives it).
-// Runs until SIGINT/SIGTERM, then prints its counters. This file parses the flags, prints; the
-// switch on this host (channels, MAC, neighbour entries, ARP, kernel counters) is a
-// dataplane::SwitchHost (dataplane/switch_host.h), the controller a controller::ControllerServer.
+// Runs until SIGINT/SIGTERM, then prints its counters. This file is flags -> options, one
+// SwitchService (switch_service.h: the switch on this host, a dataplane::SwitchHost, with the
+// controller, the operator credential, the startup lines and the ready file), the wait for a
+// signal with --stats-interval's prints, and the counters at exit.
 //
 // Data plane input (--io): kernel UDP sockets (default), or raw frames read off --iface
 // (transport/raw_channel.h), accepted whatever their IPv4/UDP checksums, for reference DPDK
@@ -32,21 +33,18 @@
 // burst (--raw-ring-frames), and a gratuitous ARP at start and every --announce-interval-s
 // teaches bridges the switch's MAC before workers send.
 #include <signal.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <nlohmann/json.hpp>
 
-#include "controller/session_service.h"
-#include "dataplane/switch_host.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "dataplane/switch_host.h"
 #include "job_flags.h"
+#include "switch_service.h"
 #include "transport/channel.h"
 
 namespace switchml::tools {
@@ -81,21 +79,75 @@ struct SwitchArgs {
   double announce_interval_s = 10;
 };
 
-// Removes a generated token file and its private directory at exit.
-struct TokenFileCleanup {
-  std::string path;
-  ~TokenFileCleanup() {
-    if (path.empty()) return;
-    std::remove(path.c_str());
-    ::rmdir(path.substr(0, path.rfind('/')).c_str());
+// Takes SIGINT and SIGTERM synchronously (WaitForStop): blocked before any thread starts, so
+// that every thread inherits the mask.
+sigset_t BlockStopSignals() {
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  return sigs;
+}
+
+// Waits for SIGINT or SIGTERM (returns its name), calling `tick` every 200 ms meanwhile.
+template <typename Tick>
+const char* WaitForStop(const sigset_t& sigs, Tick tick) {
+  while (true) {
+    timespec ts{0, 200 * 1000 * 1000};
+    const int sig = sigtimedwait(&sigs, nullptr, &ts);
+    if (sig == SIGINT) return "SIGINT";
+    if (sig == SIGTERM) return "SIGTERM";
+    tick();
   }
-};
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// --stats-interval: every counter that moved since the last print (`shown`), total and change.
+void PrintMovedCounters(const dataplane::SwitchHost& host, double elapsed_s,
+                        std::map<std::string, uint64_t>& shown) {
+  std::string lines;
+  for (const auto& [name, value] : host.AllCounters()) {
+    uint64_t& before = shown[name];
+    if (value == before) continue;
+    char line[160];
+    std::snprintf(line, sizeof(line), "  %-36s %14llu  %+lld\n", name.c_str(),
+                  (unsigned long long)value, (long long)(value - before));
+    lines += line;
+    before = value;
+  }
+  std::printf("switchml switch: stats at %.1f s: %s\n%s", elapsed_s,
+              lines.empty() ? "no counter moved" : "counters that moved (total, change):",
+              lines.c_str());
+  std::fflush(stdout);
+}
+
+// At exit: the switch's counters, the non-zero transport and kernel ones (all of them in
+// --counters-json), each I/O thread's with several.
+void PrintFinalCounters(const SwitchServiceCounters& c, const std::vector<uint16_t>& ports,
+                        double elapsed_s) {
+  std::printf("switchml switch: counters after %.1f s:\n%s", elapsed_s, c.total.FormatTable().c_str());
+  for (const auto& [name, value] : c.transport) {
+    if (value != 0) std::printf("  %-36s %llu\n", name.c_str(), (unsigned long long)value);
+  }
+  for (size_t i = 0; i < c.per_io_thread.size(); ++i) {
+    const auto& t = c.per_io_thread[i].core;
+    std::printf("switchml switch: I/O thread %zu (udp %u): %llu received, %llu sent, %llu "
+                "wrong_io_thread\n",
+                i, ports[i], (unsigned long long)t.datagrams_received,
+                (unsigned long long)t.datagrams_sent, (unsigned long long)t.wrong_io_thread);
+  }
+}
 
 int Run(const SwitchArgs& a) {
   auto fail = [](const std::string& m) {
     std::cerr << "switchml switch: error: " << m << "\n";
     return 1;
   };
+  // Flags -> options.
   if (a.port > 65535) return fail("--port must be in [0, 65535], got " + std::to_string(a.port));
   if (a.controller_port > 65535)
     return fail("--controller-port must be in [0, 65535], got " + std::to_string(a.controller_port));
@@ -107,8 +159,8 @@ int Run(const SwitchArgs& a) {
     return fail("--job-idle-timeout-s must be in [0, 4e6], got " +
                 std::to_string(a.job_idle_timeout_s));
   }
-
-  dataplane::SwitchHostConfig hc;
+  SwitchServiceOptions o;
+  dataplane::SwitchHostConfig& hc = o.host;
   dataplane::SwitchConfig& cfg = hc.switch_config;
   cfg.num_slots = a.slots;
   cfg.max_elements_per_packet = a.max_elements;
@@ -132,157 +184,38 @@ int Run(const SwitchArgs& a) {
     std::fflush(warning ? stderr : stdout);
   };
   if (Status s = cfg.Validate(); !s.ok()) return fail(s.message());
-
+  o.listen_host = a.bind;
+  o.controller_port = a.controller_port;
+  o.default_job_idle_timeout = std::chrono::milliseconds(int64_t(a.job_idle_timeout_s * 1000));
+  o.ready_file = a.ready_file;
   auto cred = a.operator_token.Resolve("switchml switch");
   if (!cred.ok()) return fail(cred.status().message());
-  TokenFileCleanup generated;
-  if (cred->token.empty()) {
-    cred->token = rendezvous::GenerateOperatorToken();
-    const char* tmpdir = std::getenv("TMPDIR");
-    const std::string dir = std::string(tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp") +
-                            "/switchml-switch.XXXXXX";
-    auto path = rendezvous::WritePrivateTokenFile(dir, cred->token);
-    if (!path.ok()) return fail("cannot store the generated operator credential: " + path.status().message());
-    generated.path = *path;
-    cred->source = "generated, in " + *path;
-  }
+  o.operator_token = cred->token;  // empty: SwitchService generates one
+  o.operator_token_source = cred->source;
 
-  // Signals are taken synchronously by this thread: block them before any thread starts so
-  // every thread inherits the mask.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-
-  // The switch on this host (dataplane/switch_host.h): channels, MAC, neighbour entries,
-  // gratuitous ARP, the kernel's receive errors.
-  auto host = dataplane::SwitchHost::Create(hc);
-  if (!host.ok()) return fail(host.status().message());
-  if (Status s = (*host)->Start(); !s.ok()) return fail(s.message());
-  dataplane::SwitchServer& server = *(*host)->server();
-  const bool raw = (*host)->raw();
-  const std::vector<uint16_t>& udp_ports = (*host)->ports();
-  const uint16_t udp_port = udp_ports[0];
-
-  controller::ServerOptions so;
-  so.listen_address = a.bind + ":" + std::to_string(a.controller_port);
-  so.operator_token = cred->token;
-  so.default_job_idle_timeout = std::chrono::milliseconds(int64_t(a.job_idle_timeout_s * 1000));
-  // The switch is both the session sink (reference UdpSession) and the job sink (JobService).
-  auto ctl = controller::ControllerServer::Start(so, &server);
-  if (!ctl.ok()) return fail("session service: " + ctl.status().ToString());
-
-  std::printf("switchml switch: data plane on %s %s:%u, session service on %s:%d, %u slots, "
-              "up to %u elements/packet, up to %u workers\n",
-              raw ? ("raw frames of " + (*host)->iface()).c_str() : "udp", a.bind.c_str(), udp_port,
-              a.bind.c_str(), (*ctl)->port(), cfg.num_slots, cfg.max_elements_per_packet,
-              cfg.max_workers);
-  for (const std::string& line : (*host)->StartupLines()) {
-    std::printf("switchml switch: %s\n", line.c_str());
-  }
-  if (cfg.io_threads > 1) {
-    std::string ports;
-    for (uint16_t p : udp_ports) ports += (ports.empty() ? "" : ", ") + std::to_string(p);
-    std::printf("switchml switch: %u I/O threads on udp ports %s (reference clients: %u)\n",
-                cfg.io_threads, ports.c_str(), udp_port);
-  }
-  std::printf("switchml switch: job service (switchml.v1) on the same port; jobs share a pool of %u "
-              "slots; default job idle timeout %g s\n",
-              cfg.num_slots, a.job_idle_timeout_s);
-  std::printf("switchml switch: operator credential: %s\n", cred->source.c_str());
-  if (!generated.path.empty()) {
-    std::printf("switchml switch: `switchml jobs` needs it: --operator-token-file %s (or "
-                "export SWITCHML_OPERATOR_TOKEN=$(cat %s)); the file is removed at exit\n",
-                generated.path.c_str(), generated.path.c_str());
-  }
-  if (a.ingress_drop > 0 || a.egress_drop > 0)
-    std::printf("switchml switch: drop simulator on: ingress %g, egress %g, seed %llu\n", a.ingress_drop,
-                a.egress_drop, (unsigned long long)a.drop_seed);
-  std::fflush(stdout);
-  if (!a.ready_file.empty()) {
-    const std::string tmp = a.ready_file + ".tmp";
-    nlohmann::json ready{{"udp_port", udp_port},
-                         {"udp_ports", udp_ports},
-                         {"controller_port", (*ctl)->port()}};
-    if (!generated.path.empty()) ready["operator_token_file"] = generated.path;
-    std::ofstream(tmp) << ready.dump() << "\n";
-    std::rename(tmp.c_str(), a.ready_file.c_str());
-  }
-
+  // Start (it logs what runs, then writes the ready file), wait, stop, print.
+  const sigset_t sigs = BlockStopSignals();
+  auto service = SwitchService::Start(std::move(o));
+  if (!service.ok()) return fail(service.status().message());
+  const dataplane::SwitchHost& host = (*service)->host();
   const auto start = std::chrono::steady_clock::now();
   auto last_stats = start;
   std::map<std::string, uint64_t> shown;  // values at the last --stats-interval print
-  for (const auto& [name, value] : (*host)->AllCounters()) shown[name] = value;
-  while (true) {
-    timespec ts{0, 200 * 1000 * 1000};
-    int sig = sigtimedwait(&sigs, nullptr, &ts);
-    if (sig == SIGINT || sig == SIGTERM) {
-      std::printf("switchml switch: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-      break;
-    }
+  for (const auto& [name, value] : host.AllCounters()) shown[name] = value;
+  const char* signal_name = WaitForStop(sigs, [&] {
     const auto now = std::chrono::steady_clock::now();
     if (a.stats_interval_s > 0 && now - last_stats > std::chrono::duration<double>(a.stats_interval_s)) {
-      // Every counter that moved since the last print: total and change.
-      std::string lines;
-      for (const auto& [name, value] : (*host)->AllCounters()) {
-        uint64_t& before = shown[name];
-        if (value == before) continue;
-        char line[160];
-        std::snprintf(line, sizeof(line), "  %-36s %14llu  %+lld\n", name.c_str(),
-                      (unsigned long long)value, (long long)(value - before));
-        lines += line;
-        before = value;
-      }
-      std::printf("switchml switch: stats at %.1f s: %s\n%s",
-                  std::chrono::duration<double>(now - start).count(),
-                  lines.empty() ? "no counter moved" : "counters that moved (total, change):",
-                  lines.c_str());
-      std::fflush(stdout);
+      PrintMovedCounters(host, SecondsSince(start), shown);
       last_stats = now;
     }
-  }
-  (*ctl)->Shutdown();
-  (*host)->Stop();
-  const auto counters = server.counters();
-  std::printf("switchml switch: counters after %.1f s:\n%s",
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-              counters.FormatTable().c_str());
-  // The channels' own counters (raw_*, udp_*) summed over the I/O threads, and in kernel-UDP
-  // mode the kernel's receive errors while the switch ran (kernel_*); the non-zero ones here,
-  // all of them in --counters-json.
-  std::vector<std::pair<std::string, uint64_t>> raw_counters = server.transport_counters();
-  for (auto& c : (*host)->KernelCounters()) raw_counters.push_back(std::move(c));
-  for (const auto& [name, value] : raw_counters) {
-    if (value != 0) std::printf("  %-36s %llu\n", name.c_str(), (unsigned long long)value);
-  }
-  if (cfg.io_threads > 1) {
-    for (uint32_t i = 0; i < cfg.io_threads; ++i) {
-      const auto c = server.io_thread_counters(i);
-      std::printf("switchml switch: I/O thread %u (udp %u): %llu received, %llu sent, %llu "
-                  "wrong_io_thread\n",
-                  i, udp_ports[i], (unsigned long long)c.core.datagrams_received,
-                  (unsigned long long)c.core.datagrams_sent,
-                  (unsigned long long)c.core.wrong_io_thread);
-    }
-  }
-  if (!a.counters_json.empty()) {
-    nlohmann::json j;
-    for (auto& [name, value] : counters.Named()) j[name] = value;
-    for (auto& [name, value] : raw_counters) j[name] = value;
-    if (cfg.io_threads > 1) {  // the sums above, and each I/O thread's own
-      nlohmann::json per = nlohmann::json::array();
-      for (uint32_t i = 0; i < cfg.io_threads; ++i) {
-        nlohmann::json t;
-        for (auto& [name, value] : server.io_thread_counters(i).Named()) t[name] = value;
-        per.push_back(std::move(t));
-      }
-      j["per_io_thread"] = std::move(per);
-    }
-    std::ofstream(a.counters_json) << j.dump(2) << "\n";
-  }
+  });
+  std::printf("switchml switch: %s received, shutting down\n", signal_name);
+  (*service)->Stop();
+  const SwitchServiceCounters counters = (*service)->Counters();
+  PrintFinalCounters(counters, host.ports(), SecondsSince(start));
+  if (!a.counters_json.empty()) std::ofstream(a.counters_json) << counters.ToJson().dump(2) << "\n";
   std::fflush(stdout);
-  return 0;  // the host's destructor removes its neighbour entries
+  return 0;  // the service's destructor removes the host's neighbour entries
 }
 
 }  // namespace

@@ -2,8 +2,9 @@
 // channel per I/O thread (kernel UDP, raw frames off an interface, or channels a caller makes,
 // e.g. on an in-process loopback fabric), the interface's MAC it advertises, the workers'
 // neighbour entries, gratuitous ARP announcements and the kernel's receive-error watch.
-// `switchml switch` (tools/cmd_switch.cc) is flag parsing, one SwitchHost and the embedded
-// controller (which stays outside: the host is what the controller drives, through server()).
+// `switchml switch` starts one inside a tools::SwitchService (tools/switch_service.h), with the
+// embedded controller (which stays outside: the host is what the controller drives, through
+// server()).
 //
 //   SwitchHostConfig c;
 //   c.switch_config = ...;  c.io = SwitchHostConfig::Io::kUdp;  c.bind = {0, 48864};

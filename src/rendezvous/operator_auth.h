@@ -10,7 +10,7 @@
 // Where a process gets the credential (`switchml switch|controller|jobs`):
 //   1. --operator-token-file FILE, if given (it wins over the environment);
 //   2. the environment variable SWITCHML_OPERATOR_TOKEN, if set and not empty;
-//   3. otherwise none (a switch then generates one, see cmd_switch.cc).
+//   3. otherwise none (a switch then generates one: tools/switch_service.h).
 //
 //   auto cred = ResolveOperatorToken(flag_file, std::getenv(kOperatorTokenEnv));
 //   if (!cred.ok()) return fail(cred.status());      // unreadable/empty file, bad characters

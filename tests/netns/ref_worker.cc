@@ -47,6 +47,9 @@
 // runs the same session sequence with the given IPv4 and MAC (each defaults to --iface's),
 // prints one JSON line (ok, the switch's advertised address) and exits: 0 if the switch
 // accepted the registration, 1 with the switch's refusal on stderr and in "error".
+// --register-mac also works with an all-reduce (tests/netns/raw_registered_macs_test.sh): the
+// worker registers that MAC but sends from --iface's, and still accepts responses only at
+// --iface's MAC (not_my_mac below).
 //
 // Output: one JSON line on stdout (ok, counters, the switch's advertised MAC, IPv4 and port);
 // exit 0 only if every element is right, no response had a wrong checksum or another
@@ -699,7 +702,9 @@ int Main(int argc, char** argv) {
   app.add_flag("--register-only", a.register_only,
                "Register (the session sequence) and exit: 0 if the switch accepted it");
   app.add_option("--register-ipv4", a.register_ipv4, "With --register-only: the IPv4 to register (default: --iface's)");
-  app.add_option("--register-mac", a.register_mac, "With --register-only: the MAC to register (default: --iface's)");
+  app.add_option("--register-mac", a.register_mac,
+                 "The MAC to register (default: --iface's); without --register-only the frames still "
+                 "come from --iface's MAC and responses must be addressed to it");
   app.add_option("--type", a.type, "int32 or float32")->check(CLI::IsMember({"int32", "float32"}))
       ->capture_default_str();
   app.add_option("--window", a.window, "Slots in flight (1..8192)")->capture_default_str();
@@ -739,8 +744,14 @@ int Main(int argc, char** argv) {
                 " workers, got --num-workers " + std::to_string(a.num_workers));
   }
   if (a.register_only) return RegisterOnly(a, out, fail);
-  if (!a.register_ipv4.empty() || !a.register_mac.empty()) {
-    return fail("--register-ipv4 and --register-mac need --register-only");
+  if (!a.register_ipv4.empty()) return fail("--register-ipv4 needs --register-only");
+  // --register-mac: registers that MAC instead of --iface's; frames still go out from --iface's
+  // MAC and responses must still come to it (tests of whom the switch answers).
+  transport::MacAddress registered_mac{};
+  if (!a.register_mac.empty()) {
+    auto mac = ParseMac(a.register_mac);
+    if (!mac.ok()) return fail("--register-mac: " + mac.status().message());
+    registered_mac = *mac;
   }
   if (a.iface.empty()) return fail("--iface is required (unless --register-only)");
   if (a.count == 0 || a.count > (uint64_t{1} << 26)) {
@@ -772,7 +783,9 @@ int Main(int argc, char** argv) {
   auto sockets = OpenSockets(*ifc, a.iface, me);
   if (!sockets.ok()) return fail(sockets.status().ToString());
 
-  auto info = RegisterAsReference(a, ifc->mac, ifc->ipv4);
+  if (a.register_mac.empty()) registered_mac = ifc->mac;
+  out["registered_mac"] = transport::MacToString(registered_mac);
+  auto info = RegisterAsReference(a, registered_mac, ifc->ipv4);
   if (!info.ok()) return fail(info.status().ToString());
   out["switch_mac"] = transport::MacToString(UintToMac(info->mac));
   out["switch"] = Endpoint{info->ipv4, uint16_t(info->udp_port)}.ToString();
