@@ -120,11 +120,6 @@ Status RemoteSwitches::CheckTokenUnused(const std::string& token) const {
 }
 
 StatusOr<JobInfo> RemoteSwitches::CreateJob(const JobSpec& spec) {
-  if (spec.shard != 0 || spec.num_shards != 1) {
-    return InvalidArgumentError("shard " + Str(spec.shard) + " of num_shards " +
-                                Str(spec.num_shards) + ": the controller sets those for each "
-                                "switch of a job; ask for switches = K instead");
-  }
   // One create at a time, so that two creates with one token cannot both pass the check.
   std::lock_guard<std::mutex> lock(create_mu_);
   if (!spec.token.empty()) SWITCHML_RETURN_IF_ERROR(CheckTokenUnused(spec.token));
@@ -345,7 +340,7 @@ void RemoteSwitches::AdoptShardedJobs() {
     auto list = switches_[i].jobs->ListJobs();
     if (!list.ok()) continue;
     for (const JobInfo& j : list->jobs) {
-      const JobSpec& s = j.spec;
+      const control::ShardAssignment& s = j.assignment;
       if (j.state == JobState::kEnded || s.num_shards < 2 || s.shard_group == 0) continue;
       auto& g = groups[s.shard_group];
       if (g.empty()) g.assign(s.num_shards, kMissing);
@@ -398,18 +393,17 @@ StatusOr<JobInfo> RemoteSwitches::CreateShardedJob(const JobSpec& spec) {
   auto job = std::make_shared<ShardedJob>();
   job->token = spec.token.empty() ? control::RandomToken() : spec.token;
   JobSpec remote = spec;
-  remote.switches = 1;
-  remote.num_shards = k;
   remote.token = job->token;
+  control::ShardAssignment assignment{.num_shards = k};
   do {
-    remote.shard_group = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
-  } while (remote.shard_group == 0);
+    assignment.shard_group = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+  } while (assignment.shard_group == 0);
   if (remote.idle_timeout.count() == 0) remote.idle_timeout = JobClient::kNoIdleTimeout;
   JobInfo first;
   for (uint32_t shard = 0; shard < k; ++shard) {
     const size_t index = candidates[shard].second;
-    remote.shard = shard;
-    StatusOr<JobInfo> created = switches_[index].jobs->CreateJob(remote);
+    assignment.shard = shard;
+    StatusOr<JobInfo> created = switches_[index].jobs->CreateJobShard(remote, assignment);
     Status error = created.ok() ? OkStatus() : SwitchError(switches_[index], created.status());
     if (error.ok() && created->job_id >> kLocalIdBits) {
       error = InternalError("switch " + Str(index) + " returned job id " + Str(created->job_id) +
@@ -428,8 +422,7 @@ StatusOr<JobInfo> RemoteSwitches::CreateShardedJob(const JobSpec& spec) {
     sharded_[job->job_id] = job;
   }
   first.job_id = job->job_id;
-  first.spec.switches = k;
-  first.spec.shard = 0;
+  first.assignment.shard = 0;
   first.token = job->token;
   return first;
 }
@@ -526,13 +519,13 @@ StatusOr<JobInfo> RemoteSwitches::GetSharded(ShardedJob& job) const {
     std::lock_guard<std::mutex> lock(sharded_mu_);
     merged.end_reason = job.end_reason;
     merged.spec.switches = uint32_t(k);
-    merged.spec.num_shards = uint32_t(k);
+    merged.assignment.num_shards = uint32_t(k);
     return merged;
   }
   merged = infos[0];
   merged.job_id = job.job_id;
   merged.spec.switches = uint32_t(k);
-  merged.spec.shard = 0;
+  merged.assignment.shard = 0;
   merged.held_slots = control::SlotRange{0, merged.spec.num_slots};  // all shards together
   for (size_t shard = 1; shard < k; ++shard) {
     const JobInfo& j = infos[shard];

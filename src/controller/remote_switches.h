@@ -149,7 +149,7 @@ class RemoteSwitches final : public SwitchControl {
   std::vector<std::pair<uint32_t, size_t>> ByFreeRange(Status* first_error) const;
   std::shared_ptr<ShardedJob> FindSharded(uint32_t job_id) const;
   // Connect: the sharded jobs whose every shard is live on the switches (grouped by
-  // JobSpec::shard_group), e.g. after this controller restarted.
+  // ShardAssignment::shard_group), e.g. after this controller restarted.
   void AdoptShardedJobs();
   // PermissionDenied (token differs), FailedPrecondition (ended, saying why).
   // A job found again after a restart learns its token here (shard 0 checks it).

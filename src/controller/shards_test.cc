@@ -63,10 +63,10 @@ TEST(ShardSlotsTest, EachShardOwnsItsThreadsSlotsAndNoOthers) {
           spec.num_workers = 1;
           spec.num_slots = job_slots;
           spec.elements_per_packet = 64;
-          spec.shard = shard;
-          spec.num_shards = k;
+          spec.switches = k;
           uint32_t id = 0;
-          auto t1 = JobTable::Create(*t0, spec, "token-0123456789", TimePoint{}, &id);
+          auto t1 = JobTable::Create(*t0, spec, {.shard = shard, .num_shards = k, .shard_group = 7},
+                                     "token-0123456789", TimePoint{}, &id);
           ASSERT_TRUE(t1.ok()) << t1.status();
           used_by_shards += pool - (*t1)->free_slots();
           control::JobRegistration reg;
@@ -126,16 +126,29 @@ TEST(ShardSlotsTest, ASwitchRefusesToPlaceAJobOnSeveralSwitchesItself) {
   spec.elements_per_packet = 64;
   spec.switches = 2;
   uint32_t id = 0;
-  auto t1 = JobTable::Create(*t0, spec, "token-0123456789", TimePoint{}, &id);
+  auto t1 = JobTable::Create(*t0, spec, {}, "token-0123456789", TimePoint{}, &id);
   ASSERT_FALSE(t1.ok());
   EXPECT_EQ(t1.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(t1.status().message(), HasSubstr("standalone controller"));
-  spec.switches = 1;
-  spec.shard = 2;
-  spec.num_shards = 2;
-  t1 = JobTable::Create(*t0, spec, "token-0123456789", TimePoint{}, &id);
+  // An assignment out of range, or one that disagrees with the request's switches.
+  t1 = JobTable::Create(*t0, spec, {.shard = 2, .num_shards = 2, .shard_group = 7},
+                        "token-0123456789", TimePoint{}, &id);
   ASSERT_FALSE(t1.ok());
   EXPECT_THAT(t1.status().message(), HasSubstr("shard 2 of num_shards 2"));
+  spec.switches = 3;
+  t1 = JobTable::Create(*t0, spec, {.shard = 1, .num_shards = 2, .shard_group = 7},
+                        "token-0123456789", TimePoint{}, &id);
+  ASSERT_FALSE(t1.ok());
+  EXPECT_EQ(t1.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(t1.status().message(), HasSubstr("switches=3 but this switch is shard 1 of num_shards 2"));
+  // A shard is listed with its assignment (what a restarted controller finds its jobs by).
+  spec.switches = 2;
+  t1 = JobTable::Create(*t0, spec, {.shard = 1, .num_shards = 2, .shard_group = 7},
+                        "token-0123456789", TimePoint{}, &id);
+  ASSERT_TRUE(t1.ok()) << t1.status();
+  const JobInfo info = (*t1)->Describe(*(*t1)->FindJob(id), TimePoint{});
+  EXPECT_EQ(info.assignment, (control::ShardAssignment{.shard = 1, .num_shards = 2, .shard_group = 7}));
+  EXPECT_EQ(info.held_slots.count, 4u);  // its share of the job's 8
 }
 
 // Switches with their embedded controllers, and a standalone controller driving them all.
@@ -397,21 +410,29 @@ TEST_F(ShardsTest, BadPlacementsAreRefusedWithTheReason) {
   ASSERT_FALSE(three.ok());
   EXPECT_EQ(three.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(three.status().message(), HasSubstr("switches=3 but this controller drives 2"));
-  // The controller sets the shard fields, not the operator.
+  // The controller assigns shards, not the operator: a request carrying an assignment's
+  // fields (which only the controller-to-switch path sends) is refused naming the field.
   JobSpec spec;
   spec.num_workers = 2;
   spec.num_slots = 8;
   spec.elements_per_packet = 64;
-  spec.num_shards = 2;
-  auto forged = Jobs()->CreateJob(spec);
-  ASSERT_FALSE(forged.ok());
-  EXPECT_THAT(forged.status().message(), HasSubstr("ask for switches"));
+  spec.switches = 2;
+  for (const control::ShardAssignment& a :
+       {control::ShardAssignment{.shard = 0, .num_shards = 2, .shard_group = 0},
+        control::ShardAssignment{.shard = 1, .num_shards = 1, .shard_group = 0},
+        control::ShardAssignment{.shard = 0, .num_shards = 1, .shard_group = 99}}) {
+    auto forged = Jobs()->CreateJobShard(spec, a);
+    ASSERT_FALSE(forged.ok());
+    EXPECT_EQ(forged.status().code(), StatusCode::kInvalidArgument);
+    const char* field = a.num_shards != 1 ? "num_shards" : a.shard != 0 ? "shard" : "shard_group";
+    EXPECT_THAT(forged.status().message(), HasSubstr(std::string(field) + " (shard "));
+    EXPECT_THAT(forged.status().message(), HasSubstr("ask for switches"));
+  }
+  for (auto& sw : switches_) EXPECT_EQ(sw->ListJobs().jobs.size(), 0u);  // nothing created
   // A switch's own (embedded) controller refuses switches > 1.
   auto direct = JobClient::Connect("127.0.0.1:" + std::to_string(controllers_[0]->port()), 3s);
   ASSERT_TRUE(direct.ok());
   (*direct)->set_operator_token(kOperatorToken);
-  spec.num_shards = 1;
-  spec.switches = 2;
   auto embedded = (*direct)->CreateJob(spec);
   ASSERT_FALSE(embedded.ok());
   EXPECT_THAT(embedded.status().message(), HasSubstr("standalone controller"));
