@@ -30,6 +30,19 @@ StatusOr<SwitchInfo> MergeShardAnswers(const std::vector<SwitchInfo>& shards) {
   return merged;
 }
 
+StatusOr<JobInfo> SwitchControl::CreateJobShard(const JobSpec&,
+                                                const ShardAssignment& assignment) {
+  const char* field = assignment.num_shards != 1 ? "num_shards"
+                      : assignment.shard != 0    ? "shard"
+                                                 : "shard_group";
+  return InvalidArgumentError(
+      std::string(field) + " (shard " + std::to_string(assignment.shard) + " of num_shards " +
+      std::to_string(assignment.num_shards) + ", shard_group " +
+      std::to_string(assignment.shard_group) +
+      "): a shard assignment is what a standalone controller sends the switches it places a "
+      "job on, not part of a request; ask for switches = K instead");
+}
+
 std::string RandomToken() {
   std::random_device rd;
   static constexpr char kHex[] = "0123456789abcdef";

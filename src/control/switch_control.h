@@ -16,6 +16,8 @@
 //
 //   JobSpec spec{.num_workers = 4, .num_slots = 256, .elements_per_packet = 256};
 //   StatusOr<JobInfo> job = control->CreateJob(spec);       // job->job_id, job->token
+//   // A standalone controller, on the switch it made shard 1 of a job on 2 switches:
+//   sw->CreateJobShard(spec, {.shard = 1, .num_shards = 2, .shard_group = group});
 //   JobRegistration reg{.job_id = job->job_id, .token = job->token,
 //                       .worker = {.rank = 0, .num_workers = 4, .ipv4 = ip, .udp_ports = {p}}};
 //   StatusOr<JobWorkerGrant> grant = control->RegisterJobWorker(reg);
@@ -121,6 +123,9 @@ inline const char* JobDataTypeName(JobDataType t) {
   return "unknown";
 }
 
+// What a user asks for when creating a job (CreateJob): the request, the same for a switch
+// and for a standalone controller. Where the job's shards go is not the user's to say
+// (ShardAssignment).
 struct JobSpec {
   uint32_t num_workers = 0;          // [1, switch max_workers]
   uint32_t num_slots = 0;            // slots per set this job needs; [1, pool size]
@@ -134,20 +139,32 @@ struct JobSpec {
   // digits). Otherwise 8..128 printable ASCII characters.
   std::string token;
   std::string name;  // informative, <= 64 characters
-  // Placement (a standalone controller, controller/remote_switches.h): serve the job with this
-  // many switches, each a shard owning a contiguous share of the job's worker threads. A
-  // switch accepts only 1 (it is one switch).
+  // Placement: serve the job with this many switches (shards), each owning a contiguous share
+  // of the job's worker threads (control::JobLayout). Only a standalone controller
+  // (controller/remote_switches.h) places a job on several switches; a switch asked directly
+  // serves a job alone (1).
   uint32_t switches = 1;
-  // Set by the controller on each switch of a job with switches > 1: this switch is shard
-  // `shard` of `num_shards`: it reserves only its share of the job's num_slots and serves only
-  // its worker threads (control::JobLayout). Packets for the other shards' slots are served by
-  // no I/O thread here (they count as wrong_io_thread).
-  uint32_t shard = 0;
-  uint32_t num_shards = 1;
-  // Set by the controller with shard/num_shards: one random id shared by the shards of one job,
-  // kept by each switch and listed with it, so that a restarted controller finds the job's
-  // shards again (0 = not a shard).
+};
+
+// The controller's assignment of one switch to a job it placed (docs/design.md "Shards on
+// several switches"): this switch is shard `shard` of `num_shards` and reserves only its share
+// of the job's num_slots, serving only that shard's worker threads (control::JobLayout);
+// packets for the other shards' slots are served by no I/O thread here (wrong_io_thread).
+// Only the controller-to-switch path carries it (SwitchControl::CreateJobShard); a user's
+// request (JobSpec) cannot. The default is a job the switch serves alone, placed by no
+// controller (created on the switch directly).
+//
+// Job 0, the reference session, is never a shard: it is the reference protocol's one session
+// of a switch (UdpSession, no job id on the wire, registered at one switch's Session service),
+// so there is no job for a controller to split over switches, and workers of the reference
+// protocol cannot be told a route per worker thread.
+struct ShardAssignment {
+  uint32_t shard = 0;       // [0, num_shards)
+  uint32_t num_shards = 1;  // the job's switches, [1, control::JobLayout::kMaxShards]
+  // One random id shared by the shards of one job, kept by each switch and listed with it, so
+  // that a restarted controller finds the job's shards again. 0 = placed by no controller.
   uint64_t shard_group = 0;
+  bool operator==(const ShardAssignment&) const = default;
 };
 
 struct JobCounters {
@@ -192,6 +209,10 @@ struct JobWorkerInfo {
 struct JobInfo {
   uint32_t job_id = 0;
   JobSpec spec;  // token is cleared except in CreateJob's answer
+  // A switch's job: the assignment it was created with (the default for a job created on the
+  // switch directly). A standalone controller's merged view of a job it placed: the job's
+  // shard group and num_shards, shard 0.
+  ShardAssignment assignment;
   std::string token;  // only set in CreateJob's answer
   JobState state = JobState::kWaitingForWorkers;
   uint32_t slot_base = 0;  // first pool slot of the job's range
@@ -271,6 +292,12 @@ class SwitchControl {
   // given and another live job has it), ResourceExhausted (no free range of num_slots slots;
   // the message gives the largest free range).
   virtual StatusOr<JobInfo> CreateJob(const JobSpec& spec) = 0;
+  // The controller-to-switch path: creates this switch's shard `assignment` of a job a
+  // standalone controller placed (CreateJob's errors, and InvalidArgument when the
+  // assignment is out of range or spec.switches differs from assignment.num_shards). Only a
+  // switch holds shards; this default, which a standalone controller keeps (it assigns
+  // shards itself), refuses with InvalidArgument naming the assignment's field.
+  virtual StatusOr<JobInfo> CreateJobShard(const JobSpec& spec, const ShardAssignment& assignment);
   // Frees the job's slots at once; its workers' later datagrams are dropped (job_ended).
   // Errors: NotFound, PermissionDenied (wrong token), FailedPrecondition (already ended).
   virtual Status DeleteJob(uint32_t job_id, const std::string& token) = 0;

@@ -50,9 +50,9 @@ void ToProto(const JobInfo& j, v1::JobInfo* out) {
   spec->set_no_idle_timeout(j.spec.idle_timeout.count() == 0);
   spec->set_name(j.spec.name);
   spec->set_switches(j.spec.switches);
-  spec->set_shard(j.spec.shard);
-  spec->set_num_shards(j.spec.num_shards);
-  spec->set_shard_group(j.spec.shard_group);
+  spec->set_shard(j.assignment.shard);
+  spec->set_num_shards(j.assignment.num_shards);
+  spec->set_shard_group(j.assignment.shard_group);
   out->set_state(ToProto(j.state));
   out->set_slot_base(j.slot_base);
   out->set_num_registered(j.num_registered);
@@ -142,10 +142,15 @@ class JobService::Impl final : public JobServiceBase {
     spec.token = p.token();
     spec.name = p.name();
     spec.switches = std::max<uint32_t>(1, p.switches());
-    spec.shard = p.shard();
-    spec.num_shards = std::max<uint32_t>(1, p.num_shards());
-    spec.shard_group = p.shard_group();
-    StatusOr<JobInfo> job = sink_->CreateJob(spec);
+    // The wire's JobSpec also carries a shard assignment, which only a standalone controller
+    // sends, to the switches it places a job on: the switch creates its shard; any other sink
+    // (a standalone controller itself) refuses it naming the field.
+    const control::ShardAssignment assignment{.shard = p.shard(),
+                                              .num_shards = std::max<uint32_t>(1, p.num_shards()),
+                                              .shard_group = p.shard_group()};
+    StatusOr<JobInfo> job = assignment == control::ShardAssignment{}
+                                ? sink_->CreateJob(spec)
+                                : sink_->CreateJobShard(spec, assignment);
     if (!job.ok()) return ToGrpcStatus(job.status());
     ToProto(*job, response->mutable_job());
     response->set_token(job->token);

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 
 #include "rendezvous/operator_auth.h"
@@ -65,7 +66,7 @@ StatusOr<std::unique_ptr<RemoteSwitches>> RemoteSwitches::Connect(
     s.session->set_wait_for_ready(false);
     r->switches_.push_back(std::move(s));
   }
-  r->AdoptShardedJobs();
+  r->Adopt();
   return r;
 }
 
@@ -120,42 +121,16 @@ Status RemoteSwitches::CheckTokenUnused(const std::string& token) const {
 }
 
 StatusOr<JobInfo> RemoteSwitches::CreateJob(const JobSpec& spec) {
-  if (spec.shard != 0 || spec.num_shards != 1) {
-    return InvalidArgumentError("shard " + Str(spec.shard) + " of num_shards " +
-                                Str(spec.num_shards) + ": the controller sets those for each "
-                                "switch of a job; ask for switches = K instead");
-  }
   // One create at a time, so that two creates with one token cannot both pass the check.
   std::lock_guard<std::mutex> lock(create_mu_);
   if (!spec.token.empty()) SWITCHML_RETURN_IF_ERROR(CheckTokenUnused(spec.token));
-  if (spec.switches != 1) return CreateShardedJob(spec);
-  // Place the job where the largest free range is (ties: the first switch); an unreachable
-  // switch gets no new jobs.
-  Status first_error;
-  const std::vector<std::pair<uint32_t, size_t>> reachable = ByFreeRange(&first_error);
-  if (reachable.empty()) {
-    return first_error.WithContext("no switch reachable (" + Str(switches_.size()) +
-                                   " configured)");
-  }
-  const size_t best = reachable[0].second;
-  // Our JobService already applied its default: 0 here means "none" (control/switch_control.h), which the
-  // switch's JobService must not read as "its default".
-  JobSpec remote_spec = spec;
-  if (remote_spec.idle_timeout.count() == 0) remote_spec.idle_timeout = JobClient::kNoIdleTimeout;
-  StatusOr<JobInfo> job = switches_[best].jobs->CreateJob(remote_spec);
-  if (!job.ok()) return SwitchError(switches_[best], job.status());
-  if (job->job_id >> kLocalIdBits) {
-    return InternalError("switch " + Str(best) + " returned job id " + Str(job->job_id) +
-                         " >= 2^24, which this controller cannot route");
-  }
-  job->job_id = GlobalId(best, job->job_id);
-  return job;
+  return Place(spec);
 }
 
 Status RemoteSwitches::DeleteJob(uint32_t job_id, const std::string& token) {
-  if (std::shared_ptr<ShardedJob> job = FindSharded(job_id)) {
-    SWITCHML_RETURN_IF_ERROR(CheckShardedAccess(*job, token));
-    EndSharded(*job, "deleted through the controller");
+  if (std::shared_ptr<Job> job = Find(job_id)) {
+    SWITCHML_RETURN_IF_ERROR(CheckAccess(*job, token));
+    End(*job, "deleted through the controller");
     return OkStatus();
   }
   SWITCHML_ASSIGN_OR_RETURN(auto route, Route(job_id));
@@ -165,9 +140,9 @@ Status RemoteSwitches::DeleteJob(uint32_t job_id, const std::string& token) {
 
 StatusOr<JobWorkerGrant> RemoteSwitches::RegisterJobWorker(const JobRegistration& reg) {
   if (reg.job_id == control::kReferenceJobId) return RegisterInReferenceSession(reg);
-  if (std::shared_ptr<ShardedJob> job = FindSharded(reg.job_id)) {
-    SWITCHML_RETURN_IF_ERROR(CheckShardedAccess(*job, reg.token));
-    return RegisterSharded(*job, reg);
+  if (std::shared_ptr<Job> job = Find(reg.job_id)) {
+    SWITCHML_RETURN_IF_ERROR(CheckAccess(*job, reg.token));
+    return Register(*job, reg);
   }
   SWITCHML_ASSIGN_OR_RETURN(auto route, Route(reg.job_id));
   JobRegistration local = reg;
@@ -183,7 +158,7 @@ StatusOr<JobWorkerGrant> RemoteSwitches::RegisterJobWorker(const JobRegistration
 }
 
 StatusOr<JobInfo> RemoteSwitches::GetJob(uint32_t job_id) const {
-  if (std::shared_ptr<ShardedJob> job = FindSharded(job_id)) return GetSharded(*job);
+  if (std::shared_ptr<Job> job = Find(job_id)) return Describe(*job);
   SWITCHML_ASSIGN_OR_RETURN(auto route, Route(job_id));
   StatusOr<JobInfo> job = route.first->jobs->GetJob(route.second);
   if (!job.ok()) return SwitchError(*route.first, job.status());
@@ -193,14 +168,14 @@ StatusOr<JobInfo> RemoteSwitches::GetJob(uint32_t job_id) const {
 
 JobList RemoteSwitches::ListJobs() const {
   JobList all;
-  // A sharded job is listed once, merged (GetSharded), in place of its shard 0.
-  std::map<uint32_t, std::shared_ptr<ShardedJob>> sharded;
+  // A job of this controller is listed once, merged (Describe), in place of its shard 0.
+  std::map<uint32_t, std::shared_ptr<Job>> jobs;
   std::map<std::pair<size_t, uint32_t>, uint32_t> shard_of;  // (switch, local id) -> job id
   {
-    std::lock_guard<std::mutex> lock(sharded_mu_);
-    sharded = sharded_;
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    jobs = jobs_;
   }
-  for (const auto& [id, job] : sharded) {
+  for (const auto& [id, job] : jobs) {
     for (const auto& shard : job->shards) shard_of[shard] = id;
   }
   for (size_t i = 0; i < switches_.size(); ++i) {
@@ -213,10 +188,8 @@ JobList RemoteSwitches::ListJobs() const {
         all.jobs.push_back(std::move(j));
         continue;
       }
-      const ShardedJob& job = *sharded.at(it->second);
-      if (job.shards[0] != std::make_pair(i, j.job_id)) continue;
-      StatusOr<JobInfo> merged = GetSharded(*sharded.at(it->second));
-      if (merged.ok()) all.jobs.push_back(std::move(*merged));
+      Job& job = *jobs.at(it->second);
+      if (job.shards[0] == std::make_pair(i, j.job_id)) all.jobs.push_back(Describe(job));
     }
     all.pool_slots += list->pool_slots;
     all.free_slots += list->free_slots;
@@ -228,16 +201,14 @@ JobList RemoteSwitches::ListJobs() const {
 StatusOr<std::vector<SlotInfo>> RemoteSwitches::InspectSlots(uint32_t job_id,
                                                              uint32_t first_slot,
                                                              uint32_t count) const {
-  if (std::shared_ptr<ShardedJob> job = FindSharded(job_id)) {
+  if (std::shared_ptr<Job> job = Find(job_id)) {
     // Each shard holds its own share of the job's slots (control::JobLayout::ShardSlots) and
     // answers only for those: the shards' answers, in shard order, are the slots asked for.
     std::vector<SlotInfo> merged;
     for (size_t shard = 0; shard < job->shards.size(); ++shard) {
       const auto& [index, local_id] = job->shards[shard];
       auto slots = switches_[index].jobs->InspectSlots(local_id, first_slot, count);
-      if (!slots.ok()) {
-        return SwitchError(switches_[index], slots.status()).WithContext(ShardName(*job, shard));
-      }
+      if (!slots.ok()) return slots.status().WithContext(ShardName(*job, shard));
       merged.insert(merged.end(), slots->begin(), slots->end());
     }
     return merged;
@@ -266,7 +237,7 @@ std::vector<std::pair<std::string, uint64_t>> RemoteSwitches::CounterValues() co
 }
 
 Status RemoteSwitches::CheckJobAccess(uint32_t job_id, const std::string& token) const {
-  if (std::shared_ptr<ShardedJob> job = FindSharded(job_id)) return CheckShardedAccess(*job, token);
+  if (std::shared_ptr<Job> job = Find(job_id)) return CheckAccess(*job, token);
   const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
@@ -282,12 +253,12 @@ Status RemoteSwitches::CheckJobAccess(uint32_t job_id, const std::string& token)
   std::lock_guard<std::mutex> lock(cache_mu_);
   std::erase_if(access_cache_, [&](const AccessCache& c) { return c.until <= now; });
   if (access_cache_.size() < kMaxAccessCache) {
-    access_cache_.push_back({job_id, token, now + std::chrono::milliseconds(200)});
+    access_cache_.push_back({job_id, token, now + kAccessCacheFor});
   }
   return OkStatus();
 }
 
-// ---- Jobs on several switches (shards) ----
+// ---- The jobs of this controller: K >= 1 shards ----
 
 std::vector<std::pair<uint32_t, size_t>> RemoteSwitches::ByFreeRange(Status* first_error) const {
   std::vector<std::pair<uint32_t, size_t>> out;
@@ -303,41 +274,55 @@ std::vector<std::pair<uint32_t, size_t>> RemoteSwitches::ByFreeRange(Status* fir
   return out;
 }
 
-std::shared_ptr<RemoteSwitches::ShardedJob> RemoteSwitches::FindSharded(uint32_t job_id) const {
-  std::lock_guard<std::mutex> lock(sharded_mu_);
-  const auto it = sharded_.find(job_id);
-  return it == sharded_.end() ? nullptr : it->second;
+std::shared_ptr<RemoteSwitches::Job> RemoteSwitches::Find(uint32_t job_id) const {
+  std::lock_guard<std::mutex> lock(jobs_mu_);
+  const auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : it->second;
 }
 
-std::string RemoteSwitches::ShardName(const ShardedJob& job, size_t shard) const {
+std::string RemoteSwitches::ShardName(const Job& job, size_t shard) const {
   const size_t index = job.shards[shard].first;
   return "shard " + Str(shard) + " of " + Str(job.shards.size()) + " (switch " + Str(index) +
          " at " + switches_[index].address + ")";
 }
 
-Status RemoteSwitches::CheckShardedAccess(ShardedJob& job, const std::string& token) const {
+Status RemoteSwitches::CheckAccess(Job& job, const std::string& token) const {
   std::string known;
+  bool probe = false;
   {
-    std::lock_guard<std::mutex> lock(sharded_mu_);
+    std::lock_guard<std::mutex> lock(jobs_mu_);
     if (!job.end_reason.empty()) {
       return FailedPreconditionError("job " + Str(job.job_id) + " has ended: " + job.end_reason);
     }
     known = job.token;
+    probe = job.live_until <= std::chrono::steady_clock::now();
   }
   if (!known.empty()) {
-    if (!ConstantTimeEquals(token, known)) return PermissionDeniedError("wrong token for job " + Str(job.job_id));
-    return OkStatus();
+    if (!ConstantTimeEquals(token, known)) {
+      return PermissionDeniedError("wrong token for job " + Str(job.job_id));
+    }
+  } else {
+    // Found again after a restart: shard 0 checks the token (every shard has the same one).
+    const auto& [index, local_id] = job.shards[0];
+    StatusOr<JobInfo> info = switches_[index].jobs->GetJob(local_id, token);
+    if (!info.ok()) return info.status().WithContext(ShardName(job, 0));
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    job.token = token;
   }
-  // Found again after a restart: shard 0 checks the token (every shard has the same one).
-  const auto& [index, local_id] = job.shards[0];
-  StatusOr<JobInfo> info = switches_[index].jobs->GetJob(local_id, token);
-  if (!info.ok()) return SwitchError(switches_[index], info.status()).WithContext(ShardName(job, 0));
-  std::lock_guard<std::mutex> lock(sharded_mu_);
-  job.token = token;
+  if (!probe) return OkStatus();
+  // Whether every shard still serves the job (a switch may have ended it: idle timeout, a
+  // restart): Describe ends the job if not. At most every kAccessCacheFor, since blocked job
+  // barriers poll this every 10 ms.
+  const JobInfo info = Describe(job);
+  if (info.state == JobState::kEnded) {
+    return FailedPreconditionError("job " + Str(job.job_id) + " has ended: " + info.end_reason);
+  }
+  std::lock_guard<std::mutex> lock(jobs_mu_);
+  job.live_until = std::chrono::steady_clock::now() + kAccessCacheFor;
   return OkStatus();
 }
 
-void RemoteSwitches::AdoptShardedJobs() {
+void RemoteSwitches::Adopt() {
   std::map<uint64_t, std::vector<std::pair<size_t, uint32_t>>> groups;  // shard -> (switch, id)
   std::map<uint64_t, bool> broken;
   constexpr auto kMissing = std::make_pair(SIZE_MAX, uint32_t{0});
@@ -345,36 +330,39 @@ void RemoteSwitches::AdoptShardedJobs() {
     auto list = switches_[i].jobs->ListJobs();
     if (!list.ok()) continue;
     for (const JobInfo& j : list->jobs) {
-      const JobSpec& s = j.spec;
-      if (j.state == JobState::kEnded || s.num_shards < 2 || s.shard_group == 0) continue;
-      auto& g = groups[s.shard_group];
-      if (g.empty()) g.assign(s.num_shards, kMissing);
-      if (g.size() != s.num_shards || s.shard >= g.size() || g[s.shard] != kMissing) {
-        broken[s.shard_group] = true;  // inconsistent: leave it alone
+      const control::ShardAssignment& a = j.assignment;
+      if (j.state == JobState::kEnded || a.shard_group == 0 || a.num_shards < 1) continue;
+      auto& g = groups[a.shard_group];
+      if (g.empty()) g.assign(a.num_shards, kMissing);
+      if (g.size() != a.num_shards || a.shard >= g.size() || g[a.shard] != kMissing) {
+        broken[a.shard_group] = true;  // inconsistent: leave it alone
         continue;
       }
-      g[s.shard] = {i, j.job_id};
+      g[a.shard] = {i, j.job_id};
     }
   }
-  std::lock_guard<std::mutex> lock(sharded_mu_);
+  std::lock_guard<std::mutex> lock(jobs_mu_);
   for (const auto& [group, shards] : groups) {
     if (broken.count(group) != 0 ||
         std::find(shards.begin(), shards.end(), kMissing) != shards.end()) {
       continue;
     }
-    auto job = std::make_shared<ShardedJob>();
+    auto job = std::make_shared<Job>();
     job->shards = shards;
     job->job_id = GlobalId(shards[0].first, shards[0].second);
-    sharded_[job->job_id] = job;
+    jobs_[job->job_id] = job;
   }
 }
 
-StatusOr<JobInfo> RemoteSwitches::CreateShardedJob(const JobSpec& spec) {
+StatusOr<JobInfo> RemoteSwitches::Place(const JobSpec& spec) {
   const uint32_t k = spec.switches;
-  if (k == 0 || k > control::JobLayout::kMaxShards || k > spec.num_slots) {
-    return InvalidArgumentError(
-        "switches must be in [1, " + Str(std::min(control::JobLayout::kMaxShards, spec.num_slots)) +
-        "] (at most one per slot of the job), got " + Str(k));
+  // (num_slots 0: the switch names that field.)
+  const uint32_t max_k = spec.num_slots == 0
+                             ? control::JobLayout::kMaxShards
+                             : std::min(control::JobLayout::kMaxShards, spec.num_slots);
+  if (k == 0 || k > max_k) {
+    return InvalidArgumentError("switches must be in [1, " + Str(max_k) +
+                                "] (at most one per slot of the job), got " + Str(k));
   }
   if (k > switches_.size()) {
     return InvalidArgumentError("switches=" + Str(k) + " but this controller drives " +
@@ -382,34 +370,41 @@ StatusOr<JobInfo> RemoteSwitches::CreateShardedJob(const JobSpec& spec) {
   }
   // The K reachable switches with the largest free ranges (ties: the first), each of which
   // must hold its shard's share of the job's slots (control::JobLayout::ShardSlots; shard 0's
-  // is the largest).
+  // is the largest). An unreachable switch gets no new jobs.
   const uint32_t share = control::JobLayout::ShardSlots(spec.num_slots, 0, k).count;
   Status first_error;
   std::vector<std::pair<uint32_t, size_t>> candidates = ByFreeRange(&first_error);
+  if (candidates.empty()) {
+    return first_error.WithContext("no switch reachable (" + Str(switches_.size()) +
+                                   " configured)");
+  }
   std::erase_if(candidates, [&](const auto& c) { return c.first < share; });
   if (candidates.size() < k) {
-    const std::string msg = "switches=" + Str(k) + ": only " + Str(candidates.size()) + " of the " +
-                            Str(switches_.size()) + " switches are reachable with " +
-                            Str(share) + " free slots in one range (a shard's share of " +
-                            Str(spec.num_slots) + ")";
+    const std::string msg =
+        "switches=" + Str(k) + ": only " + Str(candidates.size()) + " of the " +
+        Str(switches_.size()) + " switches are reachable with " + Str(share) +
+        " free slots in one range (" +
+        (k == 1 ? std::string("the job's slots") : "a shard's share of " + Str(spec.num_slots)) +
+        ")";
     if (!first_error.ok()) return first_error.WithContext(msg);
     return ResourceExhaustedError(msg + "; delete a job or ask for fewer slots or switches");
   }
-  auto job = std::make_shared<ShardedJob>();
+  auto job = std::make_shared<Job>();
   job->token = spec.token.empty() ? control::RandomToken() : spec.token;
   JobSpec remote = spec;
-  remote.switches = 1;
-  remote.num_shards = k;
   remote.token = job->token;
-  do {
-    remote.shard_group = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
-  } while (remote.shard_group == 0);
+  // Our JobService already applied its default: 0 here means "none"
+  // (control/switch_control.h), which the switch's JobService must not read as "its default".
   if (remote.idle_timeout.count() == 0) remote.idle_timeout = JobClient::kNoIdleTimeout;
+  control::ShardAssignment assignment{.num_shards = k};
+  do {
+    assignment.shard_group = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+  } while (assignment.shard_group == 0);
   JobInfo first;
   for (uint32_t shard = 0; shard < k; ++shard) {
     const size_t index = candidates[shard].second;
-    remote.shard = shard;
-    StatusOr<JobInfo> created = switches_[index].jobs->CreateJob(remote);
+    assignment.shard = shard;
+    StatusOr<JobInfo> created = switches_[index].jobs->CreateJobShard(remote, assignment);
     Status error = created.ok() ? OkStatus() : SwitchError(switches_[index], created.status());
     if (error.ok() && created->job_id >> kLocalIdBits) {
       error = InternalError("switch " + Str(index) + " returned job id " + Str(created->job_id) +
@@ -417,27 +412,26 @@ StatusOr<JobInfo> RemoteSwitches::CreateShardedJob(const JobSpec& spec) {
     }
     if (!error.ok()) {
       for (const auto& [i, local] : job->shards) (void)switches_[i].jobs->DeleteJob(local, job->token);
-      return error.WithContext("creating shard " + Str(shard) + " of " + Str(k));
+      return k == 1 ? error : error.WithContext("creating shard " + Str(shard) + " of " + Str(k));
     }
     job->shards.push_back({index, created->job_id});
     if (shard == 0) first = std::move(*created);
   }
   job->job_id = GlobalId(job->shards[0].first, job->shards[0].second);
   {
-    std::lock_guard<std::mutex> lock(sharded_mu_);
-    sharded_[job->job_id] = job;
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    jobs_[job->job_id] = job;
   }
   first.job_id = job->job_id;
-  first.spec.switches = k;
-  first.spec.shard = 0;
+  first.assignment.shard = 0;
+  first.held_slots = control::SlotRange{0, first.spec.num_slots};  // all shards together
   first.token = job->token;
   return first;
 }
 
-StatusOr<JobWorkerGrant> RemoteSwitches::RegisterSharded(ShardedJob& job,
-                                                         const JobRegistration& reg) {
+StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistration& reg) {
   const size_t k = job.shards.size();
-  if (reg.worker.udp_ports.empty()) {
+  if (k > 1 && reg.worker.udp_ports.empty()) {
     return InvalidArgumentError("job " + Str(job.job_id) + " is served by " + Str(k) +
                                 " switches: its workers must register a UDP port per worker "
                                 "thread (reference-mode workers cannot join it)");
@@ -449,9 +443,9 @@ StatusOr<JobWorkerGrant> RemoteSwitches::RegisterSharded(ShardedJob& job,
     JobRegistration local = reg;
     local.job_id = local_id;
     StatusOr<JobWorkerGrant> reply = switches_[index].jobs->RegisterWorker(local);
-    if (!reply.ok()) {
-      return SwitchError(switches_[index], reply.status()).WithContext(ShardName(job, shard));
-    }
+    if (!reply.ok()) return reply.status().WithContext(ShardName(job, shard));
+    // A switch listening on every interface reports 0.0.0.0; workers must not read that as
+    // "where the controller is" (we are not on the switch's host): use the switch's address.
     if (reply->switch_info.ipv4 == 0) reply->switch_info.ipv4 = HostIpv4(switches_[index].address);
     grants.push_back(std::move(*reply));
   }
@@ -470,23 +464,21 @@ StatusOr<JobWorkerGrant> RemoteSwitches::RegisterSharded(ShardedJob& job,
   return grant;
 }
 
-void RemoteSwitches::EndSharded(ShardedJob& job, const std::string& reason) const {
+void RemoteSwitches::End(Job& job, const std::string& reason) const {
   std::string token;
   {
-    std::lock_guard<std::mutex> lock(sharded_mu_);
+    std::lock_guard<std::mutex> lock(jobs_mu_);
     if (!job.end_reason.empty()) return;
     token = job.token;
     job.end_reason = reason;
     job.ended_seq = ++ended_seq_;
-    // Keep the newest kMaxEndedShardedJobs ended jobs.
+    // Keep the newest kMaxEndedJobs ended jobs.
     std::vector<std::pair<uint64_t, uint32_t>> ended;
-    for (const auto& [id, j] : sharded_) {
+    for (const auto& [id, j] : jobs_) {
       if (!j->end_reason.empty()) ended.push_back({j->ended_seq, id});
     }
     std::sort(ended.begin(), ended.end());
-    for (size_t i = 0; i + kMaxEndedShardedJobs < ended.size(); ++i) {
-      sharded_.erase(ended[i].second);
-    }
+    for (size_t i = 0; i + kMaxEndedJobs < ended.size(); ++i) jobs_.erase(ended[i].second);
   }
   // Without the token (a job found again after a restart that no call has presented it for)
   // the shards cannot be deleted: they end by their idle timeout.
@@ -496,57 +488,53 @@ void RemoteSwitches::EndSharded(ShardedJob& job, const std::string& reason) cons
   }
 }
 
-StatusOr<JobInfo> RemoteSwitches::GetSharded(ShardedJob& job) const {
+JobInfo RemoteSwitches::Describe(Job& job) const {
   const size_t k = job.shards.size();
-  std::vector<JobInfo> infos;
+  std::optional<JobInfo> merged;
   std::string lost;
-  {
-    std::lock_guard<std::mutex> lock(sharded_mu_);
-    lost = job.end_reason;
-  }
-  for (size_t shard = 0; shard < k && lost.empty(); ++shard) {
+  for (size_t shard = 0; shard < k; ++shard) {
     const auto& [index, local_id] = job.shards[shard];
     StatusOr<JobInfo> info = switches_[index].jobs->GetJob(local_id);
     if (!info.ok()) {
-      lost = ShardName(job, shard) + (info.status().code() == StatusCode::kNotFound
-                                          ? " no longer knows the job (restarted?): "
-                                          : " is unreachable: ") +
-             info.status().message();
-    } else if (info->state == JobState::kEnded) {
-      lost = ShardName(job, shard) + " ended: " + info->end_reason;
-    } else {
-      infos.push_back(std::move(*info));
+      if (lost.empty()) {
+        lost = ShardName(job, shard) + (info.status().code() == StatusCode::kNotFound
+                                            ? " no longer knows the job (restarted?): "
+                                            : " is unreachable: ") +
+               info.status().message();
+      }
+      continue;
     }
-  }
-  JobInfo merged;
-  if (!lost.empty()) {
-    EndSharded(job, lost);
-    merged.job_id = job.job_id;
-    merged.state = JobState::kEnded;
-    std::lock_guard<std::mutex> lock(sharded_mu_);
-    merged.end_reason = job.end_reason;
-    merged.spec.switches = uint32_t(k);
-    merged.spec.num_shards = uint32_t(k);
-    return merged;
-  }
-  merged = infos[0];
-  merged.job_id = job.job_id;
-  merged.spec.switches = uint32_t(k);
-  merged.spec.shard = 0;
-  merged.held_slots = control::SlotRange{0, merged.spec.num_slots};  // all shards together
-  for (size_t shard = 1; shard < k; ++shard) {
-    const JobInfo& j = infos[shard];
-    if (j.state != JobState::kRunning) merged.state = j.state;
-    merged.num_registered = std::min(merged.num_registered, j.num_registered);
-    merged.counters += j.counters;
-    merged.idle_for = std::min(merged.idle_for, j.idle_for);
-    for (JobWorkerInfo& w : merged.workers) {
+    if (info->state == JobState::kEnded && lost.empty()) {
+      lost = ShardName(job, shard) + " ended: " + info->end_reason;
+    }
+    if (!merged) {
+      merged = std::move(*info);
+      continue;
+    }
+    const JobInfo& j = *info;
+    if (j.state != JobState::kRunning) merged->state = j.state;
+    merged->num_registered = std::min(merged->num_registered, j.num_registered);
+    merged->counters += j.counters;
+    merged->idle_for = std::min(merged->idle_for, j.idle_for);
+    for (JobWorkerInfo& w : merged->workers) {
       for (const JobWorkerInfo& o : j.workers) {
         if (o.rank == w.rank) w.received += o.received;
       }
     }
   }
-  return merged;
+  if (!lost.empty()) End(job, lost);
+  if (!merged) merged.emplace();  // no shard answered: what this controller knows
+  merged->job_id = job.job_id;
+  merged->spec.switches = uint32_t(k);
+  merged->assignment.shard = 0;
+  merged->assignment.num_shards = uint32_t(k);
+  merged->held_slots = control::SlotRange{0, merged->spec.num_slots};  // all shards together
+  std::lock_guard<std::mutex> lock(jobs_mu_);
+  if (!job.end_reason.empty()) {
+    merged->state = JobState::kEnded;
+    merged->end_reason = job.end_reason;
+  }
+  return *merged;
 }
 
 }  // namespace switchml::controller

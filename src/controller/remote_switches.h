@@ -8,47 +8,67 @@
 //   auto sw = RemoteSwitches::Connect({"10.0.0.10:50099", "10.0.0.11:50099"}, 5s, token);
 //   auto server = ControllerServer::Start(opts, sw->get());
 //
-// Jobs: CreateJob places a job on the switch with the largest free slot range (first on
-// ties); the controller's job id is (switch index << 24) | the switch's own job id, so every
-// later call (RegisterWorker, GetJob, DeleteJob, InspectSlots) is routed to that switch
-// without state here, and RegisterWorker's answer carries that switch's data address. Tokens
-// are checked by the switch. A token the operator chooses must be unique among the live jobs
-// of every reachable switch (each switch refuses a duplicate among its own jobs; CreateJob
-// asks the others, one GetJob with the token per live job, so choosing a token costs one RPC
-// per live job): ALREADY_EXISTS, not saying which job holds it. Creates are serialized. Job-scoped Barrier/Broadcast are served by this controller.
-// Jobs on several switches (JobSpec::switches = K > 1; docs/design.md "Shards on several
-// switches"): CreateJob creates the job on the K reachable switches with the largest free
-// ranges, switch i of them as shard i of K with one token (the operator's, or one generated
-// here), and keeps the shard list here; the job's id is its shard 0's. RegisterWorker
-// registers the worker on every shard in shard order (one registration at a time per job, so
-// every shard sees the same order and the same first registration) and answers with each
-// worker thread's shard, address and port (thread t goes to shard t * K / threads). GetJob and
-// ListJobs merge the shards (counters summed; running when every shard is). A shard that is
-// unreachable or whose job ended ends the job: the first GetJob (or ListJobs, or the job
-// service's periodic sweep) that sees it deletes the job on the other shards and reports it
-// ended with a reason naming the shard; workers meanwhile fail by their job timeout with an
-// error naming the shard. Every shard keeps the job's shard group (a random id), so a
-// controller that restarts finds its sharded jobs again at Connect (the complete groups among
-// the switches' live jobs); it learns such a job's token from the first call that presents the
-// right one (checked by shard 0), and until then cannot delete the other shards of a job whose
-// shard is lost (they end by their idle timeout). A registration that fails on shard i > 0
-// stays on shards < i (the rank cannot register again; the job is lost).
+// Jobs (docs/design.md "Shards on several switches"): every job this controller creates is a
+// set of K >= 1 shards (JobSpec::switches = K, 1 by default), and one code path creates,
+// registers into, shows, lists, inspects, deletes and finds again each of them, whatever K:
 //
-// Job 0 (the reference single-job session: UdpSession) is the first switch's job 0: its
+// - CreateJob places the job on the K reachable switches with the largest free ranges (ties:
+//   the first index), each of which must have room for its shard's share of the job's slots
+//   (control::JobLayout::ShardSlots; with K = 1 all of them). Switch i of them becomes shard i
+//   of K (control::ShardAssignment, sent with CreateJobShard) with one token (the operator's,
+//   or one generated here) and one random shard group; the controller keeps the shard list. The
+//   job's id is (switch index << 24) | its shard 0's own job id.
+// - A token the operator chooses must be unique among the live jobs of every reachable switch
+//   (each switch refuses a duplicate among its own jobs; CreateJob asks the others, one GetJob
+//   with the token per live job): ALREADY_EXISTS, not saying which job holds it. Creates are
+//   serialized.
+// - RegisterWorker registers the worker on every shard in shard order (one registration at a
+//   time per job, so every shard sees the same order and the same first registration) and
+//   answers with each worker thread's shard, address and port (thread t goes to shard
+//   t * K / threads; with K = 1 the switch's own answer, its address filled in). Workers of the
+//   reference protocol (no per-thread ports) can join only a job of one switch. A registration
+//   that fails on shard i > 0 stays on shards < i (the rank cannot register again; the job is
+//   lost).
+// - GetJob and ListJobs merge the shards (counters summed; running when every shard is).
+// - A shard that is unreachable, no longer knows the job (its switch restarted) or whose job
+//   ended ends the job: the first GetJob, ListJobs or access check (CheckJobAccess asks the
+//   shards at most every 200 ms per job; the JobService's barrier watch and sweep call it) that
+//   sees it deletes the job on the other shards and reports it ended with a reason naming the
+//   shard and its switch; workers meanwhile fail by their job timeout naming the shard.
+//   DeleteJob ends it on every shard.
+// - Every shard keeps the job's shard group, so a controller that restarts finds its jobs
+//   again at Connect (the complete groups among the switches' live jobs, K = 1 included). It
+//   learns such a job's token from the first call that presents the right one (checked by
+//   shard 0), and until then cannot delete the other shards of a job whose shard is lost (they
+//   end by their idle timeout).
+//
+// Jobs this controller did not create (created on a switch directly, or whose shard group is
+// incomplete at Connect) are still visible and usable through it, statelessly: the controller
+// id (switch index << 24) | the switch's job id routes GetJob, RegisterWorker, DeleteJob,
+// InspectSlots and access checks to that switch, which checks the token; ListJobs lists them
+// as the switch does.
+//
+// Job-scoped Barrier/Broadcast are served by this controller (job_service.h).
+//
+// Job 0 (the reference single-job session: UdpSession) is the first switch's job 0, never a
+// job of several shards (control::ShardAssignment says why): its
 // registrations are forwarded to that switch's Session service. Registrations are
 // forwarded with every field, so the switch checks that the workers agree (num_workers and the
 // agreed parameters of WorkerRegistration); its FAILED_PRECONDITION comes back prefixed with
 // the switch, and this controller's Session/JobService fail the barriers of that session or
 // job with it as the switch's embedded controller would (session_service.h, job_service.h).
 //
-// Calls to a switch fail fast (Unavailable, prefixed "switch <i> (<address>)") while it is
-// down instead of waiting for it, so one switch that is down stalls nothing else: ListJobs
-// leaves it out (CounterValues reports switch<i>.reachable = 0), CreateJob places jobs on
-// the reachable ones. A switch that comes back is used again within about a second.
+// Calls to a switch fail fast (Unavailable, prefixed "switch <i> (<address>)", or "shard s of
+// K (switch <i> at <address>)" for a job of this controller) while it is down instead of
+// waiting for it, so one switch that is down stalls nothing else: ListJobs leaves it out
+// (CounterValues reports switch<i>.reachable = 0), CreateJob places jobs on the reachable
+// ones, and a job of this controller with a shard there ends when first noticed (above). A
+// switch that comes back is used again within about a second.
 //
 // Credentials: every call to a switch carries `operator_token`, the switches' operator
 // credential (operator_auth.h); Connect checks it with one ListJobs per switch. Workers'
-// job tokens are passed through unchanged and checked by the switch. The idle timeout is
+// job tokens are checked here for the jobs of this controller (by shard 0 until learned) and
+// by the switch for the others. The idle timeout is
 // settled by this controller's JobService (its default applies), so CreateJob always sends
 // the switch an explicit timeout or none.
 //
@@ -96,6 +116,8 @@ class RemoteSwitches final : public SwitchControl {
 
   // Most (job, token) pairs whose positive access check is cached (CheckJobAccess).
   static constexpr size_t kMaxAccessCache = 1024;
+  // How long a positive access check is trusted (CheckJobAccess).
+  static constexpr std::chrono::milliseconds kAccessCacheFor{200};
 
   // Connects to every switch's controller address and checks the operator credential there.
   // Errors: InvalidArgument (no address, more than kMaxSwitches, empty operator_token),
@@ -107,7 +129,8 @@ class RemoteSwitches final : public SwitchControl {
 
   // SwitchControl (routing as described above). RegisterJobWorker for job 0 is a UdpSession
   // to the first switch; its grant carries that switch's reply (an ipv4 of 0 replaced by the
-  // switch's host address).
+  // switch's host address). CreateJobShard is SwitchControl's refusal: this controller makes
+  // shard assignments and holds none, so a request carrying one is refused naming the field.
   StatusOr<JobInfo> CreateJob(const JobSpec& spec) override;
   Status DeleteJob(uint32_t job_id, const std::string& token) override;
   StatusOr<JobWorkerGrant> RegisterJobWorker(const JobRegistration& reg) override;
@@ -118,14 +141,16 @@ class RemoteSwitches final : public SwitchControl {
   // "switch<i>.<name>" for every switch's counters, and "switch<i>.reachable" (1, or 0 when
   // the switch did not answer; its other counters are then missing).
   std::vector<std::pair<std::string, uint64_t>> CounterValues() const override;
-  // Asks the switch (GetJob with the token); a positive answer is cached for 200 ms (at most
-  // kMaxAccessCache of them), since blocked job barriers poll this every 10 ms.
+  // A job of this controller: CheckAccess below. Another job: asks its switch (GetJob with the
+  // token); a positive answer is cached for 200 ms (at most kMaxAccessCache of them), since
+  // blocked job barriers poll this every 10 ms.
   Status CheckJobAccess(uint32_t job_id, const std::string& token) const override;
 
   size_t num_switches() const { return switches_.size(); }
 
-  // Ended sharded jobs kept so that GetJob can say why (oldest forgotten first).
-  static constexpr size_t kMaxEndedShardedJobs = 32;
+  // Ended jobs of this controller kept so that GetJob can say why (oldest forgotten first; a
+  // forgotten one is shown as its switches show it).
+  static constexpr size_t kMaxEndedJobs = 32;
 
  private:
   struct Switch {
@@ -133,37 +158,44 @@ class RemoteSwitches final : public SwitchControl {
     std::unique_ptr<JobClient> jobs;
     std::unique_ptr<SessionClient> session;
   };
-  struct ShardedJob {
+  // A job this controller placed (or found again at Connect): K >= 1 shards.
+  struct Job {
     uint32_t job_id = 0;
     std::vector<std::pair<size_t, uint32_t>> shards;  // (switch index, its job id), by shard
-    // Guarded by sharded_mu_: empty for a job found again after a restart until a call
-    // presents the right token (CheckShardedAccess).
+    // Guarded by jobs_mu_: empty for a job found again after a restart until a call presents
+    // the right token (CheckAccess).
     std::string token;
     std::mutex register_mu;  // one registration at a time, on every shard in order
-    // Guarded by sharded_mu_: set once the job ended (deleted, or a shard lost).
+    // Guarded by jobs_mu_: set once the job ended (deleted, or a shard lost).
     std::string end_reason;
     uint64_t ended_seq = 0;
+    // Guarded by jobs_mu_: until when CheckAccess trusts the shards' last answer (Probe).
+    std::chrono::steady_clock::time_point live_until;
   };
   // The reachable switches as (largest free range, index), largest first (ties: the first
   // index); *first_error gets the first unreachable switch's error.
   std::vector<std::pair<uint32_t, size_t>> ByFreeRange(Status* first_error) const;
-  std::shared_ptr<ShardedJob> FindSharded(uint32_t job_id) const;
-  // Connect: the sharded jobs whose every shard is live on the switches (grouped by
-  // JobSpec::shard_group), e.g. after this controller restarted.
-  void AdoptShardedJobs();
-  // PermissionDenied (token differs), FailedPrecondition (ended, saying why).
-  // A job found again after a restart learns its token here (shard 0 checks it).
-  Status CheckShardedAccess(ShardedJob& job, const std::string& token) const;
-  StatusOr<JobInfo> CreateShardedJob(const JobSpec& spec);
+  // The job of this controller with `job_id`, or null (a job it did not create: Route).
+  std::shared_ptr<Job> Find(uint32_t job_id) const;
+  // Connect: the jobs whose every shard is live on the switches (grouped by
+  // ShardAssignment::shard_group), e.g. after this controller restarted.
+  void Adopt();
+  // Places a new job (CreateJob after the token check).
+  StatusOr<JobInfo> Place(const JobSpec& spec);
   // AlreadyExists if a live job on any reachable switch has `token` (not saying which).
   Status CheckTokenUnused(const std::string& token) const;
-  StatusOr<JobWorkerGrant> RegisterSharded(ShardedJob& job, const JobRegistration& reg);
-  StatusOr<JobInfo> GetSharded(ShardedJob& job) const;
+  // PermissionDenied (token differs), FailedPrecondition (ended, saying why: also when asking
+  // the shards, at most every 200 ms, finds one lost). A job found again after a restart
+  // learns its token here (shard 0 checks it).
+  Status CheckAccess(Job& job, const std::string& token) const;
+  StatusOr<JobWorkerGrant> Register(Job& job, const JobRegistration& reg);
+  // The merged view; ends the job if a shard is lost (unreachable, unknown, ended).
+  JobInfo Describe(Job& job) const;
   // Marks the job ended with `reason` (unless it already is) and deletes it on every shard
   // (errors ignored: a shard that is down or already ended it has nothing to free).
-  void EndSharded(ShardedJob& job, const std::string& reason) const;
+  void End(Job& job, const std::string& reason) const;
   // "shard i of K (switch j at ADDRESS)".
-  std::string ShardName(const ShardedJob& job, size_t shard) const;
+  std::string ShardName(const Job& job, size_t shard) const;
   RemoteSwitches() = default;
   // The switch and its local id for a controller job id; NotFound if it names no switch.
   StatusOr<std::pair<Switch*, uint32_t>> Route(uint32_t job_id) const;
@@ -183,10 +215,11 @@ class RemoteSwitches final : public SwitchControl {
     std::string token;
     std::chrono::steady_clock::time_point until;
   };
+  // Access checks of jobs this controller did not create (Route).
   mutable std::vector<AccessCache> access_cache_;  // guarded by cache_mu_
-  mutable std::mutex sharded_mu_;
-  mutable std::map<uint32_t, std::shared_ptr<ShardedJob>> sharded_;  // guarded by sharded_mu_
-  mutable uint64_t ended_seq_ = 0;                           // guarded by sharded_mu_
+  mutable std::mutex jobs_mu_;
+  mutable std::map<uint32_t, std::shared_ptr<Job>> jobs_;  // guarded by jobs_mu_
+  mutable uint64_t ended_seq_ = 0;                         // guarded by jobs_mu_
 };
 
 }  // namespace switchml::controller

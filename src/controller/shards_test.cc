@@ -63,10 +63,10 @@ TEST(ShardSlotsTest, EachShardOwnsItsThreadsSlotsAndNoOthers) {
           spec.num_workers = 1;
           spec.num_slots = job_slots;
           spec.elements_per_packet = 64;
-          spec.shard = shard;
-          spec.num_shards = k;
+          spec.switches = k;
           uint32_t id = 0;
-          auto t1 = JobTable::Create(*t0, spec, "token-0123456789", TimePoint{}, &id);
+          auto t1 = JobTable::Create(*t0, spec, {.shard = shard, .num_shards = k, .shard_group = 7},
+                                     "token-0123456789", TimePoint{}, &id);
           ASSERT_TRUE(t1.ok()) << t1.status();
           used_by_shards += pool - (*t1)->free_slots();
           control::JobRegistration reg;
@@ -126,16 +126,29 @@ TEST(ShardSlotsTest, ASwitchRefusesToPlaceAJobOnSeveralSwitchesItself) {
   spec.elements_per_packet = 64;
   spec.switches = 2;
   uint32_t id = 0;
-  auto t1 = JobTable::Create(*t0, spec, "token-0123456789", TimePoint{}, &id);
+  auto t1 = JobTable::Create(*t0, spec, {}, "token-0123456789", TimePoint{}, &id);
   ASSERT_FALSE(t1.ok());
   EXPECT_EQ(t1.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(t1.status().message(), HasSubstr("standalone controller"));
-  spec.switches = 1;
-  spec.shard = 2;
-  spec.num_shards = 2;
-  t1 = JobTable::Create(*t0, spec, "token-0123456789", TimePoint{}, &id);
+  // An assignment out of range, or one that disagrees with the request's switches.
+  t1 = JobTable::Create(*t0, spec, {.shard = 2, .num_shards = 2, .shard_group = 7},
+                        "token-0123456789", TimePoint{}, &id);
   ASSERT_FALSE(t1.ok());
   EXPECT_THAT(t1.status().message(), HasSubstr("shard 2 of num_shards 2"));
+  spec.switches = 3;
+  t1 = JobTable::Create(*t0, spec, {.shard = 1, .num_shards = 2, .shard_group = 7},
+                        "token-0123456789", TimePoint{}, &id);
+  ASSERT_FALSE(t1.ok());
+  EXPECT_EQ(t1.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(t1.status().message(), HasSubstr("switches=3 but this switch is shard 1 of num_shards 2"));
+  // A shard is listed with its assignment (what a restarted controller finds its jobs by).
+  spec.switches = 2;
+  t1 = JobTable::Create(*t0, spec, {.shard = 1, .num_shards = 2, .shard_group = 7},
+                        "token-0123456789", TimePoint{}, &id);
+  ASSERT_TRUE(t1.ok()) << t1.status();
+  const JobInfo info = (*t1)->Describe(*(*t1)->FindJob(id), TimePoint{});
+  EXPECT_EQ(info.assignment, (control::ShardAssignment{.shard = 1, .num_shards = 2, .shard_group = 7}));
+  EXPECT_EQ(info.held_slots.count, 4u);  // its share of the job's 8
 }
 
 // Switches with their embedded controllers, and a standalone controller driving them all.
@@ -391,27 +404,174 @@ TEST_F(ShardsTest, ARestartedControllerFindsItsShardedJobsAgain) {
   EXPECT_EQ(ended->state, JobState::kEnded);
 }
 
+// One model for every K: a job of one switch created through the controller is found again by
+// a restarted controller exactly like a job of two (same id, its token learned from the first
+// call that presents it), its workers register through the new controller and get exact
+// results, and deleting it ends it on its switch. A job created on a switch directly stays
+// visible and usable through the controller, as the switch shows it, and is never adopted.
+TEST_F(ShardsTest, AJobOfOneSwitchSurvivesAControllerRestartLikeAJobOfTwo) {
+  StartSwitches({1, 2});
+  auto one = CreateJob(2, 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  auto two = CreateJob(2, 2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(one->spec.switches, 1u);
+  EXPECT_EQ(one->assignment.num_shards, 1u);
+  EXPECT_NE(one->assignment.shard_group, 0u);
+  const size_t one_switch = one->job_id >> RemoteSwitches::kLocalIdBits;
+  ASSERT_LT(one_switch, 2u);
+  // Its switch lists it as shard 0 of 1 of a group, like each shard of the other job.
+  const control::JobList on_switch = switches_[one_switch]->ListJobs();
+  bool listed = false;
+  for (const JobInfo& j : on_switch.jobs) {
+    if (j.assignment.shard_group == one->assignment.shard_group) {
+      listed = true;
+      EXPECT_EQ(j.assignment, one->assignment);
+    }
+  }
+  EXPECT_TRUE(listed);
+  // A job created on switch 1 directly (no shard group).
+  auto direct = JobClient::Connect("127.0.0.1:" + std::to_string(controllers_[1]->port()), 3s);
+  ASSERT_TRUE(direct.ok());
+  (*direct)->set_operator_token(kOperatorToken);
+  JobSpec spec;
+  spec.num_workers = 2;
+  spec.num_slots = 4;
+  spec.elements_per_packet = 64;
+  auto own = (*direct)->CreateJob(spec);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(own->assignment, control::ShardAssignment{});
+  const uint32_t own_id = (uint32_t{1} << RemoteSwitches::kLocalIdBits) | own->job_id;
+
+  StartStandalone();  // a new controller on the same switches
+
+  for (const JobInfo* job : {&*one, &*two}) {
+    const uint32_t k = job->spec.switches;
+    auto info = Jobs()->GetJob(job->job_id);
+    ASSERT_TRUE(info.ok()) << "K=" << k << ": " << info.status();
+    EXPECT_EQ(info->spec.switches, k);
+    EXPECT_EQ(info->assignment.num_shards, k);
+    EXPECT_EQ(info->assignment.shard_group, job->assignment.shard_group) << "K=" << k;
+    EXPECT_EQ(info->spec.num_slots, kJobSlots) << "K=" << k;
+    EXPECT_EQ(info->state, JobState::kWaitingForWorkers) << "K=" << k;
+    // The token is checked by shard 0 until learned.
+    EXPECT_EQ(Jobs()->GetJob(job->job_id, "wrong-token-123").status().code(),
+              StatusCode::kPermissionDenied) << "K=" << k;
+    EXPECT_EQ(Jobs()->DeleteJob(job->job_id, "wrong-token-123").code(),
+              StatusCode::kPermissionDenied) << "K=" << k;
+  }
+  auto list = Jobs()->ListJobs();
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->jobs.size(), 3u);  // each adopted job once, and the switch's own job
+  bool own_listed = false;
+  for (const JobInfo& j : list->jobs) {
+    if (j.job_id == own_id) {
+      own_listed = true;
+      EXPECT_EQ(j.assignment, control::ShardAssignment{});
+      EXPECT_EQ(j.spec.num_slots, 4u);
+    }
+  }
+  EXPECT_TRUE(own_listed);
+  auto own_info = Jobs()->GetJob(own_id);
+  ASSERT_TRUE(own_info.ok()) << own_info.status();
+  EXPECT_EQ(own_info->spec.num_slots, 4u);
+  EXPECT_EQ(own_info->state, JobState::kWaitingForWorkers);
+
+  // Workers register through the restarted controller (which learns the tokens) and run.
+  for (const JobInfo* job : {&*one, &*two}) {
+    auto ctx = Join(*job, 2);
+    ASSERT_EQ(ctx.size(), 2u) << "K=" << job->spec.switches;
+    for (const Status& s : AllReduce(ctx, 3000, job->spec.switches)) {
+      EXPECT_TRUE(s.ok()) << "K=" << job->spec.switches << ": " << s;
+    }
+    auto info = Jobs()->GetJob(job->job_id, job->token);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->state, JobState::kRunning);
+    EXPECT_EQ(info->num_registered, 2u);
+  }
+  // Deleting either ends it on its switches: their slots are free again, only the switch's own
+  // job holds any.
+  for (const JobInfo* job : {&*one, &*two}) {
+    ASSERT_TRUE(Jobs()->DeleteJob(job->job_id, job->token).ok()) << "K=" << job->spec.switches;
+    auto ended = Jobs()->GetJob(job->job_id);
+    ASSERT_TRUE(ended.ok()) << ended.status();
+    EXPECT_EQ(ended->state, JobState::kEnded);
+    EXPECT_EQ(ended->end_reason, "deleted through the controller");
+    EXPECT_EQ(Jobs()->DeleteJob(job->job_id, job->token).code(), StatusCode::kFailedPrecondition);
+  }
+  EXPECT_EQ(switches_[0]->ListJobs().free_slots, kPool);
+  EXPECT_EQ(switches_[1]->ListJobs().free_slots, kPool - 4);
+  for (auto& sw : switches_) {
+    for (const JobInfo& j : sw->ListJobs().jobs) {
+      if (j.assignment.shard_group != 0) {
+        EXPECT_EQ(j.state, JobState::kEnded) << j.job_id;
+      }
+    }
+  }
+  // The switch's own job is deleted through the controller by its switch.
+  EXPECT_EQ(Jobs()->DeleteJob(own_id, "wrong-token-123").code(), StatusCode::kPermissionDenied);
+  ASSERT_TRUE(Jobs()->DeleteJob(own_id, own->token).ok());
+  EXPECT_EQ(switches_[1]->ListJobs().free_slots, kPool);
+}
+
+// A job of one switch ends like a job of several when its switch ends it: the controller's
+// next access check (what a worker's barrier and registration go through) or GetJob reports it
+// ended naming the shard and its switch.
+TEST_F(ShardsTest, AJobOfOneSwitchEndedByItsSwitchIsReportedEndedNamingTheSwitch) {
+  StartSwitches({1});
+  auto job = CreateJob(2, 1);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto direct = JobClient::Connect("127.0.0.1:" + std::to_string(controllers_[0]->port()), 3s);
+  ASSERT_TRUE(direct.ok());
+  (*direct)->set_operator_token(kOperatorToken);
+  const uint32_t local_id = job->job_id & ((uint32_t{1} << RemoteSwitches::kLocalIdBits) - 1);
+  ASSERT_TRUE((*direct)->DeleteJob(local_id, job->token).ok());
+  // Within the access check's 200 ms trust, then for good.
+  Status access;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    access = Jobs()->GetJob(job->job_id, job->token).status();
+    if (!access.ok()) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(access.code(), StatusCode::kFailedPrecondition) << access;
+  EXPECT_THAT(access.message(), HasSubstr("has ended: shard 0 of 1 (switch 0 at 127.0.0.1:"));
+  auto info = Jobs()->GetJob(job->job_id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state, JobState::kEnded);
+  EXPECT_THAT(info->end_reason, HasSubstr("shard 0 of 1 (switch 0 at"));
+  EXPECT_EQ(info->spec.num_workers, 2u);  // the switch's record, merged
+}
+
 TEST_F(ShardsTest, BadPlacementsAreRefusedWithTheReason) {
   StartSwitches({1, 1});
   auto three = CreateJob(2, 3);
   ASSERT_FALSE(three.ok());
   EXPECT_EQ(three.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(three.status().message(), HasSubstr("switches=3 but this controller drives 2"));
-  // The controller sets the shard fields, not the operator.
+  // The controller assigns shards, not the operator: a request carrying an assignment's
+  // fields (which only the controller-to-switch path sends) is refused naming the field.
   JobSpec spec;
   spec.num_workers = 2;
   spec.num_slots = 8;
   spec.elements_per_packet = 64;
-  spec.num_shards = 2;
-  auto forged = Jobs()->CreateJob(spec);
-  ASSERT_FALSE(forged.ok());
-  EXPECT_THAT(forged.status().message(), HasSubstr("ask for switches"));
+  spec.switches = 2;
+  for (const control::ShardAssignment& a :
+       {control::ShardAssignment{.shard = 0, .num_shards = 2, .shard_group = 0},
+        control::ShardAssignment{.shard = 1, .num_shards = 1, .shard_group = 0},
+        control::ShardAssignment{.shard = 0, .num_shards = 1, .shard_group = 99}}) {
+    auto forged = Jobs()->CreateJobShard(spec, a);
+    ASSERT_FALSE(forged.ok());
+    EXPECT_EQ(forged.status().code(), StatusCode::kInvalidArgument);
+    const char* field = a.num_shards != 1 ? "num_shards" : a.shard != 0 ? "shard" : "shard_group";
+    EXPECT_THAT(forged.status().message(), HasSubstr(std::string(field) + " (shard "));
+    EXPECT_THAT(forged.status().message(), HasSubstr("ask for switches"));
+  }
+  for (auto& sw : switches_) EXPECT_EQ(sw->ListJobs().jobs.size(), 0u);  // nothing created
   // A switch's own (embedded) controller refuses switches > 1.
   auto direct = JobClient::Connect("127.0.0.1:" + std::to_string(controllers_[0]->port()), 3s);
   ASSERT_TRUE(direct.ok());
   (*direct)->set_operator_token(kOperatorToken);
-  spec.num_shards = 1;
-  spec.switches = 2;
   auto embedded = (*direct)->CreateJob(spec);
   ASSERT_FALSE(embedded.ok());
   EXPECT_THAT(embedded.status().message(), HasSubstr("standalone controller"));

@@ -52,16 +52,16 @@ Status ValidatePorts(const std::vector<uint16_t>& ports) {
 
 std::string Where(uint32_t ipv4, uint16_t port) { return FormatIpv4(ipv4) + ":" + Str(port); }
 
-// The layout a job of `spec` gets from workers registering `a`: JobLayout::Make from their
-// threads and window, JobLayout::Whole for workers that registered no threads (reference
-// clients, which cannot join a job on several switches). InvalidArgument saying what does not
-// fit.
-StatusOr<control::JobLayout> LayoutOf(const JobSpec& spec, const AgreedParams& a,
-                                      const std::string& scope) {
-  const uint32_t shards = std::max<uint32_t>(1, spec.num_shards);
+// The layout a job of `spec`, shard `shard` of a job a controller placed, gets from workers
+// registering `a`: JobLayout::Make from their threads and window, JobLayout::Whole for workers
+// that registered no threads (reference clients, which cannot join a job on several switches).
+// InvalidArgument saying what does not fit.
+StatusOr<control::JobLayout> LayoutOf(const JobSpec& spec, const control::ShardAssignment& shard,
+                                      const AgreedParams& a, const std::string& scope) {
+  const uint32_t shards = std::max<uint32_t>(1, shard.num_shards);
   if (a.num_worker_threads == 0) {
     if (shards > 1) {
-      return InvalidArgumentError(scope + " is shard " + Str(spec.shard) + " of " + Str(shards) +
+      return InvalidArgumentError(scope + " is shard " + Str(shard.shard) + " of " + Str(shards) +
                                   ": its workers must register their num_worker_threads and "
                                   "window_packets (reference-mode workers cannot join it)");
     }
@@ -209,6 +209,7 @@ uint32_t JobTable::largest_free_range() const {
 
 StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& current,
                                                            JobSpec spec,
+                                                           const control::ShardAssignment& shard,
                                                            const std::string& token,
                                                            TimePoint now, uint32_t* job_id) {
   if (spec.num_workers < 1 || spec.num_workers > current.max_workers_) {
@@ -233,18 +234,23 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
     return InvalidArgumentError("data_type must be unspecified, int32 or float32, got " +
                                 Str(uint8_t(spec.data_type)));
   }
-  if (spec.switches != 1) {
-    return InvalidArgumentError(
-        "switches=" + Str(spec.switches) + ": a switch serves a job alone (switches = 1); a job "
-        "on several switches is created through a standalone controller that drives at least "
-        "that many (switchml controller --switch HOST:PORT --switch ...)");
-  }
   const uint32_t max_shards = std::min(control::JobLayout::kMaxShards, spec.num_slots);
-  if (spec.num_shards < 1 || spec.num_shards > max_shards || spec.shard >= spec.num_shards) {
-    return InvalidArgumentError("shard " + Str(spec.shard) + " of num_shards " +
-                                Str(spec.num_shards) + ": need num_shards in [1, " +
+  if (shard.num_shards < 1 || shard.num_shards > max_shards || shard.shard >= shard.num_shards) {
+    return InvalidArgumentError("shard " + Str(shard.shard) + " of num_shards " +
+                                Str(shard.num_shards) + ": need num_shards in [1, " +
                                 Str(max_shards) + "] (at most one shard per slot) and shard < "
                                 "num_shards");
+  }
+  if (spec.switches != shard.num_shards) {
+    if (shard.num_shards == 1) {
+      return InvalidArgumentError(
+          "switches=" + Str(spec.switches) + ": a switch serves a job alone (switches = 1); a "
+          "job on several switches is created through a standalone controller that drives at "
+          "least that many (switchml controller --switch HOST:PORT --switch ...)");
+    }
+    return InvalidArgumentError("switches=" + Str(spec.switches) + " but this switch is shard " +
+                                Str(shard.shard) + " of num_shards " + Str(shard.num_shards) +
+                                ": a job's switches are its shards");
   }
   if (spec.name.size() > kMaxNameLength) {
     return InvalidArgumentError("name must have at most " + Str(kMaxNameLength) +
@@ -274,12 +280,12 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
   }
   // A shard reserves only its share of the job's slots.
   const control::SlotRange held =
-      control::JobLayout::ShardSlots(spec.num_slots, spec.shard, spec.num_shards);
+      control::JobLayout::ShardSlots(spec.num_slots, shard.shard, shard.num_shards);
   uint32_t base = 0;
   if (!current.Allocate(held.count, &base)) {
     return ResourceExhaustedError(
         "job needs " + Str(held.count) + " slots" +
-        (spec.num_shards > 1 ? " (shard " + Str(spec.shard) + "'s share of " +
+        (shard.num_shards > 1 ? " (shard " + Str(shard.shard) + "'s share of " +
                                    Str(spec.num_slots) + ")"
                              : std::string()) +
         " but the largest free range of the pool is " +
@@ -300,6 +306,7 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
   job.runtime = std::make_shared<JobRuntime>(spec.num_workers, std::move(agg), next->io_threads_);
   job.runtime->activity.last_active = now;
   job.spec = std::move(spec);
+  job.assignment = shard;
   *job_id = job.job_id;
   next->jobs_.push_back(std::move(job));
   next->Rebuild();
@@ -385,7 +392,7 @@ Status JobTable::Admit(const Job& job, const WorkerRegistration& w, const Admiss
   if (job.num_registered > 0) {
     return CheckAgreedParams(job.agreed, AgreedParams::Of(w), scope, rule.kind);
   }
-  return LayoutOf(job.spec, AgreedParams::Of(w), scope).status();
+  return LayoutOf(job.spec, job.assignment, AgreedParams::Of(w), scope).status();
 }
 
 void JobTable::Admitted(Job& j, const WorkerRegistration& w, const AdmissionRule& rule) {
@@ -557,6 +564,7 @@ JobInfo JobTable::Describe(const Job& job, TimePoint now) const {
   info.job_id = job.job_id;
   info.spec = job.spec;
   info.spec.token.clear();
+  info.assignment = job.assignment;
   info.state = job.state;
   info.slot_base = job.slot_base;
   info.held_slots = job.held;
@@ -640,7 +648,7 @@ void JobTable::ApplyLayout(Job& job) const {
   // Registration checked that the agreed parameters make a layout (LayoutOf); a job nobody
   // registered into yet gets the whole-job layout, and every slot it holds at I/O thread 0.
   StatusOr<control::JobLayout> l = control::JobLayout::Whole(job.spec.num_slots);
-  if (job.num_registered > 0) l = LayoutOf(job.spec, job.agreed, JobName(job.job_id));
+  if (job.num_registered > 0) l = LayoutOf(job.spec, job.assignment, job.agreed, JobName(job.job_id));
   job.layout = l.ok() ? *l : control::JobLayout::Whole(job.spec.num_slots);
   const uint32_t shard = job.layout.num_shards() > 1 ? job.shard() : 0;
   job.io_slot_begin.fill(job.held.end());

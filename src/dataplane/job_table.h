@@ -36,7 +36,7 @@
 //                                      /*max_elements=*/1024);
 //   auto t1 = JobTable::RegisterSessionWorker(**empty, udp_session_reg);   // job 0
 //   uint32_t id;
-//   auto t2 = JobTable::Create(**t1, spec, "token-0123456789", Clock::now(), &id);
+//   auto t2 = JobTable::Create(**t1, spec, {}, "token-0123456789", Clock::now(), &id);
 //   JobWorkerGrant grant;
 //   auto t3 = JobTable::Register(**t2, reg, &grant, now);
 //   JobTable::Sender s;
@@ -159,6 +159,9 @@ class JobTable {
   struct Job {
     uint32_t job_id = 0;  // 0 = the reference session
     JobSpec spec;         // includes the token (none for job 0)
+    // The shard of a job a standalone controller placed on several switches (the default: a
+    // job this switch serves alone; always for job 0).
+    control::ShardAssignment assignment;
     uint32_t slot_base = 0;
     JobState state = JobState::kWaitingForWorkers;
     std::vector<WorkerEntry> workers;  // [num_workers]; unregistered ranks unset
@@ -192,7 +195,7 @@ class JobTable {
       return slot >= io_slot_begin[io_thread] && slot < io_slot_begin[io_thread + 1];
     }
     // The shard of the job this switch is (0 of 1 unless a controller placed it on several).
-    uint32_t shard() const { return spec.num_shards > 1 ? spec.shard : 0; }
+    uint32_t shard() const { return assignment.num_shards > 1 ? assignment.shard : 0; }
   };
   // The result of a hot-path lookup: pointers into the table (valid while it lives).
   struct Sender {
@@ -239,8 +242,10 @@ class JobTable {
       const JobTable& current, const WorkerRegistration& reg);
 
   // Adds a service job with the next job id (returned in *job_id), spec.token = `token`
-  // unless the spec has one, its slot range the first free range that fits, and a new zeroed
-  // aggregator. `now` starts its idle clock. Errors: InvalidArgument (num_workers,
+  // unless the spec has one, its slot range the first free range that fits (a shard: its
+  // share of the job's slots, control::JobLayout::ShardSlots), and a new zeroed aggregator.
+  // `shard` is the default for a job this switch serves alone, or a standalone controller's
+  // assignment; spec.switches must equal shard.num_shards. `now` starts its idle clock. Errors: InvalidArgument (num_workers,
   // num_slots, elements_per_packet, idle_timeout, token or name out of range — the message
   // names the field and value), AlreadyExists (spec.token was given and another live job
   // has it; the message does not say which), ResourceExhausted (no free range of num_slots slots; the
@@ -248,6 +253,7 @@ class JobTable {
   // from Aggregator::Create.
   static StatusOr<std::shared_ptr<const JobTable>> Create(const JobTable& current,
                                                           JobSpec spec,
+                                                          const control::ShardAssignment& shard,
                                                           const std::string& token,
                                                           TimePoint now, uint32_t* job_id);
 

@@ -56,14 +56,14 @@ struct Tables {
                                                 /*max_elements=*/256);
   uint32_t Create(JobSpec spec, TimePoint now = kT0) {
     uint32_t id = 0;
-    auto next = JobTable::Create(*t, spec, kToken, now, &id);
+    auto next = JobTable::Create(*t, spec, {}, kToken, now, &id);
     EXPECT_TRUE(next.ok()) << next.status();
     if (next.ok()) t = *next;
     return id;
   }
   Status TryCreate(JobSpec spec) {
     uint32_t id = 0;
-    auto next = JobTable::Create(*t, spec, kToken, kT0, &id);
+    auto next = JobTable::Create(*t, spec, {}, kToken, kT0, &id);
     if (next.ok()) t = *next;
     return next.status();
   }
@@ -538,17 +538,17 @@ TEST(JobTableTest, LiveJobsAreBounded) {
                                                 /*max_workers=*/8, /*max_elements=*/256);
   uint32_t id = 0;
   for (size_t i = 0; i < JobTable::kMaxLiveJobs; ++i) {
-    auto next = JobTable::Create(*t, Spec(1, 1), kToken, kT0, &id);
+    auto next = JobTable::Create(*t, Spec(1, 1), {}, kToken, kT0, &id);
     ASSERT_TRUE(next.ok()) << i << ": " << next.status();
     t = *next;
   }
-  auto full = JobTable::Create(*t, Spec(1, 1), kToken, kT0, &id);
+  auto full = JobTable::Create(*t, Spec(1, 1), {}, kToken, kT0, &id);
   EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted);
   EXPECT_THAT(full.status().message(), HasSubstr("1024 live jobs, the most it keeps"));
   EXPECT_EQ(t->free_slots(), JobTable::kMaxLiveJobs);  // slots were not the limit
   auto ended = JobTable::End(*t, id, "deleted");
   ASSERT_TRUE(ended.ok());
-  EXPECT_TRUE(JobTable::Create(**ended, Spec(1, 1), kToken, kT0, &id).ok());
+  EXPECT_TRUE(JobTable::Create(**ended, Spec(1, 1), {}, kToken, kT0, &id).ok());
 }
 
 // A token chosen at create must be unique among live jobs: a duplicate is refused without

@@ -321,12 +321,17 @@ void SwitchServer::PublishJobs(std::shared_ptr<const JobTable> jobs) {
 }
 
 StatusOr<JobInfo> SwitchServer::CreateJob(const JobSpec& spec) {
+  return CreateJobShard(spec, control::ShardAssignment{});
+}
+
+StatusOr<JobInfo> SwitchServer::CreateJobShard(const JobSpec& spec,
+                                               const control::ShardAssignment& assignment) {
   const std::string token = spec.token.empty() ? RandomToken() : spec.token;
   std::lock_guard<std::mutex> lock(table_mu_);
   uint32_t id = 0;
   const TimePoint now = Clock::now();
   SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<const JobTable> next,
-                            JobTable::Create(*latest_jobs_, spec, token, now, &id));
+                            JobTable::Create(*latest_jobs_, spec, assignment, token, now, &id));
   PublishJobs(next);
   JobInfo info = next->Describe(*next->FindJob(id), now);
   info.token = token;

@@ -150,9 +150,13 @@ class SwitchServer final : public SwitchControl {
   uint32_t io_threads() const { return uint32_t(io_.size()); }
 
   // SwitchControl (errors as documented there and in job_table.h); callable before Start().
-  // CreateJob generates a token when the spec has none; RegisterJobWorker (job 0 = the
-  // reference session, JobTable::Register) answers with Info(), num_slots = the job's.
+  // CreateJob (a job this switch serves alone) and CreateJobShard (its share of a job a
+  // standalone controller placed) generate a token when the spec has none; RegisterJobWorker
+  // (job 0 = the reference session, JobTable::Register) answers with Info(), num_slots = the
+  // job's.
   StatusOr<JobInfo> CreateJob(const JobSpec& spec) override;
+  StatusOr<JobInfo> CreateJobShard(const JobSpec& spec,
+                                   const control::ShardAssignment& assignment) override;
   Status DeleteJob(uint32_t job_id, const std::string& token) override;
   StatusOr<JobWorkerGrant> RegisterJobWorker(
       const JobRegistration& reg) override;

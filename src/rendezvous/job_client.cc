@@ -36,9 +36,9 @@ JobInfo FromProto(const v1::JobInfo& p) {
   j.spec.idle_timeout = std::chrono::milliseconds(p.spec().idle_timeout_ms());
   j.spec.name = p.spec().name();
   j.spec.switches = std::max<uint32_t>(1, p.spec().switches());
-  j.spec.shard = p.spec().shard();
-  j.spec.num_shards = std::max<uint32_t>(1, p.spec().num_shards());
-  j.spec.shard_group = p.spec().shard_group();
+  j.assignment.shard = p.spec().shard();
+  j.assignment.num_shards = std::max<uint32_t>(1, p.spec().num_shards());
+  j.assignment.shard_group = p.spec().shard_group();
   j.state = FromProto(p.state());
   j.slot_base = p.slot_base();
   j.num_registered = p.num_registered();
@@ -114,6 +114,11 @@ void JobClient::set_wait_for_ready(bool wait) { impl_->wait_for_ready = wait; }
 void JobClient::set_operator_token(std::string token) { impl_->operator_token = std::move(token); }
 
 StatusOr<JobInfo> JobClient::CreateJob(const JobSpec& spec) {
+  return CreateJobShard(spec, control::ShardAssignment{});
+}
+
+StatusOr<JobInfo> JobClient::CreateJobShard(const JobSpec& spec,
+                                            const control::ShardAssignment& assignment) {
   v1::CreateJobRequest request;
   v1::JobSpec* p = request.mutable_spec();
   p->set_num_workers(spec.num_workers);
@@ -134,9 +139,10 @@ StatusOr<JobInfo> JobClient::CreateJob(const JobSpec& spec) {
   p->set_token(spec.token);
   p->set_name(spec.name);
   p->set_switches(spec.switches);
-  p->set_shard(spec.shard);
-  p->set_num_shards(spec.num_shards);
-  p->set_shard_group(spec.shard_group);
+  // The wire's JobSpec carries the assignment's fields (unset for a job served alone).
+  p->set_shard(assignment.shard);
+  p->set_num_shards(assignment.num_shards == 1 ? 0 : assignment.num_shards);
+  p->set_shard_group(assignment.shard_group);
   v1::CreateJobResponse response;
   grpc::ClientContext context;
   impl_->Prepare(&context);

@@ -71,6 +71,11 @@ class JobClient {
 
   // The answer carries the token (JobInfo::token). spec.idle_timeout: see kNoIdleTimeout.
   StatusOr<JobInfo> CreateJob(const JobSpec& spec);
+  // The controller-to-switch path (control::SwitchControl::CreateJobShard): asks a switch for
+  // its shard `assignment` of a job a standalone controller placed. A controller that is not
+  // a switch refuses it (InvalidArgument naming the field).
+  StatusOr<JobInfo> CreateJobShard(const JobSpec& spec,
+                                   const control::ShardAssignment& assignment);
   Status DeleteJob(uint32_t job_id, const std::string& token);
   // With a non-empty token the controller also checks it (PermissionDenied, or
   // FailedPrecondition if the job ended), without any other effect.

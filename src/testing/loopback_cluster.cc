@@ -45,6 +45,7 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
   }
   // Several shards: one service job per shard (job 0 serves a single switch only).
   const std::string token = "loopback-cluster-token";
+  constexpr uint64_t kShardGroup = 1;  // one job; no controller ever looks for it
   std::vector<uint32_t> job_ids(shards, control::kReferenceJobId);
   if (shards > 1) {
     for (uint32_t s = 0; s < shards; ++s) {
@@ -55,9 +56,11 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
                                                     options.window_packets);
       spec.elements_per_packet = options.elements_per_packet;
       spec.token = token;
-      spec.shard = s;
-      spec.num_shards = shards;
-      SWITCHML_ASSIGN_OR_RETURN(control::JobInfo job, c->servers_[s]->CreateJob(spec));
+      spec.switches = shards;
+      SWITCHML_ASSIGN_OR_RETURN(
+          control::JobInfo job,
+          c->servers_[s]->CreateJobShard(
+              spec, {.shard = s, .num_shards = shards, .shard_group = kShardGroup}));
       job_ids[s] = job.job_id;
     }
   }
