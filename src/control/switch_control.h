@@ -225,6 +225,10 @@ struct JobInfo {
   JobCounters counters;
   std::chrono::milliseconds idle_for{0};  // since the last packet (or creation)
   std::string end_reason;                 // kEnded only
+  // Callers waiting right now in the job's Barrier and Broadcast on the controller that
+  // answered (its job service fills them in; a switch's own table has no such callers).
+  uint32_t barrier_waiters = 0;
+  uint32_t broadcast_waiters = 0;
 };
 
 struct JobList {

@@ -56,6 +56,8 @@ void ToProto(const JobInfo& j, v1::JobInfo* out) {
   out->set_state(ToProto(j.state));
   out->set_slot_base(j.slot_base);
   out->set_num_registered(j.num_registered);
+  out->set_barrier_waiters(j.barrier_waiters);
+  out->set_broadcast_waiters(j.broadcast_waiters);
   for (const JobWorkerInfo& w : j.workers) {
     v1::WorkerInfo* wi = out->add_workers();
     wi->set_rank(w.rank);
@@ -177,6 +179,7 @@ class JobService::Impl final : public JobServiceBase {
     }
     StatusOr<JobInfo> job = sink_->GetJob(request->job_id());
     if (!job.ok()) return ToGrpcStatus(job.status());
+    CountWaiters(*job);
     ToProto(*job, response->mutable_job());
     return grpc::Status::OK;
   }
@@ -184,9 +187,15 @@ class JobService::Impl final : public JobServiceBase {
   grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest*,
                         v1::ListJobsResponse* response) override {
     SWITCHML_RETURN_IF_ERROR_GRPC(CheckOperator(*context, "ListJobs"));
-    const JobList list = sink_->ListJobs();
-    for (const JobInfo& j : list.jobs) ToProto(j, response->add_jobs());
-    if (list.reference_session) ToProto(*list.reference_session, response->mutable_reference_session());
+    JobList list = sink_->ListJobs();
+    for (JobInfo& j : list.jobs) {
+      CountWaiters(j);
+      ToProto(j, response->add_jobs());
+    }
+    if (list.reference_session) {
+      CountWaiters(*list.reference_session);
+      ToProto(*list.reference_session, response->mutable_reference_session());
+    }
     response->set_pool_slots(list.pool_slots);
     response->set_free_slots(list.free_slots);
     response->set_largest_free_range(list.largest_free_range);
@@ -444,6 +453,14 @@ class JobService::Impl final : public JobServiceBase {
       wake_watch_ = true;
     }
     sweep_cv_.notify_all();
+  }
+
+  // The job's callers waiting here (the switch, or the controller the job was placed by, knows
+  // nothing of them).
+  void CountWaiters(JobInfo& job) const {
+    const JobSyncTable::Waiters w = syncs_.WaitersOf(job.job_id);
+    job.barrier_waiters = w.barrier;
+    job.broadcast_waiters = w.broadcast;
   }
 
   // A wait that ended because the job ended says so (Aborted with the reason).

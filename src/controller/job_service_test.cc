@@ -358,11 +358,24 @@ TEST_F(JobServiceTest, BarrierAndBroadcastAreJobScopedAndEndWithTheJob) {
   // One rank of each job in a barrier: neither completes (they are different barriers).
   auto fa = std::async(std::launch::async, [&] { return client_->Barrier(a.job_id, a.token, 0); });
   auto fb = std::async(std::launch::async, [&] { return client_->Barrier(b.job_id, b.token, 0); });
+  // Each job shows its one waiting caller (operators see who waits, `jobs show`).
+  auto waiters = [&](const JobInfo& j) {
+    StatusOr<JobInfo> info = client_->GetJob(j.job_id, j.token);
+    return info.ok() ? info->barrier_waiters : 99u;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while ((waiters(a) != 1 || waiters(b) != 1) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(waiters(a), 1u);
+  ASSERT_EQ(waiters(b), 1u);
+  EXPECT_EQ(client_->GetJob(a.job_id, a.token)->broadcast_waiters, 0u);
   EXPECT_EQ(fa.wait_for(200ms), std::future_status::timeout);
   EXPECT_EQ(client_->Barrier(a.job_id, a.token, 5).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(client_->Barrier(a.job_id, "bad-token-xyz", 1).code(), StatusCode::kPermissionDenied);
   ASSERT_TRUE(client_->Barrier(a.job_id, a.token, 1).ok());
   EXPECT_TRUE(fa.get().ok());
+  EXPECT_EQ(waiters(a), 0u);
   // Deleting job b wakes its blocked rank with ABORTED and the reason.
   ASSERT_TRUE(client_->DeleteJob(b.job_id, b.token).ok());
   Status sb = fb.get();

@@ -171,6 +171,17 @@ size_t JobSyncTable::NumSyncStates() const {
   return syncs_.size();
 }
 
+JobSyncTable::Waiters JobSyncTable::WaitersOf(uint32_t job_id) const {
+  std::shared_ptr<SyncCoordinator> sync = reference_;
+  if (job_id != kReferenceJob) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = syncs_.find(job_id);
+    if (it == syncs_.end()) return {};
+    sync = it->second.sync;
+  }
+  return {sync->NumBarrierWaiters(), sync->NumBroadcastWaiters()};
+}
+
 size_t JobSyncTable::NumBlockedCallers() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;

@@ -121,6 +121,12 @@ class JobSyncTable {
   // not counted; reference().NumBarrierWaiters() tells about it).
   size_t NumSyncStates() const;
   size_t NumBlockedCallers() const;
+  // Callers of one job (job 0 included) waiting in Barrier and in Broadcast right now.
+  struct Waiters {
+    uint32_t barrier = 0;
+    uint32_t broadcast = 0;
+  };
+  Waiters WaitersOf(uint32_t job_id) const;
 
  private:
   struct Entry {

@@ -42,6 +42,8 @@ JobInfo FromProto(const v1::JobInfo& p) {
   j.state = FromProto(p.state());
   j.slot_base = p.slot_base();
   j.num_registered = p.num_registered();
+  j.barrier_waiters = p.barrier_waiters();
+  j.broadcast_waiters = p.broadcast_waiters();
   for (const v1::WorkerInfo& w : p.workers()) {
     JobWorkerInfo wi;
     wi.rank = w.rank();
