@@ -45,7 +45,7 @@ took=$(( (${EPOCHREALTIME/./} - start) / 1000 ))
 ((took >= 300 && took < 10000)) || fail "sml_wait_file with a 0.3 s deadline took $took ms"
 grep -q "timed out after 0.3 s waiting for the never file" "$T/wait.err" || fail "no clear message: $(cat "$T/wait.err")"
 (sleep 0.2; echo x > "$T/later") &
-sml_wait_file "$T/later" 5 || fail "sml_wait_file missed a file written after 0.2 s"
+sml_wait_file "$T/later" 30 || fail "sml_wait_file missed a file written after 0.2 s"
 wait $!
 port=$(sml_free_port tcp)
 [[ $port =~ ^[0-9]+$ ]] && ((port > 0)) || fail "sml_free_port printed '$port'"
@@ -70,14 +70,16 @@ echo '{"a": {"b": [1, 2, 3]}}' > "$T/j.json"
 pass "sml_wait_file, sml_wait_port (tcp, udp), sml_free_port, json_get"
 
 # --- sml_stop: exit status; a process that ignores SIGTERM is killed after the deadline
-bash -c 'trap "exit 3" TERM; while :; do sleep 0.05; done' &
+# Each process says when its trap is set (a file), and the test waits for that instead of
+# sleeping: a SIGTERM before the trap would end it with 143, a false failure on a loaded machine.
+bash -c "trap 'exit 3' TERM; echo set > '$T/trap-exit3'; while :; do sleep 0.05; done" &
 p=$!
-sleep 0.2
+sml_wait_file "$T/trap-exit3" 30 || fail "the exit-3 process did not set its trap"
 rc=0; sml_stop "$p" 5 "the exit-3 process" || rc=$?
 ((rc == 3)) || fail "sml_stop returned $rc, expected the process's status 3"
-bash -c 'trap "" TERM; sleep 30 & wait' &
+bash -c "trap '' TERM; echo set > '$T/trap-ignore'; sleep 30 & wait" &
 p=$!
-sleep 0.2
+sml_wait_file "$T/trap-ignore" 30 || fail "the stubborn process did not set its trap"
 rc=0; sml_stop "$p" 0.5 "the stubborn process" 2> "$T/stop.err" || rc=$?
 ((rc == 124)) || fail "sml_stop of a process ignoring SIGTERM returned $rc"
 grep -q "waiting for the stubborn process to exit on SIGTERM" "$T/stop.err" || fail "sml_stop: $(cat "$T/stop.err")"
