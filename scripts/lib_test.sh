@@ -39,10 +39,13 @@ start=${EPOCHREALTIME/./}
 rc=0; sml_wait_file "$T/never" 0.3 "the never file" 2> "$T/wait.err" || rc=$?
 took=$(( (${EPOCHREALTIME/./} - start) / 1000 ))
 ((rc == 1)) || fail "sml_wait_file of a missing file returned $rc"
-((took >= 300 && took < 2000)) || fail "sml_wait_file with a 0.3 s deadline took $took ms"
+# Not before its deadline (a lower bound: load-proof). The upper bound is no speed claim: it
+# rules out a deadline ignored or read in the wrong unit (0.3 s as 300 s would run into this
+# test's own deadline); 10 s is far above any scheduling delay.
+((took >= 300 && took < 10000)) || fail "sml_wait_file with a 0.3 s deadline took $took ms"
 grep -q "timed out after 0.3 s waiting for the never file" "$T/wait.err" || fail "no clear message: $(cat "$T/wait.err")"
 (sleep 0.2; echo x > "$T/later") &
-sml_wait_file "$T/later" 5 || fail "sml_wait_file missed a file written after 0.2 s"
+sml_wait_file "$T/later" 30 || fail "sml_wait_file missed a file written after 0.2 s"
 wait $!
 port=$(sml_free_port tcp)
 [[ $port =~ ^[0-9]+$ ]] && ((port > 0)) || fail "sml_free_port printed '$port'"
@@ -67,14 +70,16 @@ echo '{"a": {"b": [1, 2, 3]}}' > "$T/j.json"
 pass "sml_wait_file, sml_wait_port (tcp, udp), sml_free_port, json_get"
 
 # --- sml_stop: exit status; a process that ignores SIGTERM is killed after the deadline
-bash -c 'trap "exit 3" TERM; while :; do sleep 0.05; done' &
+# Each process says when its trap is set (a file), and the test waits for that instead of
+# sleeping: a SIGTERM before the trap would end it with 143, a false failure on a loaded machine.
+bash -c "trap 'exit 3' TERM; echo set > '$T/trap-exit3'; while :; do sleep 0.05; done" &
 p=$!
-sleep 0.2
+sml_wait_file "$T/trap-exit3" 30 || fail "the exit-3 process did not set its trap"
 rc=0; sml_stop "$p" 5 "the exit-3 process" || rc=$?
 ((rc == 3)) || fail "sml_stop returned $rc, expected the process's status 3"
-bash -c 'trap "" TERM; sleep 30 & wait' &
+bash -c "trap '' TERM; echo set > '$T/trap-ignore'; sleep 30 & wait" &
 p=$!
-sleep 0.2
+sml_wait_file "$T/trap-ignore" 30 || fail "the stubborn process did not set its trap"
 rc=0; sml_stop "$p" 0.5 "the stubborn process" 2> "$T/stop.err" || rc=$?
 ((rc == 124)) || fail "sml_stop of a process ignoring SIGTERM returned $rc"
 grep -q "waiting for the stubborn process to exit on SIGTERM" "$T/stop.err" || fail "sml_stop: $(cat "$T/stop.err")"
@@ -107,17 +112,20 @@ done
 pass "exit trap: own processes and descendants stopped (SIGKILL after SIGTERM was ignored), hooks run, logs kept on failure only"
 
 # --- sml_deadline: a script past its deadline fails (130) and cleans up, even when blocked in a
-# foreground command; a script that ends in time leaves no watchdog behind
+# foreground command; a script that ends in time leaves no watchdog behind. "Even when blocked":
+# the foreground command sleeps 300 s, and the script must end long before that (bound 30 s,
+# a tenth of it and far above any scheduling delay); a deadline that waited for the command
+# to finish would also end in 130 with the message, so the bound is what tells them apart.
 start=${EPOCHREALTIME/./}
 run_bash "$T/deadline.log" "sml_work_dir switchml-lib-test-dl; echo \$WORK > '$T/dl-work'
-    sleep 60 & echo \$! > '$T/dl-child'; sml_track \$!
+    sleep 600 & echo \$! > '$T/dl-child'; sml_track \$!
     sml_deadline 0.5 'the slow test'
-    sleep 30; echo 'not stopped'"
+    sleep 300; echo 'not stopped'"
 took=$(( (${EPOCHREALTIME/./} - start) / 1000 ))
 ((RC == 130)) || fail "sml_deadline: exit $RC, expected 130: $(cat "$T/deadline.log")"
 grep -q "FAIL: the slow test: deadline of 0.5 s passed" "$T/deadline.log" || fail "sml_deadline: $(cat "$T/deadline.log")"
 ! grep -q "not stopped" "$T/deadline.log" || fail "sml_deadline: the script went on past its deadline"
-((took < 10000)) || fail "sml_deadline 0.5 with a blocked script took $took ms"
+((took < 30000)) || fail "sml_deadline 0.5 with a script blocked in a 300 s command took $took ms"
 q=$(cat "$T/dl-child")
 sml_wait_gone "$q" 5 "the tracked child of the timed-out script" || fail "sml_deadline left tracked pid $q running"
 dl_work=$(cat "$T/dl-work")

@@ -199,10 +199,12 @@ TEST(ContextTest, MissingPeerTimesOutThenContextIsBroken) {
   const auto t0 = std::chrono::steady_clock::now();
   Status s = c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kInt32);
   const auto elapsed = std::chrono::steady_clock::now() - t0;
+  // Ended by the call timeout: the code and the message, which names the 300 ms, say so (no
+  // upper bound on the clock: a loaded machine may be late, and lateness is no bug here).
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
   EXPECT_NE(s.message().find("127.0.0.1:48864"), std::string::npos) << s;
-  EXPECT_GE(elapsed, std::chrono::milliseconds(300));
-  EXPECT_LT(elapsed, std::chrono::milliseconds(2000));
+  EXPECT_NE(s.message().find(" for 300 ms "), std::string::npos) << s;
+  EXPECT_GE(elapsed, std::chrono::milliseconds(300));  // not before it (a lower bound: load-proof)
   s = c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kInt32);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("earlier failure"), std::string::npos) << s;
@@ -628,10 +630,10 @@ TEST(DeprecatedNamesTest, AContextHonoursTheOldTimeoutAndFillsTheOldStats) {
   std::thread peer([&] { ASSERT_TRUE(c.ctx(1).AllReduce(other.data(), other.data(), other.size(), DataType::kInt32).ok()); });
   ASSERT_TRUE(c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kInt32).ok());
   peer.join();
-  const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kInt32).code(),
-            StatusCode::kDeadlineExceeded);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(8));  // far below 10 s
+  // Which timeout ended it is in the message ("... for 300 ms ..."), not in the clock.
+  const Status timed_out = c.ctx(0).AllReduce(buf.data(), buf.data(), buf.size(), DataType::kInt32);
+  EXPECT_EQ(timed_out.code(), StatusCode::kDeadlineExceeded) << timed_out;
+  EXPECT_NE(timed_out.message().find(" for 300 ms "), std::string::npos) << timed_out;
   const Stats s = c.ctx(0).GetStats();
   EXPECT_EQ(s.calls_submitted, 2u);
   EXPECT_EQ(s.calls_completed, 1u);

@@ -998,8 +998,10 @@ TEST(DifferentialTest, ChainedAsyncOnOverlappingRangesSeveralThreadsInt32) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Regression: workers that disagree on a call's count or type end in an error on every worker
-// within the job timeout, never in a result, and the context is broken afterwards.
+// Regression: workers that disagree on a call's count or type end in an error on every worker,
+// never in a result, and the context is broken afterwards. The error is the calls' mismatch
+// (INVALID_ARGUMENT naming it), found when the descriptors meet, not the call timeout: that is
+// what "at once rather than at the timeout" means, checked by the status instead of the clock.
 
 struct Disagreement {
   std::vector<size_t> counts;      // per rank
@@ -1020,9 +1022,11 @@ void ExpectEveryRankFails(const Disagreement& d) {
   o.num_worker_threads = 1;
   o.window_packets = 16;
   o.elements_per_packet = 256;
-  o.call_timeout = std::chrono::milliseconds(2000);
-  // Scheduling slack on a loaded 2-core host, on top of the job timeout.
-  const auto limit = o.call_timeout + std::chrono::milliseconds(1500);
+  // Long, so that on a loaded machine no call reaches it before the mismatch is found (which a
+  // DEADLINE_EXCEEDED below would show).
+  o.call_timeout = std::chrono::milliseconds(20000);
+  // How long to wait for a result before calling it a hang: well past the call timeout.
+  const auto limit = o.call_timeout + std::chrono::seconds(20);
   std::vector<std::vector<uint32_t>> buffers(n);
   for (uint32_t r = 0; r < n; ++r) {
     buffers[r].resize(std::max<size_t>(d.counts[r], 1));
@@ -1037,7 +1041,7 @@ void ExpectEveryRankFails(const Disagreement& d) {
     threads.emplace_back([&, r] {
       const auto t0 = std::chrono::steady_clock::now();
       auto h = cluster->ctx(r).AllReduceAsync(buffers[r].data(), buffers[r].data(), d.counts[r], d.types[r]);
-      finished[r] = h.WaitFor(limit + std::chrono::seconds(5));
+      finished[r] = h.WaitFor(limit);
       elapsed[r] = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
       if (finished[r]) status[r] = h.status();
     });
@@ -1046,13 +1050,16 @@ void ExpectEveryRankFails(const Disagreement& d) {
   for (uint32_t r = 0; r < n; ++r) {
     ASSERT_TRUE(finished[r]) << "rank " << r << ": no result after " << elapsed[r].count() << " ms";
     EXPECT_FALSE(status[r].ok()) << "rank " << r << " got OK for a call the other workers made differently";
-    EXPECT_LE(elapsed[r], limit) << "rank " << r << ": " << status[r];
+    EXPECT_EQ(status[r].code(), StatusCode::kInvalidArgument) << "rank " << r << ": " << status[r];
+    EXPECT_NE(status[r].message().find("all-reduce calls #0 do not match"), std::string::npos)
+        << "rank " << r << ": " << status[r];
   }
-  // The context is broken: a later, agreeing call fails at once.
+  // The context is broken: a later, agreeing call fails at once (FAILED_PRECONDITION; a call
+  // that ran would succeed, or time out only after 20 s, so the wait is a deadline, not a bound).
   for (uint32_t r = 0; r < n; ++r) {
     int32_t x = 1;
     auto h = cluster->ctx(r).AllReduceAsync(&x, &x, 1, DataType::kInt32);
-    ASSERT_TRUE(h.WaitFor(std::chrono::seconds(1))) << "rank " << r;
+    ASSERT_TRUE(h.WaitFor(limit)) << "rank " << r;
     EXPECT_EQ(h.status().code(), StatusCode::kFailedPrecondition) << "rank " << r << ": " << h.status();
   }
 }

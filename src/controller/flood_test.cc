@@ -46,8 +46,9 @@ constexpr uint32_t kLocalhost = 0x7F000001;
 constexpr char kOperator[] = "operator-token-for-the-flood-test";
 constexpr int kFloodCalls = 5000;
 constexpr uint32_t kFloodWorkers = 65536;
-// The operator's and the genuine workers' deadline (every RPC of theirs).
-constexpr auto kServiceDeadline = 5s;
+// The operator's and the genuine workers' deadline (every RPC of theirs): generous for a loaded
+// machine, and below the flood calls' 60 s, so that a call starved until the flood ends fails.
+constexpr auto kServiceDeadline = 30s;
 // How many threads the whole process may gain during the flood. The old design (one blocked
 // handler thread per waiting call) needed one thread per waiting call: 256 or 4,096 here
 // (2,900-4,300 were seen). gRPC's own pools (sync-server threads for ListJobs/UdpSession,
@@ -247,12 +248,13 @@ void FloodAndServe(const FloodCase& fc) {
   EXPECT_EQ(exhausted.first, kFloodCalls - fc.expected_waiting) << flood.Summary();
   EXPECT_THAT(exhausted.second, HasSubstr(fc.bound_message));
 
-  // The operator is served while the flood's calls wait.
+  // The operator is served while the flood's calls wait: its call succeeds within its own
+  // deadline (kServiceDeadline, shorter than the flood's), so a bound on the clock would add
+  // nothing; the time is printed below for information only.
   const auto list_start = SteadyClock::now();
   auto list = (*admin)->ListJobs();
   const auto list_took = SteadyClock::now() - list_start;
   EXPECT_TRUE(list.ok()) << list.status();
-  EXPECT_LT(list_took, kServiceDeadline);
 
   // A genuine 2-worker reference session: its rank 0's broadcast starts a session of 2, which
   // ends the flood's barrier of 65536; then registration, barriers and a broadcast.

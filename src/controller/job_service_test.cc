@@ -319,16 +319,17 @@ TEST_F(JobServiceTest, KilledWorkerFailsTheOthersThenTheJobIsTornDownAndANewJobR
   RunAllReduce(ctxs, 1000, 3);
   ctxs[1].reset();  // rank 1 dies mid-job
 
-  const auto start = std::chrono::steady_clock::now();
   std::vector<int32_t> buf(2000, 1);
   Status s = ctxs[0]->AllReduce(buf.data(), buf.data(), buf.size(), DataType::kInt32);
-  const auto took = std::chrono::steady_clock::now() - start;
+  // The survivor fails by its call timeout (800 ms, named in the message), not by anything
+  // longer: read from the status, not from the clock.
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
-  EXPECT_LT(took, 800ms + 1500ms);  // the job timeout plus scheduling slack
+  EXPECT_THAT(s.message(), HasSubstr(" for 800 ms "));
 
-  // The switch tears the idle job down and frees its slots.
+  // The switch tears the idle job down and frees its slots (a state waited for; the deadline
+  // only turns a hang into a failure).
   StatusOr<JobInfo> job = client_->GetJob(a.job_id);
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (job.ok() && job->state != JobState::kEnded && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(20ms);
     job = client_->GetJob(a.job_id);
@@ -370,6 +371,8 @@ TEST_F(JobServiceTest, BarrierAndBroadcastAreJobScopedAndEndWithTheJob) {
   ASSERT_EQ(waiters(a), 1u);
   ASSERT_EQ(waiters(b), 1u);
   EXPECT_EQ(client_->GetJob(a.job_id, a.token)->broadcast_waiters, 0u);
+  // "Not completed" after 200 ms: load can only make the call later (missing a bug), never
+  // complete a correct barrier early.
   EXPECT_EQ(fa.wait_for(200ms), std::future_status::timeout);
   EXPECT_EQ(client_->Barrier(a.job_id, a.token, 5).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(client_->Barrier(a.job_id, "bad-token-xyz", 1).code(), StatusCode::kPermissionDenied);
@@ -403,21 +406,21 @@ TEST(JobClientTest, UnreachableControllerFailsWithinTheTimeout) {
     port = (*ctl)->port();
   }
   const std::string addr = "127.0.0.1:" + std::to_string(port);
-  auto start = std::chrono::steady_clock::now();
+  // "Within the timeout": the error names the 300 ms it waited (read from the status, not the
+  // clock).
   auto client = JobClient::Connect(addr, 300ms);
   EXPECT_EQ(client.status().code(), StatusCode::kUnavailable);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_THAT(client.status().message(), HasSubstr("not connected within 300 ms"));
 
   Options o;
   o.controller_address = addr;
   o.job_id = 1;
   o.job_token = "whatever-token";
   o.rpc_timeout = 300ms;
-  start = std::chrono::steady_clock::now();
   auto ctx = Context::Create(o);
   EXPECT_EQ(ctx.status().code(), StatusCode::kUnavailable) << ctx.status();
   EXPECT_THAT(ctx.status().message(), HasSubstr("unreachable"));
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_THAT(ctx.status().message(), HasSubstr("300 ms"));
 
   o.job_token.clear();
   EXPECT_EQ(Context::Create(o).status().code(), StatusCode::kInvalidArgument);
@@ -595,15 +598,18 @@ TEST(StandaloneControllerTest, DrivesTwoSwitchesOverGrpc) {
 // A standalone controller whose second switch goes down: calls that concern the first switch
 // still answer at once (none waits for the dead switch until the deadline), a job on the dead
 // switch is reported ended at once naming it, and new jobs go to the live switch.
+// "None waits" is checked without a clock: the standalone controller's calls to the switches
+// may take 60 s, the test's calls to it only 30 s, so a call that waited for the dead switch
+// would fail here with DEADLINE_EXCEEDED instead of answering.
 TEST(StandaloneControllerTest, ASwitchThatIsDownFailsFastAndStallsNothingElse) {
   std::vector<EmbeddedSwitch> switches;
   ASSERT_NO_FATAL_FAILURE(StartEmbeddedSwitches(2, 64, &switches));
   auto remote =
-      RemoteSwitches::Connect({switches[0].address, switches[1].address}, 3s, kOperatorToken);
+      RemoteSwitches::Connect({switches[0].address, switches[1].address}, 60s, kOperatorToken);
   ASSERT_TRUE(remote.ok()) << remote.status();
   auto standalone = StartLocalControllerForTests(remote->get(), kOperatorToken);
   ASSERT_TRUE(standalone.ok());
-  auto client = JobClient::Connect("127.0.0.1:" + std::to_string((*standalone)->port()), 3s);
+  auto client = JobClient::Connect("127.0.0.1:" + std::to_string((*standalone)->port()), 30s);
   ASSERT_TRUE(client.ok());
   (*client)->set_operator_token(kOperatorToken);
 
@@ -619,7 +625,6 @@ TEST(StandaloneControllerTest, ASwitchThatIsDownFailsFastAndStallsNothingElse) {
   // Switch 1's controller goes away (as when its process dies).
   switches[1].ctl->Shutdown();
   switches[1].ctl.reset();
-  const auto start = std::chrono::steady_clock::now();
   auto list = (*client)->ListJobs();
   ASSERT_TRUE(list.ok()) << list.status();
   ASSERT_EQ(list->jobs.size(), 1u);
@@ -644,8 +649,6 @@ TEST(StandaloneControllerTest, ASwitchThatIsDownFailsFastAndStallsNothingElse) {
   EXPECT_EQ(gone->state, JobState::kEnded);
   EXPECT_THAT(gone->end_reason,
               HasSubstr("shard 0 of 1 (switch 1 at " + switches[1].address + ") is unreachable"));
-  // Each of the calls above would have taken the 3 s rpc timeout had it waited for switch 1.
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
 
   (*standalone)->Shutdown();
   switches[0].ctl->Shutdown();

@@ -377,9 +377,11 @@ TEST_F(ControllerTest, BarrierTimesOutWhenOneWorkerIsMissing) {
     EXPECT_EQ(results[i].code(), StatusCode::kDeadlineExceeded) << results[i];
     EXPECT_NE(results[i].message().find(address_), std::string::npos) << results[i];
     EXPECT_NE(results[i].message().find("Barrier"), std::string::npos) << results[i];
-    // The server ends the wait up to 1/10 of the timeout early so that its message arrives.
+    // Ended by the 300 ms timeout: the code says so (no other wait is in play), and no upper
+    // bound on the clock (how late depends on the machine's load, not on the code). Not
+    // before it, though: the server ends the wait up to 1/10 of the timeout early so that its
+    // message arrives (a lower bound: load-proof).
     EXPECT_GE(took[i], timeout - timeout / 10 - milliseconds(5));
-    EXPECT_LT(took[i], timeout + milliseconds(700));
   }
   // The three that gave up were withdrawn on the server: a full new round of four works,
   // and does not release early (which it would if the stale three still counted).
@@ -447,6 +449,8 @@ TEST_F(ControllerTest, BroadcastNonRootWaitsForTheRoot) {
     value = *v;
     done = true;
   });
+  // "Not done" after a sleep: load can only shorten what the sleep covers (missing a bug),
+  // never complete a correct broadcast before its root.
   std::this_thread::sleep_for(milliseconds(100));
   EXPECT_FALSE(done.load());
   auto root = b->Broadcast(0xDEADBEEFCAFEull, 1, 2, 1);
@@ -495,6 +499,7 @@ TEST_F(ControllerTest, BootstrapFourRanks) {
   for (uint32_t rank = 0; rank < kN; ++rank) {
     threads.emplace_back([&, rank] {
       // Rank 0 starts last, so the others really wait for its broadcast and registration.
+      // (Only makes that case likely; the results are checked the same either way.)
       if (rank == 0) std::this_thread::sleep_for(milliseconds(100));
       auto client = NewClient();
       ASSERT_NE(client, nullptr);
@@ -615,14 +620,13 @@ TEST(SessionClientTest, UnreachableControllerFailsWithinTheTimeout) {
   const int port = ClosedPort();
   ASSERT_GT(port, 0);
   const std::string address = "127.0.0.1:" + std::to_string(port);
-  const auto start = SteadyClock::now();
   auto client = SessionClient::Connect(address, milliseconds(300));
-  const auto took = SteadyClock::now() - start;
   ASSERT_FALSE(client.ok());
+  // "Within the timeout": the error names the 300 ms it waited (read from the status, not
+  // from the clock).
   EXPECT_EQ(client.status().code(), StatusCode::kUnavailable) << client.status();
   EXPECT_NE(client.status().message().find(address), std::string::npos) << client.status();
   EXPECT_NE(client.status().message().find("300 ms"), std::string::npos) << client.status();
-  EXPECT_LT(took, milliseconds(1000));
 }
 
 TEST(SessionClientTest, ConnectValidatesArguments) {
@@ -637,27 +641,31 @@ TEST_F(ControllerTest, ControllerGoneAfterConnectFailsWithinTheTimeout) {
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(client->Barrier(1).ok());
   server_->Shutdown();
+  // Fails, rather than hanging: refused at once (UNAVAILABLE) or ended by the client's 300 ms
+  // deadline (DEADLINE_EXCEEDED naming it); which one, the status says, not the clock.
   for (int i = 0; i < 2; ++i) {
-    const auto start = SteadyClock::now();
     Status s = client->Barrier(1);
-    const auto took = SteadyClock::now() - start;
     EXPECT_TRUE(s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded)
         << s;
     EXPECT_NE(s.message().find(address_), std::string::npos) << s;
     EXPECT_NE(s.message().find("Barrier"), std::string::npos) << s;
-    EXPECT_LT(took, milliseconds(1000));
+    if (s.code() == StatusCode::kDeadlineExceeded) {
+      EXPECT_NE(s.message().find("300 ms"), std::string::npos) << s;
+    }
   }
 }
 
 TEST_F(ControllerTest, ShutdownWakesBlockedHandlersPromptly) {
-  // A long grace period: Shutdown only returns fast if it wakes the handlers itself.
+  // A long grace period (100 s): Shutdown only returns before it if it wakes the handlers
+  // itself. The bounds below (10 s) are a tenth of it and far above any scheduling delay; the
+  // clients' deadlines (200 s) are beyond it.
   server_->Shutdown();
   ServerOptions options;
-  options.shutdown_grace = milliseconds(5000);
+  options.shutdown_grace = milliseconds(100000);
   StartServer(options);
 
-  auto barrier_client = NewClient(milliseconds(10000));
-  auto broadcast_client = NewClient(milliseconds(10000));
+  auto barrier_client = NewClient(milliseconds(200000));
+  auto broadcast_client = NewClient(milliseconds(200000));
   ASSERT_NE(barrier_client, nullptr);
   ASSERT_NE(broadcast_client, nullptr);
   Status barrier_status;
@@ -681,8 +689,8 @@ TEST_F(ControllerTest, ShutdownWakesBlockedHandlersPromptly) {
   const auto shutdown_took = SteadyClock::now() - start;
   barrier.join();
   broadcast.join();
-  EXPECT_LT(shutdown_took, milliseconds(2000));
-  EXPECT_LT(barrier_took, milliseconds(3000));
+  EXPECT_LT(shutdown_took, milliseconds(10000));
+  EXPECT_LT(barrier_took, milliseconds(10000));
   EXPECT_EQ(barrier_status.code(), StatusCode::kUnavailable) << barrier_status;
   EXPECT_NE(barrier_status.message().find("shutting down"), std::string::npos) << barrier_status;
   EXPECT_TRUE(broadcast_status.code() == StatusCode::kUnavailable ||

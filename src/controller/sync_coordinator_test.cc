@@ -20,10 +20,11 @@ WaitControl Within(milliseconds d) {
   return w;
 }
 
-// Spins (with short sleeps) until pred() holds or 2 s pass.
+// Spins (with short sleeps) until pred() holds or 30 s pass (a deadline that only turns a
+// hang into a failure; a loaded machine may take its time).
 template <typename Pred>
 bool Eventually(Pred pred) {
-  const auto end = Clock::now() + std::chrono::seconds(2);
+  const auto end = Clock::now() + std::chrono::seconds(30);
   while (Clock::now() < end) {
     if (pred()) return true;
     std::this_thread::sleep_for(milliseconds(1));
@@ -56,6 +57,8 @@ TEST(SyncBarrierTest, NobodyLeavesBeforeTheLastArrives) {
     });
   }
   EXPECT_TRUE(Eventually([&] { return sync.NumBarrierWaiters() == 2; }));
+  // "Nobody released" after a sleep: load can only shorten what the sleep covers (missing a
+  // bug), never release a waiter of a correct barrier.
   std::this_thread::sleep_for(milliseconds(30));
   EXPECT_EQ(released.load(), 0);
   // A caller with another num_workers is refused and does not join.
@@ -78,10 +81,11 @@ TEST(SyncBarrierTest, DeadlineWithdrawsTheWaiter) {
   const auto start = Clock::now();
   Status s = sync.Barrier(2, Within(milliseconds(50)));
   const auto took = Clock::now() - start;
+  // Ended by its deadline (the code says so; no other wait is in play), not before it (a lower
+  // bound: load-proof). How late after the deadline depends on the machine, not on the code.
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
   EXPECT_NE(s.message().find("1 of 2"), std::string::npos) << s;
   EXPECT_GE(took, milliseconds(50));
-  EXPECT_LT(took, milliseconds(1000));
   EXPECT_EQ(sync.NumBarrierWaiters(), 0u);
   // The withdrawn caller did not count: a lone new caller still has to wait.
   EXPECT_EQ(sync.Barrier(2, Within(milliseconds(20))).code(), StatusCode::kDeadlineExceeded);
@@ -171,7 +175,9 @@ TEST(SyncBroadcastTest, WaitersGetTheRootsValue) {
       ++finished;
     });
   }
-  std::this_thread::sleep_for(milliseconds(20));
+  // The three non-roots are waiting (observed, not assumed after a sleep), in one operation,
+  // and none has a value before the root's (threads are running: no ASSERT).
+  EXPECT_TRUE(Eventually([&] { return sync.NumBroadcastWaiters() == kN - 1; }));
   EXPECT_EQ(sync.NumPendingBroadcasts(), 1u);
   EXPECT_EQ(finished.load(), 0);
   got[2] = *sync.Broadcast(777, 2, kN, 2, {});
@@ -218,7 +224,6 @@ TEST(SyncResetTest, ResetAbortsWaitersAndClearsLeftovers) {
   std::thread broadcast(
       [&] { broadcast_result = sync.Broadcast(0, 1, 4, 0, Within(milliseconds(5000))); });
   EXPECT_TRUE(Eventually([&] { return sync.NumBarrierWaiters() == 1; }));
-  std::this_thread::sleep_for(milliseconds(20));
   // Rank 1 joined the stale operation (same shape) and got its stale value already.
   broadcast.join();
   EXPECT_EQ(*broadcast_result, 1u);

@@ -9,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -46,6 +47,11 @@ struct FakeNet {
   uint64_t send_calls = 0;
   uint64_t recv_calls = 0;
   uint64_t transport_drops = 0;  // what TransportCounters reports as raw_ring_drops
+  // When set, RecvBurst waits this long for a datagram or a Wake() instead of the caller's
+  // timeout (a thread blocked in it then ends early only if woken).
+  std::optional<std::chrono::microseconds> recv_wait;
+  uint64_t recv_waits_expired = 0;                    // RecvBurst waits that ran to their end
+  std::chrono::microseconds longest_recv_timeout{0};  // the longest timeout a caller passed
 
   void Inject(std::vector<uint8_t> bytes, Endpoint from) {
     {
@@ -90,7 +96,11 @@ class FakeChannel : public transport::Channel {
       --net_->fail_next_recvs;
       return UnavailableError("fake recv failure");
     }
-    net_->cv.wait_for(lock, timeout, [&] { return !net_->inbound.empty() || net_->woken; });
+    net_->longest_recv_timeout = std::max(net_->longest_recv_timeout, timeout);
+    if (!net_->cv.wait_for(lock, net_->recv_wait.value_or(timeout),
+                           [&] { return !net_->inbound.empty() || net_->woken; })) {
+      ++net_->recv_waits_expired;
+    }
     net_->woken = false;
     size_t n = 0;
     while (n < batch.size() && !net_->inbound.empty()) {
@@ -307,25 +317,38 @@ TEST(IsDropCounterTest, EveryDropReasonAndNothingElse) {
 }
 
 TEST(SwitchServerTest, StopIsPromptAndIdempotent) {
+  // Checked: Stop() wakes the I/O thread blocked in RecvBurst (Channel::Wake) instead of
+  // waiting for the receive timeout to run out. Not by the clock: the channel's RecvBurst here
+  // ignores the server's 20 ms timeout and waits 60 s unless woken, so a Stop() that relied on
+  // the timeout would leave an expired wait behind (and take 60 s).
   auto net = std::make_shared<FakeNet>();
+  net->recv_wait = 60s;
   auto server = MakeServer(net);
   server->Stop();  // never started: no effect
   ASSERT_TRUE(server->Start().ok());
   ASSERT_TRUE(server->Start().ok());  // already running: no effect
-  std::this_thread::sleep_for(30ms);  // let it block in RecvBurst
-  const auto t0 = std::chrono::steady_clock::now();
+  // The I/O thread has reached RecvBurst (a Wake() before it waits is remembered, so this only
+  // makes the blocked case the one tested, it is not needed for correctness).
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(net->mu);
+    return net->recv_calls > 0;
+  }));
   server->Stop();
-  const auto took = std::chrono::steady_clock::now() - t0;
-  EXPECT_LT(took, 200ms);  // ~immediate via Wake(); generous for a loaded 2-core CI box
+  {
+    std::lock_guard<std::mutex> lock(net->mu);
+    EXPECT_EQ(net->recv_waits_expired, 0u) << "Stop() waited for a receive timeout instead of waking";
+  }
   server->Stop();
   EXPECT_FALSE(server->running());
-  // Restartable, and the destructor stops it.
+  // Restartable, and the destructor stops it (again by waking it: no 60 s wait).
   ASSERT_TRUE(server->Start().ok());
   EXPECT_TRUE(server->running());
 }
 
 TEST(SwitchServerTest, StopIsBoundedEvenIfWakeIsLost) {
-  // A channel whose Wake() does nothing: the receive timeout still bounds Stop().
+  // A channel whose Wake() does nothing: the receive timeout still bounds Stop(). Checked: the
+  // server never asks RecvBurst to wait longer than kRecvTimeout, so its I/O loop sees the stop
+  // flag within that; and Stop() returns (a hang fails by the test's timeout). Not by the clock.
   class DeafChannel : public FakeChannel {
    public:
     using FakeChannel::FakeChannel;
@@ -336,10 +359,15 @@ TEST(SwitchServerTest, StopIsBoundedEvenIfWakeIsLost) {
   ASSERT_TRUE(s.ok());
   auto server = std::move(s).value();
   ASSERT_TRUE(server->Start().ok());
-  std::this_thread::sleep_for(10ms);
-  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(net->mu);
+    return net->recv_calls > 0;
+  }));
   server->Stop();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 200ms);  // kRecvTimeout = 20 ms
+  EXPECT_FALSE(server->running());
+  std::lock_guard<std::mutex> lock(net->mu);
+  EXPECT_GT(net->longest_recv_timeout.count(), 0);  // it waits (no busy loop)...
+  EXPECT_LE(net->longest_recv_timeout, SwitchServer::kRecvTimeout);  // ... at most kRecvTimeout
 }
 
 TEST(SwitchServerTest, RetriesTheUnsentSuffixUntilEverythingIsSent) {

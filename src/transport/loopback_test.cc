@@ -356,26 +356,33 @@ TEST(LoopbackTest, RecvTimesOutAndWakeUnblocks) {
   uint8_t buf[4];
   RxDatagram rx[1] = {Buffer(buf, 4)};
   auto start = std::chrono::steady_clock::now();
-  auto n = b->RecvBurst(rx, 20ms);
+  auto n = b->RecvBurst(rx, 50ms);
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, 0u);
-  EXPECT_GE(std::chrono::steady_clock::now() - start, 20ms);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 120ms);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 50ms);  // not before its timeout (a lower bound: load-proof)
+  // Not a speed claim: rules out a timeout read in the wrong unit (the microsecond count taken
+  // as milliseconds: 50 s). 5 s is a tenth of that and far above any scheduling delay.
+  EXPECT_LT(took, 5s);
 
   std::atomic<bool> returned{false};
   std::thread t([&] {
     uint8_t tbuf[4];
     RxDatagram trx[1] = {Buffer(tbuf, 4)};
-    auto r = b->RecvBurst(trx, 30s);
+    auto r = b->RecvBurst(trx, 100s);
     EXPECT_TRUE(r.ok());
     returned = true;
   });
+  // "Has not returned" after a sleep: under load the sleep can only end before the thread
+  // blocks (missing a bug), never make a correct channel fail.
   std::this_thread::sleep_for(50ms);
   EXPECT_FALSE(returned.load());
   start = std::chrono::steady_clock::now();
   b->Wake();
   t.join();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  // Ended by the Wake(), not by its 100 s timeout (the only other way it returns): 10 s is a
+  // tenth of that and far above any scheduling delay.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
 
   // A receiver blocked in another thread gets a datagram sent meanwhile.
   auto a = MakeChannel(*fabric, kA);
@@ -388,6 +395,8 @@ TEST(LoopbackTest, RecvTimesOutAndWakeUnblocks) {
     EXPECT_EQ(*r, 1u);
     EXPECT_EQ(tbuf[0], 77);
   });
+  // The sleep only makes "sent while the receiver is blocked" the likely case; a datagram sent
+  // before it blocks is queued and returned all the same (no assertion depends on it).
   std::this_thread::sleep_for(20ms);
   uint8_t x = 77;
   TxDatagram tx[1] = {{&x, 1, kB}};

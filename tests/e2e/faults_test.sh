@@ -33,19 +33,21 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 jobs() { "$SWITCHML" jobs "$@"; }
 
 # wait_child PID MAX_S: waits for a background child to exit; sets RC to its exit code and fails
-# if it is still running after MAX_S seconds.
+# if it is still running after MAX_S seconds (a deadline that only turns a hang into a failure:
+# generous, because a loaded machine may be slow).
 wait_child() {
   sml_wait_gone "$1" "$2" "process $1 to exit" || fail "process $1 still running after $2 s (hang)"
   RC=0; wait "$1" || RC=$?
 }
 
-# expect_failure NAME LOG RC PATTERN MAX_MS ELAPSED_MS: an exit code of 1 (not a crash, not a
-# hang), the log matching PATTERN, within MAX_MS.
+# expect_failure NAME LOG RC PATTERN ELAPSED_MS: an exit code of 1 (not a crash, not a hang),
+# the log matching PATTERN. Which wait ended the process (the call timeout, the controller
+# gone, a refusal) is in PATTERN, not in the clock: ELAPSED_MS is reported, never bounded (a
+# loaded machine may be slow).
 expect_failure() {
-  local name=$1 log=$2 rc=$3 pattern=$4 max=$5 elapsed=$6
+  local name=$1 log=$2 rc=$3 pattern=$4 elapsed=$5
   [ "$rc" -eq 1 ] || { cat "$log"; fail "$name: exit code $rc, expected 1"; }
   grep -qE -- "$pattern" "$log" || { cat "$log"; fail "$name: output lacks /$pattern/"; }
-  [ "$elapsed" -le "$max" ] || { cat "$log"; fail "$name: took $elapsed ms > $max ms"; }
   pass "$name: error after $elapsed ms: $(grep -m1 -oE 'error: .*' "$log" | cut -c1-260)"
 }
 
@@ -121,11 +123,10 @@ restart_ms=$(( $(now_ms) - t0 ))
 pass "(a) switch restarted on the same ports after $restart_ms ms"
 for r in 0 1; do
   eval "p=\$PA$r"
-  wait_child "$p" $(( CALL_TIMEOUT_MS / 1000 + 8 ))
+  wait_child "$p" 60
   el=$(( $(now_ms) - t0 ))
   expect_failure "(a) rank $r of the running job (switch killed)" "$WORK/a$r.log" $RC \
-      "DEADLINE_EXCEEDED: no result from switch 127\.0\.0\.1:$OLD_UDP for $CALL_TIMEOUT_MS ms" \
-      $(( CALL_TIMEOUT_MS + 3000 )) $el
+      "DEADLINE_EXCEEDED: no result from switch 127\.0\.0\.1:$OLD_UDP for $CALL_TIMEOUT_MS ms" $el
 done
 jobs list --controller $CTL --json > "$WORK/list.json"
 unk=$(json_get "$WORK/list.json" "j['switch_counters']['unknown_sender']")
@@ -140,14 +141,14 @@ CALL_TIMEOUT_MS=2000
 t1=$(now_ms); rc=0
 "$SWITCHML" allreduce --controller $CTL --job-id $A_ID --job-token $A_TOKEN --rank 0 --workers 2 \
     --rpc-timeout-ms 3000 > "$WORK/old.log" 2>&1 || rc=$?
-expect_failure "(a) old job id after the restart" "$WORK/old.log" $rc "NOT_FOUND: .*does not exist" 6000 $(( $(now_ms) - t1 ))
+expect_failure "(a) old job id after the restart" "$WORK/old.log" $rc "NOT_FOUND: .*does not exist" $(( $(now_ms) - t1 ))
 create_job $CTL 2
 if [ "$JOB_ID" = "$A_ID" ]; then
   # Job ids restart with the switch; the old token does not open the new job.
   t1=$(now_ms); rc=0
   "$SWITCHML" allreduce --controller $CTL --job-id $A_ID --job-token $A_TOKEN --rank 0 --workers 2 \
       --rpc-timeout-ms 3000 > "$WORK/old2.log" 2>&1 || rc=$?
-  expect_failure "(a) old token for the reused job id $A_ID" "$WORK/old2.log" $rc "PERMISSION_DENIED" 6000 $(( $(now_ms) - t1 ))
+  expect_failure "(a) old token for the reused job id $A_ID" "$WORK/old2.log" $rc "PERMISSION_DENIED" $(( $(now_ms) - t1 ))
 fi
 run_rank $CTL $JOB_ID $JOB_TOKEN 0 2 1,65,300000,3000000 a2r0 & P0=$!; sml_track $!
 run_rank $CTL $JOB_ID $JOB_TOKEN 1 2 1,65,300000,3000000 a2r1 & P1=$!; sml_track $!
@@ -175,7 +176,7 @@ start_controller() {
   CONTROLLER_STARTS=$((CONTROLLER_STARTS + 1))
   C_LOG=$WORK/controller-$CONTROLLER_STARTS.log
   sml_start_controller --listen 127.0.0.1:${1:-0} --log "$C_LOG" --deadline 10 -- \
-      --switch $SW_CTL --rpc-timeout-ms 3000 || fail "controller did not start"
+      --switch $SW_CTL --rpc-timeout-ms 30000 || fail "controller did not start"
 }
 start_controller
 CTL=127.0.0.1:$C_PORT
@@ -245,19 +246,21 @@ sml_alive $P0 || { cat "$WORK/bb0.log"; fail "(b) rank 0 left the barrier before
 kill -9 $C_PID
 t0=$(now_ms)
 wait $C_PID 2>/dev/null || true
-wait_child $P0 5
+# At once, not at its 30 s rpc deadline: UNAVAILABLE (the controller went away), where waiting
+# out the deadline would give DEADLINE_EXCEEDED.
+wait_child $P0 60
 expect_failure "(b) rank waiting in the job barrier (controller killed)" "$WORK/bb0.log" $RC \
-    "UNAVAILABLE: job $JOB_ID rank 0: barrier: controller 127\.0\.0\.1:$C_PORT" 3000 $(( $(now_ms) - t0 ))
+    "UNAVAILABLE: job $JOB_ID rank 0: barrier: controller 127\.0\.0\.1:$C_PORT" $(( $(now_ms) - t0 ))
 start_controller $C_PORT
 t0=$(now_ms)
 run_rank $CTL $JOB_ID $JOB_TOKEN 1 2 1000 bb1 & P1=$!; sml_track $!
-wait_child $P1 10
+wait_child $P1 60
 expect_failure "(b) other rank arriving after the restart" "$WORK/bb1.log" $RC \
-    "DEADLINE_EXCEEDED: job $JOB_ID rank 1: barrier: .*1 of 2 workers had arrived" 5000 $(( $(now_ms) - t0 ))
+    "DEADLINE_EXCEEDED: job $JOB_ID rank 1: barrier: .*1 of 2 workers had arrived" $(( $(now_ms) - t0 ))
 t0=$(now_ms); rc=0
 "$SWITCHML" allreduce --controller $CTL --job-id $JOB_ID --job-token $JOB_TOKEN --rank 0 --workers 2 \
     --rpc-timeout-ms 3000 > "$WORK/bb0r.log" 2>&1 || rc=$?
-expect_failure "(b) restarted rank 0 rejoining the same job" "$WORK/bb0r.log" $rc "ALREADY_EXISTS: .*rank 0" 6000 $(( $(now_ms) - t0 ))
+expect_failure "(b) restarted rank 0 rejoining the same job" "$WORK/bb0r.log" $rc "ALREADY_EXISTS: .*rank 0" $(( $(now_ms) - t0 ))
 jobs delete --controller $CTL $JOB_ID --token $JOB_TOKEN > /dev/null || fail "(b) delete"
 create_job $CTL 2
 run_rank $CTL $JOB_ID $JOB_TOKEN 0 2 1000,65537 bc0 & P0=$!; sml_track $!
@@ -268,19 +271,22 @@ expect_exact "(b) the job deleted and created again runs" bc0 bc1
 
 # The switch behind the standalone controller SIGKILLed: the controller answers at once (it
 # does not wait for the dead switch until the deadline), says which switch is down, and uses
-# the switch again once it is back on the same ports.
+# the switch again once it is back on the same ports. "At once" without a clock: the
+# controller's calls to the switch may take 30 s (--rpc-timeout-ms of start_controller), these
+# operator calls only 10 s, so a controller that waited for the dead switch would leave them
+# with DEADLINE_EXCEEDED instead of its answer.
 SWITCH_UDP=$UDP_PORT; SWITCH_CTL=$CTL_PORT
 kill -9 "$SW_PID"
 wait "$SW_PID" 2>/dev/null || true
 t0=$(now_ms)
-jobs list --controller $CTL > "$WORK/down-list.log" 2>&1 || { cat "$WORK/down-list.log"; fail "(b) jobs list failed with the switch down"; }
+jobs list --controller $CTL --rpc-timeout-ms 10000 > "$WORK/down-list.log" 2>&1 || { cat "$WORK/down-list.log"; fail "(b) jobs list failed with the switch down"; }
 grep -q "switch0: UNREACHABLE" "$WORK/down-list.log" || { cat "$WORK/down-list.log"; fail "(b) jobs list does not say the switch is down"; }
 pass "(b) switch down: jobs list answers in $(( $(now_ms) - t0 )) ms: $(grep -m1 UNREACHABLE "$WORK/down-list.log")"
 t0=$(now_ms); rc=0
-jobs create --controller $CTL --workers 2 --slots 256 > "$WORK/down-create.log" 2>&1 || rc=$?
+jobs create --controller $CTL --rpc-timeout-ms 10000 --workers 2 --slots 256 > "$WORK/down-create.log" 2>&1 || rc=$?
 expect_failure "(b) jobs create with the switch down" "$WORK/down-create.log" $rc \
     "UNAVAILABLE: controller 127\.0\.0\.1:$C_PORT answered \(CreateJob\): no switch reachable .*switch 0 \(127\.0\.0\.1:$SWITCH_CTL\)" \
-    4000 $(( $(now_ms) - t0 ))
+    $(( $(now_ms) - t0 ))
 restart_switch "$SWITCH_UDP" "$SWITCH_CTL"
 t0=$(now_ms)
 # The controller reconnects on its own (gRPC's backoff): up to 20 s on a loaded machine.
@@ -321,13 +327,13 @@ rc=0
 "$SWITCHML" allreduce --controller $CTL --job-id $C_ID --job-token $C_TOKEN --rank 2 --workers 3 \
     --rpc-timeout-ms 3000 > "$WORK/c2r.log" 2>&1 || rc=$?
 expect_failure "(c) restarted rank 2 rejoining the running job" "$WORK/c2r.log" $rc \
-    "ALREADY_EXISTS: .*rank 2 of job $C_ID|FAILED_PRECONDITION: .*job $C_ID has ended" 8000 $(( $(now_ms) - t0 ))
+    "ALREADY_EXISTS: .*rank 2 of job $C_ID|FAILED_PRECONDITION: .*job $C_ID has ended" $(( $(now_ms) - t0 ))
 for r in 0 1; do
   eval "p=\$PC$r"
-  wait_child "$p" $(( CALL_TIMEOUT_MS / 1000 + 8 ))
+  wait_child "$p" 60
   expect_failure "(c) surviving rank $r (rank 2 killed)" "$WORK/c$r.log" $RC \
       "DEADLINE_EXCEEDED: no result from switch 127\.0\.0\.1:$UDP_PORT for $CALL_TIMEOUT_MS ms" \
-      $(( CALL_TIMEOUT_MS + 3000 )) $(( $(now_ms) - t0 ))
+      $(( $(now_ms) - t0 ))
 done
 # The switch tears the job down once nothing arrives for its idle timeout, and frees its slots.
 ended() { jobs show --controller $CTL $C_ID > "$WORK/show.json" && [ "$(json_get "$WORK/show.json" "j['state']")" = ended ]; }
@@ -343,7 +349,7 @@ t1=$(now_ms); rc=0
 "$SWITCHML" allreduce --controller $CTL --job-id $C_ID --job-token $C_TOKEN --rank 2 --workers 3 \
     --rpc-timeout-ms 3000 > "$WORK/c2e.log" 2>&1 || rc=$?
 expect_failure "(c) restarted rank 2 joining the torn-down job" "$WORK/c2e.log" $rc \
-    "FAILED_PRECONDITION: .*job $C_ID has ended" 6000 $(( $(now_ms) - t1 ))
+    "FAILED_PRECONDITION: .*job $C_ID has ended" $(( $(now_ms) - t1 ))
 create_job $CTL 3 --idle-timeout-s 1
 for r in 0 1 2; do run_rank $CTL $JOB_ID $JOB_TOKEN $r 3 1,65,300000,2000000 cn$r & eval "PN$r=$!"; sml_track $!; done
 for r in 0 1 2; do

@@ -120,10 +120,12 @@ wait_streaming $D_ID
 sml_alive $PD0 && sml_alive $PD1 || { cat "$WORK"/d?.log; fail "a held worker of job $D_ID exited before the kill"; }
 kill -9 $PD1
 start=$SECONDS
-wait_rc $PD0 30
+# "Within its job timeout": the error names the 3000 ms call timeout that ended the call (read
+# from the error, not the clock; the 60 s wait only turns a hang into a failure).
+wait_rc $PD0 60
 [ $rc -eq 1 ] || { cat "$WORK/d0.log"; fail "survivor of a killed worker: exit code $rc"; }
-(( SECONDS - start <= 15 )) || fail "survivor took $((SECONDS - start)) s to fail"
-grep -q "DEADLINE_EXCEEDED" "$WORK/d0.log" || { cat "$WORK/d0.log"; fail "survivor: no DEADLINE_EXCEEDED"; }
+grep -q "DEADLINE_EXCEEDED: .* for 3000 ms" "$WORK/d0.log" ||
+  { cat "$WORK/d0.log"; fail "survivor: no DEADLINE_EXCEEDED naming the 3000 ms call timeout"; }
 pass "worker killed mid-job: survivor failed in $((SECONDS - start)) s: $(grep -m1 -o 'DEADLINE_EXCEEDED.*' "$WORK/d0.log" | cut -c1-120)"
 ended() { grep -q '"state": "ended"' <(jobs show --controller $CTL "$1"); }
 sml_wait_for 20 "job $D_ID to be torn down" ended $D_ID || fail "the killed job was not torn down within 20 s"
@@ -149,11 +151,12 @@ wait_streaming $F_ID
 sml_alive $PF0 && sml_alive $PF1 || { cat "$WORK"/f?.log; fail "a held worker of job $F_ID exited before the delete"; }
 jobs delete --controller $CTL $F_ID --token $F_TOKEN > /dev/null || fail "delete F failed"
 start=$SECONDS
-for p in $PF0 $PF1; do wait_rc $p 30; [ $rc -eq 1 ] || fail "worker of a deleted job: exit code $rc"; done
-(( SECONDS - start <= 15 )) || fail "workers of a deleted job took $((SECONDS - start)) s to fail"
+# Ended by the 3000 ms call timeout (named in the error) and then told why; no bound on the
+# clock (the 60 s wait only turns a hang into a failure).
+for p in $PF0 $PF1; do wait_rc $p 60; [ $rc -eq 1 ] || fail "worker of a deleted job: exit code $rc"; done
 for f in f0 f1; do
-  grep -q "DEADLINE_EXCEEDED.*job $F_ID has ended: deleted through the controller" "$WORK/$f.log" ||
-    { cat "$WORK/$f.log"; fail "$f: the error does not say the job was deleted"; }
+  grep -q "DEADLINE_EXCEEDED: .* for 3000 ms.*job $F_ID has ended: deleted through the controller" "$WORK/$f.log" ||
+    { cat "$WORK/$f.log"; fail "$f: the error does not say the call timed out (3000 ms) because the job was deleted"; }
 done
 pass "job deleted mid-stream: both workers failed in $((SECONDS - start)) s: $(grep -m1 -o 'job [0-9]* has ended.*' "$WORK/f0.log" | cut -c1-80)"
 stop_switch

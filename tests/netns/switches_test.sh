@@ -169,11 +169,11 @@ RIP1=${w_ips[0]} RIP2=${w_ips[1]} pair sw1 sw1 w0 w1 switch1-to-workers
 # --- 6. down ------------------------------------------------------------------------------------
 "${CX[@]}" sw2 -- sleep 300 &
 sleeper=$!
-sml_wait_for 5 "a process inside $NAME-sw2" netns_has_pids "$NAME-sw2" ||
+sml_wait_for 30 "a process inside $NAME-sw2" netns_has_pids "$NAME-sw2" ||
     fail "the process started in sw2 does not show in the namespace"
 "$CLUSTER_SH" down --name "$NAME" > "$WORK/down.log" 2>&1 || { cat "$WORK/down.log"; fail "down failed"; }
 left=$(leftovers "$NAME")
 [[ -z "$left" ]] || fail "down left behind: $(echo $left)"
-sml_wait_gone "$sleeper" 5 "the process in sw2 to die" || fail "a process inside switch host 2 survived down"
+sml_wait_gone "$sleeper" 30 "the process in sw2 to die" || fail "a process inside switch host 2 survived down"
 wait "$sleeper" 2>/dev/null || true
 pass "down removed all $((hosts + 1)) namespaces, the state file and the process in sw2"

@@ -52,7 +52,7 @@ set -e
 assert_gone "$A" "after a failed test"
 for f in pid-w1 pid-sw; do
   p=$(cat "$WORK/$f")
-  sml_wait_gone "$p" 5 "" || fail "process $p started inside the cluster survived its teardown"
+  sml_wait_gone "$p" 30 "" || fail "process $p started inside the cluster survived its teardown"
 done
 pass "a failing test's EXIT trap removed everything of '$A', including its processes"
 
@@ -82,7 +82,7 @@ rm -f "/tmp/switchml-cluster-$B.env"  # a crash can also lose the state file: do
 "$CLUSTER_SH" down --name "$B" >/dev/null || fail "down of the leftovers failed"
 assert_gone "$B" "down of a crashed run"
 p=$(cat "$WORK/pid-b")
-sml_wait_gone "$p" 5 "" || fail "a process of the crashed run survived down"
+sml_wait_gone "$p" 30 "" || fail "a process of the crashed run survived down"
 [[ $(ip netns list | grep -c "^$C-") == 4 ]] || fail "down of '$B' touched cluster '$C'"
 "$CLUSTER_SH" down --name "$C" >/dev/null
 assert_gone "$C" "down"
@@ -154,12 +154,12 @@ done
 ip netns exec "${tag}_$dead-h" sleep 300 &
 inside=$!
 sml_track "$inside"
-sml_wait_for 5 "a process inside ${tag}_$dead-h" netns_has_pids "${tag}_$dead-h" || fail "sweep: no process inside the dead run's namespace (test setup)"
+sml_wait_for 30 "a process inside ${tag}_$dead-h" netns_has_pids "${tag}_$dead-h" || fail "sweep: no process inside the dead run's namespace (test setup)"
 sml_netns_sweep "$tag" 2> "$WORK/sweep.err" || fail "sml_netns_sweep failed: $(cat "$WORK/sweep.err")"
 for n in "${tag}_$dead" "${tag}_${stranger}_x"; do
   [[ -z $(leftovers "$n") ]] || fail "sweep: the leftovers of the dead run $n are still there: $(echo $(leftovers "$n"))"
 done
-sml_wait_gone "$inside" 5 "the process inside the dead run's namespace to be stopped" ||
+sml_wait_gone "$inside" 30 "the process inside the dead run's namespace to be stopped" ||
   fail "sweep: the process inside the dead run's namespace survived"
 namespaces=$(ip netns list)  # captured first: grep -q on a pipe + pipefail fails on SIGPIPE
 if ! grep -q "^${tag}_$$-h\b" <<<"$namespaces" || [[ ! -e "/tmp/switchml-cluster-${tag}_$$.env" ]]; then

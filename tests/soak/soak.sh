@@ -19,8 +19,8 @@ Bounded soak of one software switch on 127.0.0.1 (loopback, no root needed):
     same bytes over the whole soak, whatever was lost;
   * worker restarts: a little after 40% of the run, and then every 4 minutes, lane 0 starts a
     2-worker int32 job that takes several seconds, SIGKILLs rank 1 while the job streams, and
-    checks that rank 0 fails with DEADLINE_EXCEEDED within its job timeout (3 s) + 10 s, that the
-    switch tears the idle job down (idle timeout 2 s) and that a new job then gets the freed slots
+    checks that rank 0 fails with DEADLINE_EXCEEDED naming its job timeout (3 s; how long it
+    took is reported, not bounded), that the switch tears the idle job down (idle timeout 2 s) and that a new job then gets the freed slots
     (the switch has exactly LANES x 256 slots, so it cannot get them any other way) and runs
     exact;
   * memory: the switch's RSS (/proc/PID/status VmRSS) is sampled every 2 s; the run fails if,
@@ -211,8 +211,10 @@ if int(rc0) != 1:
     errs.append(f"survivor rank 0 exited {rc0}, expected 1")
 if "DEADLINE_EXCEEDED" not in text:
     errs.append("survivor's error is not DEADLINE_EXCEEDED")
-if float(fail_s) > int(jto) / 1000 + 10:
-    errs.append(f"survivor took {fail_s} s to fail (job timeout {int(jto) / 1000} s)")
+# Ended by its job timeout, not by a longer wait: the error names the timeout. Read from the
+# error, not the clock (survivor_fail_s is reported only: a loaded machine may be slow).
+elif f" for {jto} ms" not in text:
+    errs.append(f"survivor's DEADLINE_EXCEEDED does not name its {jto} ms job timeout")
 if ended != "1":
     errs.append("the job was not torn down within 20 s")
 print(json.dumps({"lane": int(lane), "job": int(job), "kind": "kill", "ok": not errs, "error": "; ".join(errs),

@@ -169,7 +169,9 @@ error)
     fail "the routed call after the rejected one failed: $(cat "$WORK/err.log")"
   expect_stats "$WORK/err.log" switchml=on routed_allreduce=1 routed_iallreduce=1 routed_errors=1 \
       passthrough_allreduce=2
-  [ "$ELAPSED" -lt 60 ] || fail "error mode took ${ELAPSED}s"
+  # No bound on ELAPSED (reported only): that the ranks failed by the NaN check and the
+  # rejection it caused, not by the 1 s call timeout or a hang, is in the messages above, and
+  # run_mpi's own deadline turns a hang into a failure.
   pass "$FLAVOR routed errors: MPI_ERR_OTHER on every rank in ${ELAPSED}s, messages printed"
   sml_stop_switch || true
   ;;
