@@ -53,7 +53,8 @@ std::string DtypeName(at::ScalarType t) {
 bool SwitchMLDtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kInt || t == at::kHalf || t == at::kBFloat16;
 }
-// What the inner Gloo group reduces (torch 1.13's ProcessGroupGloo; no bfloat16, int16, bool).
+// What the inner Gloo group reduces for all-reduce fallbacks (the dtypes torch's ProcessGroupGloo has
+// always taken; bfloat16 with MAX/MIN/PRODUCT, int16 and bool are refused at the call).
 bool GlooDtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kChar || t == at::kByte ||
          t == at::kInt || t == at::kLong;

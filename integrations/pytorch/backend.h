@@ -1,18 +1,18 @@
 // integrations/pytorch/process_group_switchml.h — a torch.distributed (c10d) backend that runs
 // all-reduce through a SwitchML switch and everything else through an inner Gloo group.
 //
-// Python users do not construct this class directly: `import switchml_torch` registers the
+// Python users do not construct this class directly: `import switchml.torch` registers the
 // backend name "switchml", after which
 //
 //   os.environ["SWITCHML_CONTROLLER"] = "10.0.0.254:50099"   # on rank 0 at least
 //   dist.init_process_group("switchml", rank=r, world_size=n, init_method=...)
 //   model = DistributedDataParallel(model)                   # unchanged
 //
-// C++ use (PyTorch 1.13 API):
+// C++ use (PyTorch 2.x c10d::Backend API; `gloo` is a ProcessGroupGloo on PrefixStore("gloo")):
 //
 //   switchml::pytorch::SwitchMLConfig cfg;  cfg.controller_address = "127.0.0.1:50099";
 //   auto pg = c10::make_intrusive<switchml::pytorch::SwitchMLBackend>(
-//       store, rank, size, std::chrono::minutes(30), cfg);   // blocks: session setup
+//       store, rank, size, std::chrono::minutes(30), cfg, gloo);   // blocks: session setup
 //   std::vector<at::Tensor> ts = {grad};
 //   pg->allreduce(ts)->wait();
 //
