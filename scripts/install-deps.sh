@@ -10,10 +10,10 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libhwy-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  iproute2 iptables python3
-  # Baselines and integrations: Gloo, Open MPI, PyTorch (CPU), clang + libFuzzer runtime.
+  iproute2 iptables python3 python3-venv
+  # Baselines and integrations: Gloo, Open MPI, clang + libFuzzer runtime. (PyTorch 2.x comes
+  # from PyPI into the project venv: scripts/python-env.sh.)
   libgloo-dev libopenmpi-dev openmpi-bin libmpich-dev mpich
-  python3-torch libtorch-dev python3-pybind11
   # Training example data (FashionMNIST IDX files) and the benchmark plot.
   dataset-fashion-mnist python3-matplotlib
   clang libclang-rt-14-dev

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# One command for the whole test suite: installs the packages, builds, and runs every test
-# (unit + end-to-end) with CTest. Extra arguments go to ctest (e.g. -L unit, -R engine).
+# One command for the whole test suite: installs the packages and the project's Python
+# environment (PyTorch 2.x, scripts/python-env.sh), builds, and runs every test (unit,
+# end-to-end, integrations) with CTest. Extra arguments go to ctest (e.g. -L unit, -R engine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh
+python=$(scripts/python-env.sh)
+scripts/build.sh -DSWITCHML_TORCH_PYTHON="$python"
 cd "${BUILD_DIR:-build}"
 exec ctest --output-on-failure --timeout 600 "$@"

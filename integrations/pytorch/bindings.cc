@@ -1,12 +1,12 @@
-// Python module switchml_torch._ext: exposes ProcessGroupSwitchML (a torch.distributed
-// ProcessGroup subclass) and its settings. switchml_torch/__init__.py registers the backend.
+// Python module switchml._torch: exposes SwitchMLBackend (a torch.distributed c10d Backend)
+// and its settings. switchml/torch.py registers the backend.
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/utils/pybind.h>
 
-#include "process_group_switchml.h"
+#include "backend.h"
 
 namespace py = pybind11;
 
@@ -35,11 +35,11 @@ py::dict StatsToDict(const switchml::Stats& s) {
 }  // namespace
 }  // namespace switchml::pytorch
 
-PYBIND11_MODULE(_ext, m) {
-  using switchml::pytorch::ProcessGroupSwitchML;
+PYBIND11_MODULE(_torch, m) {
+  using switchml::pytorch::SwitchMLBackend;
   using switchml::pytorch::SwitchMLConfig;
-  m.doc() = "SwitchML backend for torch.distributed (use `import switchml_torch`).";
-  // The base classes (ProcessGroup, Store) are registered by torch's own module.
+  m.doc() = "SwitchML backend for torch.distributed (use `import switchml.torch`).";
+  // The base classes (Backend, Store) are registered by torch's own module.
   py::module_::import("torch.distributed");
 
   py::class_<SwitchMLConfig>(m, "SwitchMLConfig")
@@ -54,20 +54,21 @@ PYBIND11_MODULE(_ext, m) {
       .def_readwrite("bind_ip", &SwitchMLConfig::bind_ip)
       .def_readwrite("advertise_ip", &SwitchMLConfig::advertise_ip)
       .def_readwrite("job_id", &SwitchMLConfig::job_id)
-      .def_readwrite("job_token", &SwitchMLConfig::job_token)
-      .def_readwrite("gloo_interface", &SwitchMLConfig::gloo_interface);
+      .def_readwrite("job_token", &SwitchMLConfig::job_token);
 
-  py::class_<ProcessGroupSwitchML, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupSwitchML>>(
-      m, "ProcessGroupSwitchML")
+  py::class_<SwitchMLBackend, c10d::Backend, c10::intrusive_ptr<SwitchMLBackend>>(
+      m, "SwitchMLBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       std::chrono::milliseconds timeout, const SwitchMLConfig& config) {
-             return c10::make_intrusive<ProcessGroupSwitchML>(store, rank, size, timeout, config);
+                       std::chrono::milliseconds timeout, const SwitchMLConfig& config,
+                       const c10::intrusive_ptr<c10d::Backend>& gloo) {
+             return c10::make_intrusive<SwitchMLBackend>(store, rank, size, timeout, config, gloo);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("config"),
+           py::arg("gloo"),
            py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("controller_address", &ProcessGroupSwitchML::controller_address)
+      .def_property_readonly("controller_address", &SwitchMLBackend::controller_address)
       .def("stats",
-           [](const ProcessGroupSwitchML& pg) {
+           [](const SwitchMLBackend& pg) {
              py::dict d = switchml::pytorch::StatsToDict(pg.GetStats());
              for (const auto& [key, count] : pg.FallbackCounts()) d[py::str(key)] = count;
              return d;

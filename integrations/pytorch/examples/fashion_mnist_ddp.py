@@ -11,7 +11,7 @@ train: one process of the job (start N of them). Rank 0 prints a progress line e
 --log-every steps and, at the end, writes --out: the settings, the training loss of every step
 (mean over the ranks of each rank's mini-batch loss), every step's wall time as seen by each
 rank, the final test accuracy and loss (whole test set, or --test-subset), and whether every
-rank ended with bit-identical parameters. With backend "switchml", `import switchml_torch`
+rank ended with bit-identical parameters. With backend "switchml", `import switchml.torch`
 registers the backend and SWITCHML_CONTROLLER (rank 0 at least) names the switch's controller.
 
 Reproducibility contract: with the same --seed, --world-size, --batch-size and subsets, the
@@ -119,7 +119,7 @@ def train(args):
 
     torch.set_num_threads(1)  # several processes share few cores
     if args.backend == "switchml":
-        import switchml_torch  # noqa: F401  (registers the backend)
+        import switchml.torch  # noqa: F401  (registers the backend)
     rank, world = args.rank, args.world_size
     tag = f"[{args.backend} rank {rank}]"
 
@@ -252,9 +252,9 @@ def train(args):
             "parameters_identical_on_all_ranks": identical,
         }
         if args.backend == "switchml":
-            pg = dist.distributed_c10d._get_default_group()
+            import switchml.torch
             try:
-                result["switchml_stats"] = {k: v for k, v in dict(pg.stats()).items()}
+                result["switchml_stats"] = {k: v for k, v in dict(switchml.torch.stats()).items()}
             except Exception as e:  # stats are informative only
                 result["switchml_stats"] = {"error": str(e)}
         with open(args.out + ".tmp", "w") as f:

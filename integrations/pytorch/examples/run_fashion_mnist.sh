@@ -20,8 +20,8 @@ first over the "switchml" backend (a fresh \`switchml switch\` on free ports), t
 same seed, same data order. Rank 0's progress is shown while it trains. Then prints a table:
 training loss every K steps, final test accuracy, mean/median step time, and the accuracy
 difference (switchml - gloo) in percentage points; writes both runs to a JSON file.
-Builds nothing: needs BUILD/switchml and BUILD/python/switchml_torch (ninja -C BUILD
-switchml_cli switchml_torch_ext).
+Builds nothing: needs BUILD/switchml and BUILD/python/switchml (ninja -C BUILD
+switchml_cli switchml_torch_ext; scripts/python-env.sh makes the venv).
 
 Options:
   --workers N        processes (default 4)
@@ -35,7 +35,7 @@ Options:
   --every K          loss row every K steps in the table (default: about 10 rows)
   --out FILE         combined JSON (default: BUILD/fashion_mnist_ddp.json)
   --build DIR        build directory (default: $REPO/build)
-  --python PATH      interpreter that imports torch (default /usr/bin/python3)
+  --python PATH      interpreter that imports torch (default: the project venv, REPO/.venv)
   --cluster RATE     run on the emulated cluster (scripts/cluster.sh, needs root): N worker
                      hosts + a switch host, tbf RATE on every link (tc units, e.g. 500mbit);
                      the switch runs in the switch host, rank i in worker host i, rendezvous
@@ -51,7 +51,7 @@ EOF
 }
 
 WORKERS=4 EPOCHS=2 BATCH=64 MAX_STEPS=0 SEED=1 LR=0.05 TRAIN_SUBSET=0 TEST_SUBSET=0 EVERY=0
-OUT="" BUILD="$REPO/build" PYTHON=/usr/bin/python3 RATE="" TIMEOUT=1800 KEEP=0
+OUT="" BUILD="$REPO/build" PYTHON="${SWITCHML_VENV:-$REPO/.venv}/bin/python" RATE="" TIMEOUT=1800 KEEP=0
 need_int() { [[ "$2" =~ ^[0-9]+$ ]] || die "$1 must be a non-negative integer, got '$2'"; }
 while (($#)); do
   case "$1" in
@@ -80,9 +80,9 @@ done
 ((TIMEOUT >= 1)) || die "--timeout must be >= 1, got $TIMEOUT"
 [[ -d "$BUILD" ]] || die "--build: directory '$BUILD' does not exist"
 BUILD=$(cd "$BUILD" && pwd)
-[[ -d "$BUILD/python/switchml_torch" ]] || die "$BUILD/python/switchml_torch does not exist: build it first (ninja -C $BUILD switchml_torch_ext switchml_cli), or pass --build DIR"
+[[ -d "$BUILD/python/switchml" ]] || die "$BUILD/python/switchml does not exist: build it first (ninja -C $BUILD switchml_torch_ext switchml_cli), or pass --build DIR"
 [[ -x "$BUILD/switchml" ]] || die "$BUILD/switchml does not exist: build it first (ninja -C $BUILD switchml_cli), or pass --build DIR"
-"$PYTHON" -c "import torch, numpy" 2>/dev/null || die "--python $PYTHON cannot import torch and numpy (Debian: only /usr/bin/python3 sees python3-torch)"
+"$PYTHON" -c "import torch, numpy" 2>/dev/null || die "--python $PYTHON cannot import torch and numpy (scripts/python-env.sh makes the project venv that can)"
 [[ -n "$OUT" ]] || OUT="$BUILD/fashion_mnist_ddp.json"
 if [[ -n "$RATE" ]]; then
   [[ $(id -u) == 0 ]] || die "--cluster needs root (network namespaces)"

@@ -26,13 +26,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../../scripts/lib.sh"
 BUILD=${1:?usage: fashion_mnist_smoke.sh BUILD_DIR}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RUN="$HERE/../examples/run_fashion_mnist.sh"
-PYTHON=${PYTHON:-/usr/bin/python3}
+PYTHON=${PYTHON:-${SWITCHML_VENV:-$HERE/../../../.venv}/bin/python}
 ACC_FLOOR=0.70
 ACC_TOL_PP=2.0
 LOSS_TOL=0.10
 
 "$PYTHON" -c "import torch, numpy" 2>/dev/null || skip "$PYTHON cannot import torch and numpy"
-[[ -d "$BUILD/python/switchml_torch" ]] || skip "$BUILD/python/switchml_torch not built"
+[[ -d "$BUILD/python/switchml" ]] || skip "$BUILD/python/switchml not built"
 [[ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] || skip "dataset-fashion-mnist is not installed"
 
 sml_work_dir switchml-fmnist-smoke  # kept (with the JSON) when the test fails

@@ -176,11 +176,8 @@ def run_torchrun(args, tmpdir, controller):
     me = os.path.abspath(__file__)
     env = base_env(args.pythonpath)
     env["SWITCHML_CONTROLLER"] = controller
-    # --redirects/--tee 1: torch 1.13's launcher cannot parse its own default "0" on Python 3.11
-    # (enum.Flag iteration skips the zero member), so stdout is teed to a log dir instead.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1",
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           "--redirects", "1", "--tee", "1", "--log_dir", os.path.join(tmpdir, "torchrun_logs"),
            me, "worker-torchrun", "--pythonpath", args.pythonpath]
     return report(run_processes([(cmd, env)], tmpdir, WORKER_TIMEOUT_S, "torchrun"), "torchrun")
 
@@ -237,14 +234,14 @@ def worker_suite(args):
     sys.path.insert(0, args.pythonpath)
     import torch
     import torch.distributed as dist
-    import switchml_torch
+    import switchml.torch as switchml_torch
 
     rank, world = args.rank, args.world
     c = Checker(rank)
     dist.init_process_group("switchml", init_method=args.init, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
-    pg = dist.distributed_c10d._get_default_group()
-    c.check(isinstance(pg, switchml_torch.ProcessGroupSwitchML), "default group is ProcessGroupSwitchML")
+    pg = switchml_torch.backend()
+    c.check(isinstance(pg, switchml_torch.SwitchMLBackend), "the default group's CPU backend is SwitchMLBackend")
     c.check(dist.get_backend() == "switchml", f"get_backend() == 'switchml' (got {dist.get_backend()!r})")
     c.check(pg.controller_address.startswith("127.0.0.1:"),
             f"controller address {pg.controller_address!r} (rank 1 reads it from the store)")
@@ -332,8 +329,9 @@ def worker_suite(args):
     # allreduce with a list: local tensors summed too, as Gloo does.
     a = [rank_data(rank, 999, torch.int32, 40), rank_data(rank, 999, torch.int32, 41)]
     b = [t.clone() for t in a]
-    dist.all_reduce_multigpu(a)
-    dist.all_reduce_multigpu(b, group=gloo)
+    # (torch 2.x has no all_reduce_multigpu: the backends' own allreduce takes the list)
+    pg.allreduce(a).wait()
+    gloo._get_backend(torch.device("cpu")).allreduce(b).wait()
     c.check(all(torch.equal(p, q) for p, q in zip(a, b)), "allreduce of a 2-tensor list equals Gloo's (int32)")
 
     # Async works: wait, is_completed, get_future (+ then).
@@ -533,13 +531,13 @@ def worker_stream(args):
     sys.path.insert(0, args.pythonpath)
     import torch
     import torch.distributed as dist
-    import switchml_torch  # noqa: F401
+    import switchml.torch as switchml_torch
 
     rank, world = args.rank, args.world
     c = Checker(rank)
     dist.init_process_group("switchml", init_method=args.init, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
-    pg = dist.distributed_c10d._get_default_group()
+    pg = switchml_torch.backend()
     R = dist.ReduceOp
     n = 5000  # 20 blocks of 256, the last one partial
 
@@ -678,7 +676,7 @@ def ddp_train(rank, group, steps):
 def worker_no_controller(args):
     sys.path.insert(0, args.pythonpath)
     import torch.distributed as dist
-    import switchml_torch  # noqa: F401
+    import switchml.torch  # noqa: F401
     c = Checker(0)
     c.raises(lambda: dist.init_process_group("switchml", init_method=args.init, rank=0, world_size=1,
                                              timeout=datetime.timedelta(seconds=20)),
@@ -690,7 +688,7 @@ def worker_torchrun(args):
     sys.path.insert(0, args.pythonpath)
     import torch
     import torch.distributed as dist
-    import switchml_torch  # noqa: F401
+    import switchml.torch  # noqa: F401
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     c = Checker(rank)
     dist.init_process_group("switchml")  # env:// from torchrun
@@ -718,7 +716,7 @@ def main():
     p.add_argument("mode", choices=["suite", "torchrun", "worker-suite", "worker-stream",
                                     "worker-no-controller", "worker-torchrun"])
     p.add_argument("--switchml", help="path of the `switchml` binary")
-    p.add_argument("--pythonpath", required=True, help="folder that holds the switchml_torch package")
+    p.add_argument("--pythonpath", required=True, help="folder that holds the switchml package")
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--init", help="init_method URL")

@@ -1,8 +1,7 @@
-#include "process_group_switchml.h"
+#include "backend.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -54,7 +53,8 @@ std::string DtypeName(at::ScalarType t) {
 bool SwitchMLDtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kInt || t == at::kHalf || t == at::kBFloat16;
 }
-// What the inner Gloo group reduces (torch 1.13's ProcessGroupGloo; no bfloat16, int16, bool).
+// What the inner Gloo group reduces for all-reduce fallbacks (the dtypes torch's ProcessGroupGloo has
+// always taken; bfloat16 with MAX/MIN/PRODUCT, int16 and bool are refused at the call).
 bool GlooDtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kChar || t == at::kByte ||
          t == at::kInt || t == at::kLong;
@@ -112,23 +112,16 @@ void SwitchMLWork::Complete(std::exception_ptr error) {
   }
 }
 
-// ---- ProcessGroupSwitchML ----
+// ---- SwitchMLBackend ----
 
-ProcessGroupSwitchML::ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                           int size, std::chrono::milliseconds timeout,
-                                           SwitchMLConfig config)
-    : c10d::ProcessGroup(rank, size), timeout_(timeout) {
+SwitchMLBackend::SwitchMLBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                 std::chrono::milliseconds timeout, SwitchMLConfig config,
+                                 c10::intrusive_ptr<c10d::Backend> gloo)
+    : c10d::Backend(rank, size), timeout_(timeout), gloo_(std::move(gloo)) {
   for (const char* reason : kFallbackReasons) fallback_counts_.emplace_back(reason, 0);
   TORCH_CHECK_VALUE(size >= 1 && size <= 256, "switchml: world size must be in [1, 256], got ", size);
-
-  // Gloo for everything that is not an all-reduce. Its own key space in the store.
-  auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
-  gloo_options->devices.push_back(config.gloo_interface.empty()
-                                      ? c10d::ProcessGroupGloo::createDefaultDevice()
-                                      : c10d::ProcessGroupGloo::createDeviceForInterface(config.gloo_interface));
-  gloo_options->threads = 2;
-  gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("gloo", store),
-                                                      rank, size, gloo_options);
+  TORCH_CHECK_VALUE(gloo_ && gloo_->getRank() == rank && gloo_->getSize() == size,
+                    "switchml: the inner Gloo group must have this group's rank and size");
 
   controller_address_ = ResolveControllerAddress(store, config.controller_address);
 
@@ -156,7 +149,7 @@ ProcessGroupSwitchML::ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>
   init();
 }
 
-ProcessGroupSwitchML::~ProcessGroupSwitchML() {
+SwitchMLBackend::~SwitchMLBackend() {
   // Calls still waiting to start fail (closing_, when an earlier call completes); destroying
   // the context cancels jobs still queued or running: their handles complete with CANCELLED
   // (every SwitchML callback has run when the context is gone), which completes their calls.
@@ -173,7 +166,7 @@ ProcessGroupSwitchML::~ProcessGroupSwitchML() {
   progress_cv_.wait(lock, [&] { return queue_.empty() && completing_ == 0; });
 }
 
-std::string ProcessGroupSwitchML::ResolveControllerAddress(const c10::intrusive_ptr<c10d::Store>& store,
+std::string SwitchMLBackend::ResolveControllerAddress(const c10::intrusive_ptr<c10d::Store>& store,
                                                            const std::string& own) {
   if (getRank() == 0) {
     if (own.empty()) {
@@ -198,7 +191,7 @@ std::string ProcessGroupSwitchML::ResolveControllerAddress(const c10::intrusive_
   return address;
 }
 
-ProcessGroupSwitchML::Route ProcessGroupSwitchML::CheckTensors(const std::vector<at::Tensor>& tensors,
+SwitchMLBackend::Route SwitchMLBackend::CheckTensors(const std::vector<at::Tensor>& tensors,
                                                                c10d::ReduceOp op, const char* collective) const {
   TORCH_CHECK_VALUE(!tensors.empty(), "switchml: ", collective, " needs at least one tensor");
   const auto kind = op.op_;
@@ -245,7 +238,7 @@ ProcessGroupSwitchML::Route ProcessGroupSwitchML::CheckTensors(const std::vector
   return route;
 }
 
-void ProcessGroupSwitchML::SubmitJob(const at::Tensor& buffer, std::string name, Call& c) {
+void SwitchMLBackend::SubmitJob(const at::Tensor& buffer, std::string name, Call& c) {
   if (buffer.numel() == 0) return;  // nothing to send; every rank skips it alike
   const switchml::DataType type =
       buffer.scalar_type() == at::kInt ? switchml::DataType::kInt32 : switchml::DataType::kFloat32;
@@ -255,7 +248,7 @@ void ProcessGroupSwitchML::SubmitJob(const at::Tensor& buffer, std::string name,
   c.job_names.push_back(std::move(name));
 }
 
-bool ProcessGroupSwitchML::ConflictsLocked(const Call& c, size_t count) const {
+bool SwitchMLBackend::ConflictsLocked(const Call& c, size_t count) const {
   for (size_t i = 0; i < count && i < queue_.size(); ++i) {
     const Call& earlier = *queue_[i];
     if (&earlier == &c) break;
@@ -269,7 +262,7 @@ bool ProcessGroupSwitchML::ConflictsLocked(const Call& c, size_t count) const {
   return false;
 }
 
-void ProcessGroupSwitchML::StartReadyLocked(std::vector<std::shared_ptr<Call>>& started) {
+void SwitchMLBackend::StartReadyLocked(std::vector<std::shared_ptr<Call>>& started) {
   for (size_t j = 0; j < queue_.size(); ++j) {
     Call& c = *queue_[j];
     if (c.started) continue;
@@ -302,7 +295,7 @@ namespace {
 thread_local bool tls_completing = false;
 }  // namespace
 
-void ProcessGroupSwitchML::Arm(const std::shared_ptr<Call>& c) {
+void SwitchMLBackend::Arm(const std::shared_ptr<Call>& c) {
   c->parts.store(c->handles.size() + c->gloo_works.size() + 1, std::memory_order_relaxed);
   const int rank = getRank();
   for (size_t i = 0; i < c->handles.size(); ++i) {
@@ -331,11 +324,11 @@ void ProcessGroupSwitchML::Arm(const std::shared_ptr<Call>& c) {
   PartDone(c);  // the arming part
 }
 
-void ProcessGroupSwitchML::PartDone(const std::shared_ptr<Call>& c) {
+void SwitchMLBackend::PartDone(const std::shared_ptr<Call>& c) {
   if (c->parts.fetch_sub(1, std::memory_order_acq_rel) == 1) CompleteCall(c);
 }
 
-void ProcessGroupSwitchML::CompleteCall(const std::shared_ptr<Call>& c) {
+void SwitchMLBackend::CompleteCall(const std::shared_ptr<Call>& c) {
   std::exception_ptr eptr = c->error;
   {
     std::lock_guard lock(c->part_mu);
@@ -374,7 +367,7 @@ void ProcessGroupSwitchML::CompleteCall(const std::shared_ptr<Call>& c) {
   progress_cv_.notify_all();
 }
 
-void ProcessGroupSwitchML::WaitLocked(std::unique_lock<std::mutex>& lock, const std::function<bool()>& ready,
+void SwitchMLBackend::WaitLocked(std::unique_lock<std::mutex>& lock, const std::function<bool()>& ready,
                                       const std::string& what) {
   if (ready()) return;
   TORCH_CHECK(!tls_completing, "switchml: ", what,
@@ -385,7 +378,7 @@ void ProcessGroupSwitchML::WaitLocked(std::unique_lock<std::mutex>& lock, const 
               " ms) for earlier all-reduces to complete");
 }
 
-void ProcessGroupSwitchML::CountFallback(const Route& route, const char* collective) {
+void SwitchMLBackend::CountFallback(const Route& route, const char* collective) {
   bool first = false;
   {
     std::lock_guard lock(fallback_mu_);
@@ -403,7 +396,7 @@ void ProcessGroupSwitchML::CountFallback(const Route& route, const char* collect
   }
 }
 
-std::vector<std::pair<std::string, uint64_t>> ProcessGroupSwitchML::FallbackCounts() const {
+std::vector<std::pair<std::string, uint64_t>> SwitchMLBackend::FallbackCounts() const {
   std::lock_guard lock(fallback_mu_);
   std::vector<std::pair<std::string, uint64_t>> out;
   out.emplace_back("fallback_allreduces", fallback_total_);
@@ -411,7 +404,7 @@ std::vector<std::pair<std::string, uint64_t>> ProcessGroupSwitchML::FallbackCoun
   return out;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::EnqueueSwitchML(std::shared_ptr<Call> c) {
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::EnqueueSwitchML(std::shared_ptr<Call> c) {
   c10::intrusive_ptr<c10d::Work> work = c->work;
   std::vector<std::shared_ptr<Call>> started;
   {
@@ -423,7 +416,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::EnqueueSwitchML(std::shared
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::RunOnGloo(std::shared_ptr<Call> c, const Route& route,
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::RunOnGloo(std::shared_ptr<Call> c, const Route& route,
                                                                const char* collective) {
   c10::intrusive_ptr<c10d::Work> work = c->work;
   {
@@ -444,7 +437,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::RunOnGloo(std::shared_ptr<C
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                                const c10d::AllreduceOptions& opts) {
   const Route route = CheckTensors(tensors, opts.reduceOp, "allreduce");
   const at::Tensor& first = tensors[0];
@@ -502,7 +495,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce(std::vector<at::T
   return EnqueueSwitchML(std::move(c));
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce_coalesced(
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   const Route route = CheckTensors(tensors, opts.reduceOp, "allreduce_coalesced");
   auto c = std::make_shared<Call>();
@@ -568,67 +561,94 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce_coalesced(
 
 // ---- Delegated to Gloo ----
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::broadcast(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                                const c10d::BroadcastOptions& opts) {
   return gloo_->broadcast(tensors, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::reduce(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::reduce(std::vector<at::Tensor>& tensors,
                                                             const c10d::ReduceOptions& opts) {
   return gloo_->reduce(tensors, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                                std::vector<at::Tensor>& inputs,
                                                                const c10d::AllgatherOptions& opts) {
   return gloo_->allgather(outputs, inputs, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::_allgather_base(at::Tensor& output, at::Tensor& input,
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                      const c10d::AllgatherOptions& opts) {
   return gloo_->_allgather_base(output, input, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allgather_coalesced(
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   return gloo_->allgather_coalesced(outputs, inputs, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                            std::vector<at::Tensor>& inputs,
-                                                            const c10d::GatherOptions& opts) {
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  return gloo_->allgather_into_tensor_coalesced(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                       std::vector<at::Tensor>& inputs,
+                                                       const c10d::GatherOptions& opts) {
   return gloo_->gather(outputs, inputs, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::scatter(std::vector<at::Tensor>& outputs,
-                                                             std::vector<std::vector<at::Tensor>>& inputs,
-                                                             const c10d::ScatterOptions& opts) {
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::scatter(std::vector<at::Tensor>& outputs,
+                                                        std::vector<std::vector<at::Tensor>>& inputs,
+                                                        const c10d::ScatterOptions& opts) {
   return gloo_->scatter(outputs, inputs, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::alltoall_base(at::Tensor& output, at::Tensor& input,
-                                                                   std::vector<int64_t>& output_split_sizes,
-                                                                   std::vector<int64_t>& input_split_sizes,
-                                                                   const c10d::AllToAllOptions& opts) {
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                               std::vector<std::vector<at::Tensor>>& inputs,
+                                                               const c10d::ReduceScatterOptions& opts) {
+  return gloo_->reduce_scatter(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                     const c10d::ReduceScatterOptions& opts) {
+  return gloo_->_reduce_scatter_base(output, input, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  return gloo_->reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                              std::vector<int64_t>& output_split_sizes,
+                                                              std::vector<int64_t>& input_split_sizes,
+                                                              const c10d::AllToAllOptions& opts) {
   return gloo_->alltoall_base(output, input, output_split_sizes, input_split_sizes, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::send(std::vector<at::Tensor>& tensors, int dst_rank,
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::alltoall(std::vector<at::Tensor>& outputs,
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::AllToAllOptions& opts) {
+  return gloo_->alltoall(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::send(std::vector<at::Tensor>& tensors, int dst_rank,
                                                           int tag) {
   return gloo_->send(tensors, dst_rank, tag);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::recv(std::vector<at::Tensor>& tensors, int src_rank,
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::recv(std::vector<at::Tensor>& tensors, int src_rank,
                                                           int tag) {
   return gloo_->recv(tensors, src_rank, tag);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   return gloo_->recvAnysource(tensors, tag);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::barrier(const c10d::BarrierOptions& opts) {
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::barrier(const c10d::BarrierOptions& opts) {
   {
     std::unique_lock lock(mu_);
     WaitLocked(lock, [&] { return queue_.empty() && completing_ == 0; }, "barrier");
@@ -636,7 +656,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::barrier(const c10d::Barrier
   return gloo_->barrier(opts);
 }
 
-void ProcessGroupSwitchML::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+void SwitchMLBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   {
     std::unique_lock lock(mu_);
     WaitLocked(lock, [&] { return queue_.empty() && completing_ == 0; }, "monitoredBarrier");

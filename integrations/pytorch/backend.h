@@ -1,18 +1,18 @@
 // integrations/pytorch/process_group_switchml.h — a torch.distributed (c10d) backend that runs
 // all-reduce through a SwitchML switch and everything else through an inner Gloo group.
 //
-// Python users do not construct this class directly: `import switchml_torch` registers the
+// Python users do not construct this class directly: `import switchml.torch` registers the
 // backend name "switchml", after which
 //
 //   os.environ["SWITCHML_CONTROLLER"] = "10.0.0.254:50099"   # on rank 0 at least
 //   dist.init_process_group("switchml", rank=r, world_size=n, init_method=...)
 //   model = DistributedDataParallel(model)                   # unchanged
 //
-// C++ use (PyTorch 1.13 API):
+// C++ use (PyTorch 2.x c10d::Backend API; `gloo` is a ProcessGroupGloo on PrefixStore("gloo")):
 //
 //   switchml::pytorch::SwitchMLConfig cfg;  cfg.controller_address = "127.0.0.1:50099";
-//   auto pg = c10::make_intrusive<switchml::pytorch::ProcessGroupSwitchML>(
-//       store, rank, size, std::chrono::minutes(30), cfg);   // blocks: session setup
+//   auto pg = c10::make_intrusive<switchml::pytorch::SwitchMLBackend>(
+//       store, rank, size, std::chrono::minutes(30), cfg, gloo);   // blocks: session setup
 //   std::vector<at::Tensor> ts = {grad};
 //   pg->allreduce(ts)->wait();
 //
@@ -73,8 +73,7 @@
 #include <utility>
 #include <vector>
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -101,9 +100,6 @@ struct SwitchMLConfig {
   // A job created with `switchml jobs create` (0 / empty: the reference session).
   uint32_t job_id = 0;
   std::string job_token;
-  // Network interface for the inner Gloo group (like GLOO_SOCKET_IFNAME); empty = Gloo's
-  // default device (the host name's address, or loopback).
-  std::string gloo_interface;
 };
 
 // The Work returned by allreduce: completes when every SwitchML job (or Gloo fallback) of the
@@ -115,7 +111,7 @@ class SwitchMLWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
 
-  // Called once, by whoever completes the call's last part (ProcessGroupSwitchML::CompleteCall:
+  // Called once, by whoever completes the call's last part (SwitchMLBackend::CompleteCall:
   // a SwitchML worker thread, a Gloo thread, or the calling thread if everything was already
   // done): marks the work done (with `error` if not null) and then completes the future (whose
   // callbacks run on the calling thread).
@@ -126,20 +122,23 @@ class SwitchMLWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-class ProcessGroupSwitchML : public c10d::ProcessGroup {
+class SwitchMLBackend : public c10d::Backend {
  public:
-  // Builds the inner Gloo group on PrefixStore("gloo", store), exchanges the controller address
-  // through `store` (rank 0 publishes config.controller_address; the others read it when theirs
-  // is empty), and creates the SwitchML context (registration with the switch; blocks up to a
-  // few rpc timeouts). `timeout` is the group timeout (store reads, Gloo operations).
-  // Throws c10::Error with the SwitchML status text if the controller cannot be reached or the
-  // options are invalid.
-  ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       std::chrono::milliseconds timeout, SwitchMLConfig config);
+  // `gloo` is the inner Gloo group (torch's ProcessGroupGloo on PrefixStore("gloo", store), made
+  // by the Python creator: its headers are not part of torch's wheel, so it is used through the
+  // Backend interface only). Exchanges the controller address through `store` (rank 0
+  // publishes config.controller_address; the others read it when theirs is empty), and creates
+  // the SwitchML context (registration with the switch; blocks up to a few rpc timeouts).
+  // `timeout` is the group timeout (store reads, waits for earlier calls). Throws c10::Error
+  // with the SwitchML status text if the controller cannot be reached or the options are
+  // invalid.
+  SwitchMLBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                  std::chrono::milliseconds timeout, SwitchMLConfig config,
+                  c10::intrusive_ptr<c10d::Backend> gloo);
   // Stops the SwitchML context (jobs still running fail with CANCELLED, their works complete
   // with that error), then waits until every call's work completed (Gloo fallbacks: within
   // Gloo's timeout).
-  ~ProcessGroupSwitchML() override;
+  ~SwitchMLBackend() override;
 
   const std::string getBackendName() const override { return "switchml"; }
 
@@ -166,15 +165,30 @@ class ProcessGroupSwitchML : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> gather(
       std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> scatter(
       std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
       const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> alltoall_base(
       at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
       std::vector<int64_t>& input_split_sizes,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst_rank,
                                       int tag) override;
@@ -191,7 +205,7 @@ class ProcessGroupSwitchML : public c10d::ProcessGroup {
   // The controller address this rank connected to, and the library's counters.
   const std::string& controller_address() const { return controller_address_; }
   switchml::Stats GetStats() const { return context_->GetStats(); }
-  const c10::intrusive_ptr<c10d::ProcessGroupGloo>& gloo() const { return gloo_; }
+  const c10::intrusive_ptr<c10d::Backend>& gloo() const { return gloo_; }
   // All-reduce calls sent to the inner Gloo group: ("fallback_allreduces", total) first, then
   // one entry per reason ("fallback_op_max", ..., "fallback_dtype_float64", ...), every reason
   // present (0 if unused). A call counts under one reason: its op if SwitchML lacks it, else the
@@ -286,7 +300,7 @@ class ProcessGroupSwitchML : public c10d::ProcessGroup {
 
   std::string controller_address_;
   std::chrono::milliseconds timeout_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_;
+  c10::intrusive_ptr<c10d::Backend> gloo_;
   std::unique_ptr<switchml::Context> context_;
 
   // SwitchML jobs submitted and not yet accounted complete, at most (the context's

@@ -1,8 +1,8 @@
-"""SwitchML backend for torch.distributed.
+"""SwitchML backend for torch.distributed (PyTorch 2.x).
 
-Importing this package registers the backend name ``"switchml"``::
+Importing this module registers the backend name ``"switchml"`` for CPU tensors::
 
-    import switchml_torch  # noqa: F401  (registers the backend)
+    import switchml.torch  # noqa: F401  (registers the backend)
     import torch.distributed as dist
     dist.init_process_group("switchml", ...)   # needs SWITCHML_CONTROLLER, at least on rank 0
 
@@ -30,7 +30,7 @@ Settings come from environment variables, read when a group is created:
   SWITCHML_JOB_ID, SWITCHML_JOB_TOKEN
                                  join a job made with `switchml jobs create` (default: the
                                  switch's reference session)
-  GLOO_SOCKET_IFNAME             network interface of the inner Gloo group (first entry used)
+  GLOO_SOCKET_IFNAME             network interface(s) of the inner Gloo group (as for Gloo)
 
 The three window/packet settings must be equal on every rank.
 """
@@ -41,10 +41,11 @@ import sys
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as dist
+from torch.distributed import PrefixStore, ProcessGroupGloo
 
-from ._ext import ProcessGroupSwitchML, SwitchMLConfig
+from ._torch import SwitchMLBackend, SwitchMLConfig
 
-__all__ = ["BACKEND_NAME", "ProcessGroupSwitchML", "SwitchMLConfig", "config_from_env"]
+__all__ = ["BACKEND_NAME", "SwitchMLBackend", "SwitchMLConfig", "backend", "config_from_env", "stats"]
 
 BACKEND_NAME = "switchml"
 
@@ -88,14 +89,37 @@ def config_from_env(environ=None):
     config.advertise_ip = env.get("SWITCHML_ADVERTISE_IP", "").strip()
     config.job_id = _env_int(env, "SWITCHML_JOB_ID", 1)
     config.job_token = env.get("SWITCHML_JOB_TOKEN", "").strip()
-    config.gloo_interface = env.get("GLOO_SOCKET_IFNAME", "").split(",")[0].strip()
     return config
 
 
-def _create_process_group(store, rank, world_size, timeout):
-    """The creator torch.distributed calls for backend "switchml" (non-extended API)."""
-    return ProcessGroupSwitchML(store, rank, world_size, timeout, config_from_env())
+def backend(group=None):
+    """The SwitchMLBackend of `group` (default: the default group) for CPU tensors.
+
+    Raises ValueError naming the backend the group uses instead, if it is not "switchml".
+    """
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    b = pg._get_backend(torch.device("cpu"))
+    if not isinstance(b, SwitchMLBackend):
+        raise ValueError(f"the group's CPU backend is {type(b).__name__}, not switchml's SwitchMLBackend")
+    return b
+
+
+def stats(group=None):
+    """The counters of `group`'s SwitchML backend (SwitchMLBackend.stats()): the client library's
+    calls_* and packet counters, and the all-reduces sent to the inner Gloo group per reason."""
+    return backend(group).stats()
+
+
+def _create_backend(store, rank, world_size, timeout):
+    """The creator torch.distributed calls for backend "switchml" (non-extended API).
+
+    The inner Gloo group (everything SwitchML does not aggregate) is torch's own
+    ProcessGroupGloo on its own key space of the store; it honours GLOO_SOCKET_IFNAME.
+    """
+    config = config_from_env()  # bad settings fail before any connection is made
+    gloo = ProcessGroupGloo(PrefixStore("gloo", store), rank, world_size, timeout)
+    return SwitchMLBackend(store, rank, world_size, timeout, config, gloo)
 
 
 if BACKEND_NAME.upper() not in dist.Backend._plugins:
-    dist.Backend.register_backend(BACKEND_NAME, _create_process_group)
+    dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=["cpu"])
