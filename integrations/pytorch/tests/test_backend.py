@@ -84,10 +84,16 @@ def run_processes(cmds_envs, tmpdir, timeout_s, tag):
     return results
 
 
+def pythonpath_args(args):
+    """The --pythonpath to pass on to worker processes (none: the installed package)."""
+    return ["--pythonpath", args.pythonpath] if args.pythonpath else []
+
+
 def base_env(pythonpath):
     env = dict(os.environ)
     env.pop("SWITCHML_CONTROLLER", None)
-    env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"  # two workers + a switch share 2 cores
     return env
 
@@ -139,7 +145,7 @@ def run_suite(args, tmpdir, controller):
         if rank == 0:  # rank 1 must get the address through the store
             env["SWITCHML_CONTROLLER"] = controller
         cmds.append(([sys.executable, me, "worker-suite", "--rank", str(rank), "--world", "2",
-                      "--init", init, "--pythonpath", args.pythonpath], env))
+                      "--init", init, *pythonpath_args(args)], env))
     ok = report(run_processes(cmds, tmpdir, WORKER_TIMEOUT_S, "suite"), "suite worker")
 
     # Stream semantics: 3 ranks, chained async all-reduces on one tensor, on a switch of their own.
@@ -148,7 +154,7 @@ def run_suite(args, tmpdir, controller):
     # No controller address anywhere: a clear error, not a hang or a crash.
     init1 = "file://" + os.path.join(tmpdir, "store1")
     cmd = ([sys.executable, me, "worker-no-controller", "--init", init1,
-            "--pythonpath", args.pythonpath], base_env(args.pythonpath))
+            *pythonpath_args(args)], base_env(args.pythonpath))
     ok = report(run_processes([cmd], tmpdir, 60, "nocontroller"), "no-controller") and ok
     return ok
 
@@ -162,7 +168,7 @@ def run_stream(args, tmpdir, world):
         env = base_env(args.pythonpath)
         env["SWITCHML_CONTROLLER"] = controller
         cmds = [([sys.executable, me, "worker-stream", "--rank", str(rank), "--world", str(world),
-                  "--init", init, "--pythonpath", args.pythonpath], env) for rank in range(world)]
+                  "--init", init, *pythonpath_args(args)], env) for rank in range(world)]
         ok = report(run_processes(cmds, tmpdir, WORKER_TIMEOUT_S, "stream"), "stream worker")
     finally:
         stop_switch(switch)
@@ -178,7 +184,7 @@ def run_torchrun(args, tmpdir, controller):
     env["SWITCHML_CONTROLLER"] = controller
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1",
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           me, "worker-torchrun", "--pythonpath", args.pythonpath]
+           me, "worker-torchrun", *pythonpath_args(args)]
     return report(run_processes([(cmd, env)], tmpdir, WORKER_TIMEOUT_S, "torchrun"), "torchrun")
 
 
@@ -231,7 +237,8 @@ def max_err(a, b):
 
 
 def worker_suite(args):
-    sys.path.insert(0, args.pythonpath)
+    if args.pythonpath:
+        sys.path.insert(0, args.pythonpath)
     import torch
     import torch.distributed as dist
     import switchml.torch as switchml_torch
@@ -528,7 +535,8 @@ def worker_stream(args):
     call k reaches the result of call k+1 as 3e (SUM) or e (AVG = SUM / 3): the bound of the
     chain is sum_k factor_k * 2^-19 * M_k, with M_k the block maximum of call k's input and
     factor_k the product of the factors of the calls after k."""
-    sys.path.insert(0, args.pythonpath)
+    if args.pythonpath:
+        sys.path.insert(0, args.pythonpath)
     import torch
     import torch.distributed as dist
     import switchml.torch as switchml_torch
@@ -674,7 +682,8 @@ def ddp_train(rank, group, steps):
 
 
 def worker_no_controller(args):
-    sys.path.insert(0, args.pythonpath)
+    if args.pythonpath:
+        sys.path.insert(0, args.pythonpath)
     import torch.distributed as dist
     import switchml.torch  # noqa: F401
     c = Checker(0)
@@ -685,7 +694,8 @@ def worker_no_controller(args):
 
 
 def worker_torchrun(args):
-    sys.path.insert(0, args.pythonpath)
+    if args.pythonpath:
+        sys.path.insert(0, args.pythonpath)
     import torch
     import torch.distributed as dist
     import switchml.torch  # noqa: F401
@@ -716,7 +726,7 @@ def main():
     p.add_argument("mode", choices=["suite", "torchrun", "worker-suite", "worker-stream",
                                     "worker-no-controller", "worker-torchrun"])
     p.add_argument("--switchml", help="path of the `switchml` binary")
-    p.add_argument("--pythonpath", required=True, help="folder that holds the switchml package")
+    p.add_argument("--pythonpath", help="folder that holds the switchml package (default: the installed one)")
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--init", help="init_method URL")
