@@ -1,4 +1,4 @@
-// integrations/pytorch/process_group_switchml.h — a torch.distributed (c10d) backend that runs
+// integrations/pytorch/backend.h — a torch.distributed (c10d::Backend, PyTorch 2.x) backend that runs
 // all-reduce through a SwitchML switch and everything else through an inner Gloo group.
 //
 // Python users do not construct this class directly: `import switchml.torch` registers the
