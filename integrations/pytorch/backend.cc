@@ -404,6 +404,17 @@ std::vector<std::pair<std::string, uint64_t>> SwitchMLBackend::FallbackCounts() 
   return out;
 }
 
+std::shared_ptr<SwitchMLBackend::Call> SwitchMLBackend::NewCall(c10d::OpType op,
+                                                               const std::vector<at::Tensor>& tensors) const {
+  auto c = std::make_shared<Call>();
+  c->work = c10::make_intrusive<SwitchMLWork>(getRank(), op, tensors);
+  for (const at::Tensor& t : tensors) {
+    const auto [begin, end] = ByteSpan(t);
+    c->spans.push_back({begin, end});
+  }
+  return c;
+}
+
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::EnqueueSwitchML(std::shared_ptr<Call> c) {
   c10::intrusive_ptr<c10d::Work> work = c->work;
   std::vector<std::shared_ptr<Call>> started;
@@ -447,12 +458,7 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allreduce(std::vector<at::Tensor
                       i, " is ", DtypeName(tensors[i].scalar_type()), tensors[i].sizes(), ", tensor 0 is ",
                       DtypeName(first.scalar_type()), first.sizes());
   }
-  auto c = std::make_shared<Call>();
-  c->work = c10::make_intrusive<SwitchMLWork>(getRank(), c10d::OpType::ALLREDUCE, tensors);
-  for (const at::Tensor& t : tensors) {
-    const auto [begin, end] = ByteSpan(t);
-    c->spans.push_back({begin, end});
-  }
+  std::shared_ptr<Call> c = NewCall(c10d::OpType::ALLREDUCE, tensors);
   const bool avg = opts.reduceOp.op_ == c10d::ReduceOp::AVG;
   const int size = getSize();
 
@@ -498,12 +504,7 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allreduce(std::vector<at::Tensor
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   const Route route = CheckTensors(tensors, opts.reduceOp, "allreduce_coalesced");
-  auto c = std::make_shared<Call>();
-  c->work = c10::make_intrusive<SwitchMLWork>(getRank(), c10d::OpType::ALLREDUCE_COALESCED, tensors);
-  for (const at::Tensor& t : tensors) {
-    const auto [begin, end] = ByteSpan(t);
-    c->spans.push_back({begin, end});
-  }
+  std::shared_ptr<Call> c = NewCall(c10d::OpType::ALLREDUCE_COALESCED, tensors);
   const bool avg = opts.reduceOp.op_ == c10d::ReduceOp::AVG;
   const int size = getSize();
 

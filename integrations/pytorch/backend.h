@@ -273,6 +273,8 @@ class SwitchMLBackend : public c10d::Backend {
   // Validates every tensor of a call (CPU, dense, a dtype and op SwitchML or Gloo reduces) and
   // picks the backend; throws.
   Route CheckTensors(const std::vector<at::Tensor>& tensors, c10d::ReduceOp op, const char* collective) const;
+  // A new call of `op` on `tensors`: its work (outputs = tensors) and the memory it touches.
+  std::shared_ptr<Call> NewCall(c10d::OpType op, const std::vector<at::Tensor>& tensors) const;
   // Submits one in-place SwitchML job for `buffer` (contiguous float32 or int32); appends to `c`.
   void SubmitJob(const at::Tensor& buffer, std::string name, Call& c);
   // Queues a SwitchML call and starts it if nothing earlier holds it back; returns its work.
