@@ -51,7 +51,7 @@ Options:
   --threads T           worker threads per rank; each run uses max(K, T) (default $THREADS)
   --io-threads T        I/O threads of every switch (switchml switch --io-threads; default $IO_THREADS)
   --window W            packets in flight per rank, a multiple of every run's threads (default $WINDOW);
-                        also the job's --slots
+                        the job is sized for it (jobs create --window W --threads T)
   --no-gloo             skip the Gloo ring runs (e.g. allreduce_perf built without Gloo)
   --quick               n = 2, K = 1 and 2, 1 MiB, 2 iterations: a smoke run of the whole scenario
                         (--workers, --switches, --bytes, --iters given as well win)
@@ -216,7 +216,7 @@ run_sharded() {  # n K
   ctl="${SWITCH_IPS[0]}:$(json_get "$OUT/logs/$tag.controller.ready" "j['controller_port']")"
   job_args=(--switches "$k")
   "$CLUSTER" exec --name "$NAME" --host sw -- timeout 30 "$SWITCHML" jobs create --controller "$ctl" \
-      --operator-token-file "$TOKEN_FILE" --workers "$n" --slots "$WINDOW" "${job_args[@]}" --name "scaleout-n$n-k$k" \
+      --operator-token-file "$TOKEN_FILE" --workers "$n" --window "$WINDOW" --threads "$t" "${job_args[@]}" --name "scaleout-n$n-k$k" \
       >"$OUT/logs/$tag.job" 2>&1 ||
     { echo "$SCENARIO: switchml jobs create failed: $(tail -3 "$OUT/logs/$tag.job")" >&2; stop_servers; return 1; }
   id=$(sed -n 's/^SWITCHML_JOB_ID=//p' "$OUT/logs/$tag.job")

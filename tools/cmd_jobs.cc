@@ -3,6 +3,8 @@
 //   switchml jobs create --controller H:P --workers 4 --slots 256 [--idle-timeout-s 60 |
 //                        --no-idle-timeout] [--switches K]   (K > 1: a standalone controller
 //                        places the job on K switches, each serving a share of its threads)
+//                        --window W [--threads T] instead of --slots: the fewest slots that
+//                        hold workers with T threads and W packets in flight on K switches
 //       prints SWITCHML_JOB_ID=<id> and SWITCHML_JOB_TOKEN=<token> (shell syntax, so a launch
 //       script can `eval "$(switchml jobs create ...)"`), or JSON with --json
 //   switchml jobs list   --controller H:P [--json]      jobs (job 0, the reference session,
@@ -22,6 +24,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "control/job_layout.h"
 #include "rendezvous/job_client.h"
 #include "dataplane/switch_counters.h"
 #include "commands.h"
@@ -37,6 +40,8 @@ struct JobsArgs {
   // create
   uint32_t workers = 0;
   uint32_t slots = 0;
+  uint32_t window = 0;   // --window: size the job for this window instead of --slots
+  uint32_t threads = 1;  // --threads (with --window)
   uint32_t elements_per_packet = 256;
   uint32_t switches = 1;
   std::string type = "unspecified";
@@ -112,7 +117,33 @@ int Fail(const std::string& what, const Status& s) {
   return 1;
 }
 
+// The job's slots: --slots, or the fewest that hold the windows of workers with --threads
+// threads and --window packets in flight on --switches switches (control::JobLayout).
+StatusOr<uint32_t> JobSlots(const JobsArgs& a) {
+  if ((a.slots == 0) == (a.window == 0)) {
+    return InvalidArgumentError(
+        a.slots == 0 ? "give the job's size: --slots N, or --window W [--threads T]"
+                     : "--slots and --window both size the job; give one of them");
+  }
+  if (a.slots != 0) return a.slots;
+  const uint32_t slots = control::JobLayout::SlotsFor(a.switches, a.threads, a.window);
+  auto layout = control::JobLayout::Make({.job_slots = slots,
+                                          .num_shards = a.switches,
+                                          .worker_threads = a.threads,
+                                          .window_packets = a.window});
+  if (!layout.ok()) {
+    return InvalidArgumentError("--window " + std::to_string(a.window) + " --threads " +
+                                std::to_string(a.threads) + " --switches " +
+                                std::to_string(a.switches) + ": " + layout.status().message());
+  }
+  return slots;
+}
+
 int Run(const std::string& cmd, const JobsArgs& a) {
+  if (cmd == "create") {  // argument errors before connecting
+    auto slots = JobSlots(a);
+    if (!slots.ok()) return Fail(cmd, slots.status());
+  }
   auto cred = a.operator_token.Resolve("switchml jobs " + cmd);
   if (!cred.ok()) return Fail(cmd, cred.status());
   auto client = rendezvous::JobClient::Connect(a.controller,
@@ -124,7 +155,7 @@ int Run(const std::string& cmd, const JobsArgs& a) {
   if (cmd == "create") {
     control::JobSpec spec;
     spec.num_workers = a.workers;
-    spec.num_slots = a.slots;
+    spec.num_slots = *JobSlots(a);  // checked above
     spec.elements_per_packet = a.elements_per_packet;
     spec.switches = a.switches;
     if (a.type == "int32") {
@@ -284,8 +315,14 @@ Runner AddJobsCommand(CLI::App& app) {
   common(create);
   create->add_option("--workers", a->workers, "Number of workers (ranks) in the job")->required();
   create->add_option("--slots", a->slots,
-                     "Switch slots the job needs (>= every worker's window, e.g. 256)")
-      ->required();
+                     "Switch slots the job needs (>= every worker's window, e.g. 256); or "
+                     "--window");
+  create->add_option("--window", a->window,
+                     "Instead of --slots: size the job for workers with this many packets in "
+                     "flight (their --window) and --threads threads, on --switches switches");
+  create->add_option("--threads", a->threads,
+                     "With --window: worker threads per worker (their --threads)")
+      ->capture_default_str();
   create->add_option("--elements-per-packet", a->elements_per_packet,
                      "Largest packet of the job, in elements (64, 256, 512, 1024)")
       ->capture_default_str();

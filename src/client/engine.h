@@ -101,7 +101,7 @@ struct SliceSpec {
   // zero payloads (in/out/exponents are not used and may be null) and the descriptor's rejected
   // flag, and ends in step with `rejection` as its result. Requires send_descriptor.
   bool rejected = false;
-  Status rejection;
+  Status rejection{};
 };
 
 struct EngineStats {

@@ -146,8 +146,11 @@ INSTANTIATE_TEST_SUITE_P(TwoAndThreeIoThreads, IoThreadsTest,
                          ::testing::Combine(::testing::Values(2u, 3u),
                                             ::testing::Values(1u, 2u, 3u, 4u)),
                          [](const auto& info) {
-                           return "T" + std::to_string(std::get<0>(info.param)) + "_threads" +
-                                  std::to_string(std::get<1>(info.param));
+                           std::string name = "T";  // += (not +): GCC 12 warns -Wrestrict on "T" + ...
+                           name += std::to_string(std::get<0>(info.param));
+                           name += "_threads";
+                           name += std::to_string(std::get<1>(info.param));
+                           return name;
                          });
 
 // Registers `workers` ranks into `job_id` (0: the reference session) of `server` with

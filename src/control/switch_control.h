@@ -244,7 +244,7 @@ struct JobList {
 
 struct JobRegistration {
   uint32_t job_id = 0;
-  std::string token;
+  std::string token{};
   // rank, ipv4, mac, udp_ports and the agreed parameters (protocol_version,
   // num_worker_threads, window_packets, elements_per_packet) are used; worker.num_workers
   // must be 0 or the job's (job 0: the session's, [1, max_workers]; session_id is echoed
@@ -346,3 +346,29 @@ class SwitchControl {
 };
 
 }  // namespace switchml::control
+
+// The contract's names for the modules that use them throughout (the switch, the controller,
+// the worker's job client): each says `using namespace control::contract;` instead of keeping
+// its own list of using-declarations.
+namespace switchml::control::contract {
+using control::JobCounters;
+using control::JobDataType;
+using control::JobDataTypeName;
+using control::JobInfo;
+using control::JobList;
+using control::JobRegistration;
+using control::JobSpec;
+using control::JobState;
+using control::JobStateName;
+using control::JobWorkerGrant;
+using control::JobWorkerInfo;
+using control::kClientProtocolVersion;
+using control::kReferenceJobId;
+using control::RandomToken;
+using control::SlotInfo;
+using control::SlotSetInfo;
+using control::SwitchControl;
+using control::SwitchInfo;
+using control::ThreadRoute;
+using control::WorkerRegistration;
+}  // namespace switchml::control::contract

@@ -74,21 +74,8 @@ struct JobServiceOptions {
   SyncLimits reference_limits;
 };
 
-// The control contract's names the services use.
-using control::JobCounters;
-using control::JobDataType;
-using control::JobInfo;
-using control::JobList;
-using control::JobRegistration;
-using control::JobSpec;
-using control::JobState;
-using control::JobWorkerGrant;
-using control::JobWorkerInfo;
-using control::SlotInfo;
-using control::SlotSetInfo;
-using control::SwitchControl;
-using control::SwitchInfo;
-using control::WorkerRegistration;
+// The control contract's names (control::contract) the services use.
+using namespace control::contract;
 
 class JobService {
  public:

@@ -91,21 +91,9 @@
 
 namespace switchml::controller {
 
-// The control contract's names and the stubs this controller drives its switches with.
-using control::JobCounters;
-using control::JobDataType;
-using control::JobInfo;
-using control::JobList;
-using control::JobRegistration;
-using control::JobSpec;
-using control::JobState;
-using control::JobWorkerGrant;
-using control::JobWorkerInfo;
-using control::SlotInfo;
-using control::SlotSetInfo;
-using control::SwitchControl;
-using control::SwitchInfo;
-using control::WorkerRegistration;
+// The control contract's names (control::contract) and the stubs this controller drives its
+// switches with.
+using namespace control::contract;
 using rendezvous::JobClient;
 using rendezvous::SessionClient;
 

@@ -28,26 +28,8 @@
 
 namespace switchml::dataplane {
 
-// The names of the control contract (control/switch_control.h) the switch uses throughout.
-using control::JobCounters;
-using control::kClientProtocolVersion;
-using control::kReferenceJobId;
-using control::RandomToken;
-using control::JobDataType;
-using control::JobInfo;
-using control::JobList;
-using control::JobRegistration;
-using control::JobSpec;
-using control::JobState;
-using control::JobStateName;
-using control::JobWorkerGrant;
-using control::JobWorkerInfo;
-using control::SlotInfo;
-using control::SlotSetInfo;
-using control::SwitchControl;
-using control::SwitchInfo;
-using control::ThreadRoute;
-using control::WorkerRegistration;
+// The names of the control contract (control::contract) the switch uses throughout.
+using namespace control::contract;
 
 // A thread index that is not known: the sender registered no ports (reference mode).
 inline constexpr uint16_t kNoThread = 0xFFFF;

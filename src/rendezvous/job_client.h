@@ -35,24 +35,9 @@
 
 namespace switchml::rendezvous {
 
-// The job values the JobService exchanges (control/switch_control.h documents them).
-using control::JobCounters;
-using control::JobDataType;
-using control::JobDataTypeName;
-using control::JobInfo;
-using control::JobList;
-using control::JobRegistration;
-using control::JobSpec;
-using control::JobState;
-using control::JobStateName;
-using control::JobWorkerGrant;
-using control::JobWorkerInfo;
-using control::kClientProtocolVersion;
-using control::SlotInfo;
-using control::SlotSetInfo;
-using control::SwitchInfo;
-using control::ThreadRoute;
-using control::WorkerRegistration;
+// The job values the JobService exchanges (control::contract; control/switch_control.h
+// documents them).
+using namespace control::contract;
 
 class JobClient {
  public:

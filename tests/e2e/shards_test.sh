@@ -35,6 +35,27 @@ grep -q "int32 \[on 2 switches\]" "$WORK/list.log" || { cat "$WORK/list.log"; fa
 [ "$(grep -c '^ *[0-9]' "$WORK/list.log")" = 1 ] || { cat "$WORK/list.log"; fail "the sharded job is not listed exactly once"; }
 pass "job $SWITCHML_JOB_ID created on 2 switches, listed once"
 
+# Sizing a job by its workers' window instead of --slots (control::JobLayout::SlotsFor): 3
+# threads with 96 packets in flight on 2 switches need 127 slots (shard 0 serves 2 threads of
+# 32 slots each and holds slots [0, 64) of 127; shard 1 holds 63 for its one thread's 32), not
+# the 96 of the window; contradictory or impossible sizes are refused before anything is created.
+out=$(jobs create --controller "$CTL" --workers 3 --window 96 --threads 3 --switches 2 --json) ||
+    fail "jobs create --window 96 --threads 3 --switches 2 failed: $out"
+read -r sized_id sized_token sized_slots < <(echo "$out" | python3 -c \
+    "import json,sys; j=json.load(sys.stdin); print(j['job_id'], j['token'], j['num_slots'])")
+[ "$sized_slots" = 127 ] || fail "jobs create --window 96 --threads 3 --switches 2 made $sized_slots slots, not 127"
+jobs delete "$sized_id" --token "$sized_token" --controller "$CTL" > /dev/null || fail "jobs delete $sized_id failed"
+expect_refused() {  # pattern args...: jobs create fails naming the pattern
+  local pattern=$1 out
+  shift
+  if out=$(jobs create --controller "$CTL" --workers 3 "$@" 2>&1); then fail "jobs create $* succeeded: $out"; fi
+  grep -q -- "$pattern" <<<"$out" || fail "jobs create $* does not name '$pattern': $out"
+}
+expect_refused "give the job's size" --switches 2
+expect_refused "give one of them" --slots 256 --window 96
+expect_refused "window_packets" --window 100 --threads 3
+pass "jobs create --window/--threads sizes a job on 2 switches (127 slots for 3 threads x 32); bad sizes refused"
+
 run_ranks() {  # tag type counts [extra flags]: 3 ranks in the background; pids in PIDS
   local tag=$1 type=$2 counts=$3 r
   shift 3

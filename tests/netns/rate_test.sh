@@ -55,13 +55,15 @@ measure() {
       > "$WORK/send-$label.log" 2>&1 || { cat "$WORK/send-$label.log"; fail "$label: sender failed"; }
   wait "$sink" || { cat "$WORK/sink-$label.log"; fail "$label: sink failed"; }
   local mbit; mbit=$(json_get "$out" "'%.1f' % j['mbit_per_s']")
-  # Lower bound 85% of the ideal goodput leaves room for a loaded 2-core machine; an unshaped
-  # veth carries several Gbit/s, so a missing limit fails the upper bound by far.
+  # The upper bound is what this test checks: an unshaped veth carries several Gbit/s, so a
+  # missing limit fails it by far. The lower bound (10% of the ideal goodput) only rules out a
+  # limit set in the wrong unit (kbit for mbit, a factor of 1000); how close to the limit TCP
+  # gets is speed, which depends on the machine's load and is the benchmarks' business.
   "$PYTHON" - "$mbit" "$RATE_MBIT" "$mss" "$frame" "$label" <<'EOF' || exit 1
 import sys
 mbit, rate, mss, frame, label = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 ideal = rate * mss / frame
-ok = 0.85 * ideal <= mbit <= 1.02 * rate
+ok = 0.10 * ideal <= mbit <= 1.02 * rate
 print(f"{'ok' if ok else 'FAIL'}: {label}: {mbit:.1f} Mbit/s goodput, ideal {ideal:.1f} ({100 * mbit / ideal:.1f}%), limit {rate:.0f}")
 sys.exit(0 if ok else 1)
 EOF
