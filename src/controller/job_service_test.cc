@@ -46,17 +46,12 @@ constexpr char kOperatorToken[] = "operator-token-for-tests-0123";
 class JobServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto server = StartLocalSwitchForTests(kPoolSlots);
-    ASSERT_TRUE(server.ok()) << server.status();
-    switch_ = std::move(*server);
-    auto ctl = StartLocalControllerForTests(switch_.get(), kOperatorToken);
-    ASSERT_TRUE(ctl.ok()) << ctl.status();
-    controller_ = std::move(*ctl);
-    address_ = "127.0.0.1:" + std::to_string(controller_->port());
-    auto client = JobClient::Connect(address_, 3s);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = std::move(*client);
-    client_->set_operator_token(kOperatorToken);
+    auto plane = StartLocalControlPlaneForTests(kPoolSlots, kOperatorToken);
+    ASSERT_TRUE(plane.ok()) << plane.status();
+    switch_ = std::move(plane->sw);
+    controller_ = std::move(plane->controller);
+    address_ = plane->address;
+    client_ = std::move(plane->admin);
   }
   void TearDown() override {
     if (controller_) controller_->Shutdown();

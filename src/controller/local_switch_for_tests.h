@@ -14,6 +14,7 @@
 
 #include "controller/session_service.h"
 #include "dataplane/switch_server.h"
+#include "rendezvous/job_client.h"
 #include "transport/udp_channel.h"
 
 namespace switchml::controller {
@@ -49,6 +50,33 @@ inline StatusOr<std::unique_ptr<ControllerServer>> StartLocalControllerForTests(
   so.listen_address = "127.0.0.1:0";
   so.operator_token = operator_token;
   return ControllerServer::Start(so, control);
+}
+
+// A local switch with its controller in front and a JobClient holding the operator credential:
+// the usual fixture of the service tests.
+struct LocalControlPlaneForTests {
+  std::unique_ptr<dataplane::SwitchServer> sw;
+  std::unique_ptr<ControllerServer> controller;
+  std::string address;  // the controller's, 127.0.0.1:PORT
+  std::unique_ptr<rendezvous::JobClient> admin;
+};
+
+inline StatusOr<LocalControlPlaneForTests> StartLocalControlPlaneForTests(
+    uint32_t num_slots, const std::string& operator_token, uint32_t io_threads = 1) {
+  LocalControlPlaneForTests p;
+  auto sw = StartLocalSwitchForTests(num_slots, /*max_workers=*/8,
+                                     /*max_elements_per_packet=*/256, io_threads);
+  if (!sw.ok()) return sw.status();
+  p.sw = std::move(*sw);
+  auto ctl = StartLocalControllerForTests(p.sw.get(), operator_token);
+  if (!ctl.ok()) return ctl.status();
+  p.controller = std::move(*ctl);
+  p.address = "127.0.0.1:" + std::to_string(p.controller->port());
+  auto client = rendezvous::JobClient::Connect(p.address, std::chrono::seconds(3));
+  if (!client.ok()) return client.status();
+  p.admin = std::move(*client);
+  p.admin->set_operator_token(operator_token);
+  return p;
 }
 
 }  // namespace switchml::controller

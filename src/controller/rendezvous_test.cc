@@ -40,18 +40,12 @@ class RendezvousTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // Two I/O threads, so that the routes of a worker's threads differ from one another.
-    auto server = StartLocalSwitchForTests(/*num_slots=*/64, /*max_workers=*/8,
-                                           /*max_elements_per_packet=*/256, /*io_threads=*/2);
-    ASSERT_TRUE(server.ok()) << server.status();
-    switch_ = std::move(*server);
-    auto ctl = StartLocalControllerForTests(switch_.get(), kOperatorToken);
-    ASSERT_TRUE(ctl.ok()) << ctl.status();
-    controller_ = std::move(*ctl);
-    address_ = "127.0.0.1:" + std::to_string(controller_->port());
-    auto client = JobClient::Connect(address_, 3s);
-    ASSERT_TRUE(client.ok()) << client.status();
-    admin_ = std::move(*client);
-    admin_->set_operator_token(kOperatorToken);
+    auto plane = StartLocalControlPlaneForTests(/*num_slots=*/64, kOperatorToken, /*io_threads=*/2);
+    ASSERT_TRUE(plane.ok()) << plane.status();
+    switch_ = std::move(plane->sw);
+    controller_ = std::move(plane->controller);
+    address_ = plane->address;
+    admin_ = std::move(plane->admin);
   }
   void TearDown() override {
     if (controller_) controller_->Shutdown();
