@@ -65,7 +65,7 @@ nlohmann::json ToJson(const control::JobInfo& j) {
   nlohmann::json workers = nlohmann::json::array();
   for (const auto& w : j.workers) {
     workers.push_back({{"rank", w.rank}, {"ipv4", Ipv4(w.ipv4)}, {"udp_ports", w.udp_ports},
-                       {"received", w.received}});
+                       {"received", w.received}, {"idle_ms", w.idle_for.count()}});
   }
   const auto& c = j.counters;
   return {{"job_id", j.job_id},

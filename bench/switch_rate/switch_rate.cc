@@ -528,8 +528,8 @@ class ForwarderDut final : public DeviceUnderTest {
   }
 
   const uint32_t num_threads_;
-  const control::JobLayout layout_;
   const uint32_t window_;
+  const control::JobLayout layout_;
   std::vector<std::unique_ptr<Thread>> threads_;
   std::atomic<bool> stop_{false};
   bool stopped_ = false;

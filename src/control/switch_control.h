@@ -204,6 +204,11 @@ struct JobWorkerInfo {
   uint32_t ipv4 = 0;
   std::vector<uint16_t> udp_ports;
   uint64_t received = 0;  // datagrams from this rank
+  // Since the switch last received a datagram from this rank (or since it registered): a rank
+  // that died or stopped calling all-reduce shows here while the others retransmit (their
+  // idle_for stays below the client's max_rto). A standalone controller's merged view of a job
+  // on several switches: the least over the shards.
+  std::chrono::milliseconds idle_for{0};
 };
 
 struct JobInfo {

@@ -64,6 +64,7 @@ void ToProto(const JobInfo& j, v1::JobInfo* out) {
     wi->set_ipv4(w.ipv4);
     for (uint16_t p : w.udp_ports) wi->add_udp_ports(p);
     wi->set_received(w.received);
+    wi->set_idle_ms(static_cast<uint64_t>(w.idle_for.count()));
   }
   v1::JobCounters* c = out->mutable_counters();
   c->set_received(j.counters.received);

@@ -518,7 +518,10 @@ JobInfo RemoteSwitches::Describe(Job& job) const {
     merged->idle_for = std::min(merged->idle_for, j.idle_for);
     for (JobWorkerInfo& w : merged->workers) {
       for (const JobWorkerInfo& o : j.workers) {
-        if (o.rank == w.rank) w.received += o.received;
+        if (o.rank == w.rank) {
+          w.received += o.received;
+          w.idle_for = std::min(w.idle_for, o.idle_for);
+        }
       }
     }
   }

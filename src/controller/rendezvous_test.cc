@@ -26,10 +26,12 @@ using control::JobInfo;
 using control::JobSpec;
 using control::JobState;
 using control::JobWorkerGrant;
+using control::JobWorkerInfo;
 using control::WorkerRegistration;
 using rendezvous::ConnectRendezvous;
 using rendezvous::JobClient;
 using rendezvous::Rendezvous;
+using rendezvous::SilentRanks;
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
@@ -213,6 +215,33 @@ TEST_F(RendezvousTest, FailureExplanationAsksAboutTheJobOnlyForTimeouts) {
   EXPECT_THAT(why, HasSubstr("job " + std::to_string(job.job_id)));
   EXPECT_THAT(why, HasSubstr("deleted through the controller"));
   EXPECT_EQ(explain(InternalError("something else")), "");
+}
+
+// What a timeout's explanation says of a live job's ranks: those the switch has not heard from
+// for kSilentRankThreshold or longer, longest first, this worker marked.
+TEST(SilentRanksTest, NamesTheRanksTheSwitchHasNotHeardFrom) {
+  JobInfo job;
+  const auto worker = [](uint32_t rank, uint32_t ip, int64_t idle_ms) {
+    JobWorkerInfo w;
+    w.rank = rank;
+    w.ipv4 = ip;
+    w.idle_for = std::chrono::milliseconds(idle_ms);
+    return w;
+  };
+  job.workers = {worker(0, 0x0A000001, 120), worker(1, 0x0A000002, 999)};
+  EXPECT_EQ(SilentRanks(job, 0), "");  // retransmitting ranks are heard from
+  job.workers.push_back(worker(2, 0x0A000003, 10310));
+  EXPECT_EQ(SilentRanks(job, 0),
+            "; the switch has had no datagram from rank 2 (10.0.0.3) for 10310 ms: it may have "
+            "died, stalled, or not made this call");
+  job.workers[0].idle_for = std::chrono::milliseconds(1000);
+  EXPECT_EQ(SilentRanks(job, 1),
+            "; the switch has had no datagram from rank 2 (10.0.0.3) for 10310 ms, rank 0 "
+            "(10.0.0.1) for 1000 ms: it may have died, stalled, or not made this call");
+  job.workers = {worker(0, 0x0A000001, 5000), worker(1, 0x0A000002, 10)};
+  EXPECT_EQ(SilentRanks(job, 0),
+            "; the switch has had no datagram from rank 0 (10.0.0.1, this worker) for 5000 ms: "
+            "this worker's datagrams do not reach it");
 }
 
 // Context::Create goes through the interface for both kinds, with the job's packet size checked

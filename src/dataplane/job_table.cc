@@ -305,6 +305,7 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
   job.workers.assign(spec.num_workers, WorkerEntry{});
   job.runtime = std::make_shared<JobRuntime>(spec.num_workers, std::move(agg), next->io_threads_);
   job.runtime->activity.last_active = now;
+  for (auto& r : job.runtime->activity.ranks) r.last_active = now;
   job.spec = std::move(spec);
   job.assignment = shard;
   *job_id = job.job_id;
@@ -487,7 +488,7 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Register(
     next->Rebuild();
   }
   // Writers hold the table lock, which also guards Activity (see ExpireIdle).
-  j.runtime->activity.last_active = now;
+  j.runtime->activity.Touch(now, w.rank);
   grant->job_id = j.job_id;
   grant->num_workers = j.spec.num_workers;
   grant->elements_per_packet = j.spec.elements_per_packet;
@@ -534,6 +535,10 @@ std::shared_ptr<const JobTable> JobTable::ExpireIdle(const JobTable& current, Ti
   for (const Job& j : current.jobs()) {
     if (j.state == JobState::kEnded) continue;
     JobRuntime::Activity& a = j.runtime->activity;
+    for (uint32_t r = 0; r < a.ranks.size(); ++r) {
+      const uint64_t rank_rx = j.runtime->RankReceived(r);
+      if (rank_rx != a.ranks[r].seen) a.ranks[r] = {rank_rx, now};
+    }
     const uint64_t rx = j.runtime->Received();
     if (rx != a.seen) {
       a.seen = rx;
@@ -577,7 +582,13 @@ JobInfo JobTable::Describe(const Job& job, TimePoint now) const {
     wi.rank = r;
     wi.ipv4 = w.ipv4;
     wi.udp_ports = w.udp_ports;
-    if (job.runtime) wi.received = job.runtime->RankReceived(r);
+    if (job.runtime) {
+      wi.received = job.runtime->RankReceived(r);
+      const auto& ra = job.runtime->activity.ranks;
+      if (r < ra.size() && wi.received == ra[r].seen && now > ra[r].last_active) {
+        wi.idle_for = std::chrono::duration_cast<std::chrono::milliseconds>(now - ra[r].last_active);
+      }
+    }
     info.workers.push_back(std::move(wi));
   }
   if (job.runtime) {

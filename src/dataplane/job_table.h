@@ -120,7 +120,9 @@ class JobRuntime {
         max_ranks(max_ranks),
         io_threads(io_threads),
         counters(shares_[0].counters),
-        rank_received(rank_rx_.get()) {}
+        rank_received(rank_rx_.get()) {
+    activity.ranks.resize(max_ranks);
+  }
   JobRuntime(const JobRuntime&) = delete;
   JobRuntime& operator=(const JobRuntime&) = delete;
 
@@ -140,10 +142,20 @@ class JobRuntime {
   uint64_t Received() const;
   uint64_t RankReceived(uint32_t rank) const;
   // Idle tracking, by the table writer (ExpireIdle): the received count last seen and when it
-  // last changed.
+  // last changed, for the job and for each rank.
   struct Activity {
     uint64_t seen = 0;
     TimePoint last_active{};
+    struct Rank {
+      uint64_t seen = 0;
+      TimePoint last_active{};
+    };
+    std::vector<Rank> ranks;  // [max_ranks]
+    // A registration or the job's creation at `now`: counts as activity of the job (and rank).
+    void Touch(TimePoint now, uint32_t rank) {
+      last_active = now;
+      if (rank < ranks.size()) ranks[rank].last_active = now;
+    }
   } activity;
 };
 

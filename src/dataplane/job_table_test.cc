@@ -264,6 +264,36 @@ TEST(JobTableTest, RegistrationRestartsTheIdleClock) {
   EXPECT_THAT(next->FindJob(id)->end_reason, HasSubstr("for 101 ms"));
 }
 
+TEST(JobTableTest, EachRankReportsHowLongTheSwitchHasNotHeardFromIt) {
+  Tables x;
+  const uint32_t id = x.Create(Spec(3, 10, 0ms));
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(x.Register(Reg(id, r, 10 + r, {1}), nullptr, kT0 + 10ms).ok());
+  }
+  JobRuntime& rt = *x.t->FindJob(id)->runtime;
+  std::vector<uint32_t> expired;
+  // Ranks 0 and 1 send until 900 ms (on two I/O threads' counters alike); rank 2 never does.
+  for (auto t : {100ms, 500ms, 900ms}) {
+    Bump(rt.rank_received_of(0)[0]);
+    Bump(rt.rank_received_of(0)[1]);
+    EXPECT_EQ(JobTable::ExpireIdle(*x.t, kT0 + t, &expired), nullptr);
+  }
+  const auto ranks = [&](TimePoint now) {
+    std::vector<int64_t> idle;
+    for (const JobWorkerInfo& w : x.t->List(now).jobs.at(0).workers) idle.push_back(w.idle_for.count());
+    return idle;
+  };
+  EXPECT_EQ(ranks(kT0 + 2000ms), (std::vector<int64_t>{1100, 1100, 1990}));
+  // A datagram the sweep has not seen yet: that rank is not idle (its count moved).
+  Bump(rt.rank_received_of(0)[1]);
+  EXPECT_EQ(ranks(kT0 + 2000ms), (std::vector<int64_t>{1100, 0, 1990}));
+  EXPECT_EQ(JobTable::ExpireIdle(*x.t, kT0 + 2100ms, &expired), nullptr);
+  EXPECT_EQ(ranks(kT0 + 2500ms), (std::vector<int64_t>{1600, 400, 2490}));
+  // Re-registering (a retried RPC) counts as hearing from the rank.
+  ASSERT_TRUE(x.Register(Reg(id, 2, 12, {1}), nullptr, kT0 + 2400ms).ok());
+  EXPECT_EQ(ranks(kT0 + 2500ms).at(2), 100);
+}
+
 TEST(JobTableTest, OnlyTheNewestEndedJobsAreRemembered) {
   Tables x;
   uint32_t first = 0;

@@ -50,6 +50,7 @@ JobInfo FromProto(const v1::JobInfo& p) {
     wi.ipv4 = w.ipv4();
     for (uint32_t port : w.udp_ports()) wi.udp_ports.push_back(static_cast<uint16_t>(port));
     wi.received = w.received();
+    wi.idle_for = std::chrono::milliseconds(w.idle_ms());
     j.workers.push_back(std::move(wi));
   }
   const v1::JobCounters& c = p.counters();

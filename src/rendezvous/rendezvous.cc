@@ -10,6 +10,37 @@ namespace switchml::rendezvous {
 
 namespace {
 
+std::string Dotted(uint32_t ip) {
+  return std::to_string(ip >> 24) + "." + std::to_string((ip >> 16) & 255) + "." +
+         std::to_string((ip >> 8) & 255) + "." + std::to_string(ip & 255);
+}
+
+}  // namespace
+
+std::string SilentRanks(const control::JobInfo& job, uint32_t self) {
+  std::vector<const control::JobWorkerInfo*> silent;
+  for (const control::JobWorkerInfo& w : job.workers) {
+    if (w.idle_for >= kSilentRankThreshold) silent.push_back(&w);
+  }
+  if (silent.empty()) return "";
+  std::sort(silent.begin(), silent.end(),
+            [](const auto* a, const auto* b) { return a->idle_for > b->idle_for; });
+  std::string out = "; the switch has had no datagram from ";
+  for (size_t i = 0; i < silent.size(); ++i) {
+    const control::JobWorkerInfo& w = *silent[i];
+    if (i > 0) out += ", ";
+    out += "rank " + std::to_string(w.rank) + " (" + Dotted(w.ipv4) +
+           (w.rank == self ? ", this worker" : "") + ") for " +
+           std::to_string(w.idle_for.count()) + " ms";
+  }
+  const bool only_self = silent.size() == 1 && silent[0]->rank == self;
+  out += only_self ? ": this worker's datagrams do not reach it"
+                   : ": it may have died, stalled, or not made this call";
+  return out;
+}
+
+namespace {
+
 // Job 0: the reference Session service (Bootstrap). The session fixes no packet size in
 // advance (its workers agree on one among themselves), so the grant says 0 = any.
 class SessionRendezvous final : public Rendezvous {
@@ -52,14 +83,16 @@ class JobRendezvous final : public Rendezvous {
     jr.job_id = job_id_;
     jr.token = token_;
     jr.worker = reg;
+    rank_ = reg.rank;
     return JobBootstrap(*client_, jr);
   }
 
   // When a worker times out, asks the controller whether the job still exists, so that a job
   // the switch tore down (idle timeout, deleted, another rank gone) says so instead of only
-  // "no result from switch".
+  // "no result from switch"; and, for a live job, which ranks the switch has not heard from
+  // (a rank that died or did not make the call: SilentRanks).
   FailureExplainer failure_explainer() const override {
-    return [address = address_, job_id = job_id_, token = token_,
+    return [address = address_, job_id = job_id_, token = token_, rank = rank_,
             deadline = std::min<std::chrono::milliseconds>(rpc_timeout_, std::chrono::seconds(2))](
                const Status& s) -> std::string {
       if (s.code() != StatusCode::kDeadlineExceeded) return "";
@@ -73,7 +106,7 @@ class JobRendezvous final : public Rendezvous {
         if (c != StatusCode::kNotFound && c != StatusCode::kFailedPrecondition) return "";
         return "; the controller says: " + info.status().message();
       }
-      if (info->state != control::JobState::kEnded) return "";
+      if (info->state != control::JobState::kEnded) return SilentRanks(*info, rank);
       return "; job " + std::to_string(job_id) + " has ended: " + info->end_reason;
     };
   }
@@ -86,6 +119,7 @@ class JobRendezvous final : public Rendezvous {
   const std::string token_;
   const std::chrono::milliseconds rpc_timeout_;
   std::unique_ptr<JobClient> client_;
+  uint32_t rank_ = 0;  // this worker's, set by Join
 };
 
 }  // namespace

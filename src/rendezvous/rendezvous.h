@@ -61,6 +61,18 @@ class Rendezvous {
   std::string ExplainFailure(const Status& s) const;
 };
 
+// A rank the switch has not heard from for this long is named in a timeout's explanation: well
+// above the client's retransmission timeout (max_rto, 320 ms by default), so a rank that is
+// waiting for the others and retransmitting is never named, and well below call_timeout, so a
+// rank that stopped sending when the call stalled is.
+inline constexpr std::chrono::milliseconds kSilentRankThreshold{1000};
+
+// "; the switch has had no datagram from rank 2 (10.0.0.3) for 10310 ms: it may have died,
+// stalled, or not made this call" for the ranks of a live job whose idle_for is at least
+// kSilentRankThreshold (longest first; `self`, this worker's rank, marked as such); "" when
+// there are none. What a timeout's explanation appends for a job that is still live.
+std::string SilentRanks(const control::JobInfo& job, uint32_t self);
+
 // Connects to the controller at `address` for job `job_id`: the reference session for job 0
 // (token must be empty), the JobService otherwise (token must be set). Errors: InvalidArgument
 // ("job_token must be set when job_id is (job_id=J)", "job_token is set but job_id is 0; ...",
