@@ -81,6 +81,7 @@ nlohmann::json ToJson(const control::JobInfo& j) {
           {"idle_timeout_ms", j.spec.idle_timeout.count()},
           {"idle_ms", j.idle_for.count()},
           {"end_reason", j.end_reason},
+          {"switch_lost", j.switch_lost},
           {"barrier_waiters", j.barrier_waiters},
           {"broadcast_waiters", j.broadcast_waiters},
           {"workers", workers},

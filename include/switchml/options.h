@@ -85,7 +85,10 @@ struct Options {
   // within its call_timeout), so a caller that submits faster than the network drains keeps
   // memory flat. 256 is far more than a training step overlaps (DDP buckets, per-layer calls).
   uint32_t max_calls_in_flight = 256;
-  // A call fails with DEADLINE_EXCEEDED when no result arrives for this long.
+  // A call fails when no result arrives for this long: UNAVAILABLE when the controller then
+  // finds the switch is what failed (it or its controller does not answer, it forgot the job,
+  // or a shard of the job is lost: the host path may stand in), DEADLINE_EXCEEDED otherwise
+  // (e.g. naming a rank the switch has not heard from).
   std::chrono::milliseconds call_timeout{std::chrono::seconds(10)};
   // Deadline of each controller call (session setup, barrier).
   std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};

@@ -433,8 +433,10 @@ void ContextImpl::OnSliceDone(const std::shared_ptr<CallState>& call, const Stat
       explained_code_ = s.code();
       explanation_ = explain_failure_(s);
     });
-    if (s.code() == explained_code_ && !explanation_.empty()) {
-      s = Status(s.code(), s.message() + explanation_);
+    if (s.code() == explained_code_ &&
+        (!explanation_.text.empty() || explanation_.switch_unreachable)) {
+      s = Status(explanation_.switch_unreachable ? StatusCode::kUnavailable : s.code(),
+                 s.message() + explanation_.text);
     }
   }
   if (breaks) {

@@ -46,11 +46,12 @@ void RunCallback(const std::function<void(const Status&)>& fn, const Status& res
 class ContextImpl {
  public:
   // What the control plane knows about a context's first error, e.g. that the switch tore
-  // the job down ("; job 3 has ended: torn down by the switch: ..."), or "" for nothing.
-  // Called once per context, on a worker thread, when the first slice fails; may block for a
-  // short RPC. Every failing slice with the same status code (the other worker threads that
-  // timed out at the same time) waits for it and gets the text appended.
-  using FailureExplainer = std::function<std::string(const Status&)>;
+  // the job down ("; job 3 has ended: torn down by the switch: ..."), or nothing; and whether
+  // the switch is unreachable (the error then becomes UNAVAILABLE). Called once per context,
+  // on a worker thread, when the first slice fails; may block for a short RPC. Every failing
+  // slice with the same status code (the other worker threads that timed out at the same
+  // time) waits for it and gets the same explanation.
+  using FailureExplainer = std::function<control::FailureExplanation(const Status&)>;
 
   // Builds a context over already-open channels (one per worker thread) talking to a switch
   // at `switch_endpoint`: used by tests with the loopback fabric. `options` must be valid.
@@ -120,7 +121,7 @@ class ContextImpl {
   FailureExplainer explain_failure_;  // may be empty
   std::once_flag explain_once_;
   StatusCode explained_code_ = StatusCode::kOk;  // written once, under explain_once_
-  std::string explanation_;                      // likewise
+  control::FailureExplanation explanation_;      // likewise
   std::atomic<uint64_t> calls_submitted_{0}, calls_completed_{0}, calls_failed_{0};
 };
 

@@ -230,6 +230,10 @@ struct JobInfo {
   JobCounters counters;
   std::chrono::milliseconds idle_for{0};  // since the last packet (or creation)
   std::string end_reason;                 // kEnded only
+  // kEnded only: the job ended because a switch serving it became unreachable or forgot it
+  // (restarted), not by anyone's decision (deleted, idle): a failure of the switch, which the
+  // host path can stand in for (a worker's timeout then says UNAVAILABLE).
+  bool switch_lost = false;
   // Callers waiting right now in the job's Barrier and Broadcast on the controller that
   // answered (its job service fills them in; a switch's own table has no such callers).
   uint32_t barrier_waiters = 0;
@@ -280,6 +284,17 @@ struct SlotSetInfo {
 struct SlotInfo {
   uint32_t slot = 0;  // job-relative
   SlotSetInfo sets[2];
+};
+
+// What the control plane adds to a worker's failed call (rendezvous::Rendezvous::
+// failure_explainer): text for its message ("; job 3 has ended: ...", or "" for nothing), and
+// whether the failure is the switch's: the controller, the switch or a shard of the job cannot
+// be reached, or a switch restarted and forgot the job. The worker then reports the call as
+// UNAVAILABLE, the one code that says "the switch path is down, the host path may serve";
+// every other code is the job's or the caller's (a rank that died, a deleted job, bad input).
+struct FailureExplanation {
+  std::string text;
+  bool switch_unreachable = false;
 };
 
 // Job 0, the reference session (dataplane::JobTable::kReferenceJobId).

@@ -81,6 +81,7 @@ void ToProto(const JobInfo& j, v1::JobInfo* out) {
   c->set_wrong_io_thread(j.counters.wrong_io_thread);
   out->set_idle_ms(static_cast<uint64_t>(j.idle_for.count()));
   out->set_end_reason(j.end_reason);
+  out->set_switch_lost(j.switch_lost);
 }
 
 void ToProto(const SlotSetInfo& s, v1::SlotSet* out) {

@@ -286,13 +286,28 @@ std::string RemoteSwitches::ShardName(const Job& job, size_t shard) const {
          " at " + switches_[index].address + ")";
 }
 
+namespace {
+
+// An ended job's access error: UNAVAILABLE when a lost switch ended it (the switch path is
+// down: a worker's timeout says so, control::FailureExplanation), FAILED_PRECONDITION when a
+// decision did (deleted).
+Status Ended(uint32_t job_id, const std::string& reason, bool switch_lost) {
+  const std::string why = "job " + Str(job_id) + " has ended: " + reason;
+  return switch_lost ? UnavailableError(why) : FailedPreconditionError(why);
+}
+
+}  // namespace
+
 Status RemoteSwitches::CheckAccess(Job& job, const std::string& token) const {
   std::string known;
   bool probe = false;
   {
     std::lock_guard<std::mutex> lock(jobs_mu_);
     if (!job.end_reason.empty()) {
-      return FailedPreconditionError("job " + Str(job.job_id) + " has ended: " + job.end_reason);
+      // A job ended by a lost switch is UNAVAILABLE (the switch path is down: a worker's
+      // timeout says so, control::FailureExplanation); one ended by a decision (deleted) is
+      // FAILED_PRECONDITION.
+      return Ended(job.job_id, job.end_reason, job.switch_lost);
     }
     known = job.token;
     probe = job.live_until <= std::chrono::steady_clock::now();
@@ -314,9 +329,7 @@ Status RemoteSwitches::CheckAccess(Job& job, const std::string& token) const {
   // restart): Describe ends the job if not. At most every kAccessCacheFor, since blocked job
   // barriers poll this every 10 ms.
   const JobInfo info = Describe(job);
-  if (info.state == JobState::kEnded) {
-    return FailedPreconditionError("job " + Str(job.job_id) + " has ended: " + info.end_reason);
-  }
+  if (info.state == JobState::kEnded) return Ended(job.job_id, info.end_reason, info.switch_lost);
   std::lock_guard<std::mutex> lock(jobs_mu_);
   job.live_until = std::chrono::steady_clock::now() + kAccessCacheFor;
   return OkStatus();
@@ -464,13 +477,14 @@ StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistratio
   return grant;
 }
 
-void RemoteSwitches::End(Job& job, const std::string& reason) const {
+void RemoteSwitches::End(Job& job, const std::string& reason, bool switch_lost) const {
   std::string token;
   {
     std::lock_guard<std::mutex> lock(jobs_mu_);
     if (!job.end_reason.empty()) return;
     token = job.token;
     job.end_reason = reason;
+    job.switch_lost = switch_lost;
     job.ended_seq = ++ended_seq_;
     // Keep the newest kMaxEndedJobs ended jobs.
     std::vector<std::pair<uint64_t, uint32_t>> ended;
@@ -492,6 +506,7 @@ JobInfo RemoteSwitches::Describe(Job& job) const {
   const size_t k = job.shards.size();
   std::optional<JobInfo> merged;
   std::string lost;
+  bool switch_lost = false;  // `lost` is a shard that does not answer or forgot the job
   for (size_t shard = 0; shard < k; ++shard) {
     const auto& [index, local_id] = job.shards[shard];
     StatusOr<JobInfo> info = switches_[index].jobs->GetJob(local_id);
@@ -501,6 +516,7 @@ JobInfo RemoteSwitches::Describe(Job& job) const {
                                             ? " no longer knows the job (restarted?): "
                                             : " is unreachable: ") +
                info.status().message();
+        switch_lost = true;
       }
       continue;
     }
@@ -525,7 +541,7 @@ JobInfo RemoteSwitches::Describe(Job& job) const {
       }
     }
   }
-  if (!lost.empty()) End(job, lost);
+  if (!lost.empty()) End(job, lost, switch_lost);
   if (!merged) merged.emplace();  // no shard answered: what this controller knows
   merged->job_id = job.job_id;
   merged->spec.switches = uint32_t(k);
@@ -536,6 +552,7 @@ JobInfo RemoteSwitches::Describe(Job& job) const {
   if (!job.end_reason.empty()) {
     merged->state = JobState::kEnded;
     merged->end_reason = job.end_reason;
+    merged->switch_lost = job.switch_lost;
   }
   return *merged;
 }

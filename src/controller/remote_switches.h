@@ -154,8 +154,9 @@ class RemoteSwitches final : public SwitchControl {
     // the right token (CheckAccess).
     std::string token;
     std::mutex register_mu;  // one registration at a time, on every shard in order
-    // Guarded by jobs_mu_: set once the job ended (deleted, or a shard lost).
+    // Guarded by jobs_mu_: set once the job ended (deleted, or a shard lost: switch_lost).
     std::string end_reason;
+    bool switch_lost = false;
     uint64_t ended_seq = 0;
     // Guarded by jobs_mu_: until when CheckAccess trusts the shards' last answer (Probe).
     std::chrono::steady_clock::time_point live_until;
@@ -173,7 +174,8 @@ class RemoteSwitches final : public SwitchControl {
   // AlreadyExists if a live job on any reachable switch has `token` (not saying which).
   Status CheckTokenUnused(const std::string& token) const;
   // PermissionDenied (token differs), FailedPrecondition (ended, saying why: also when asking
-  // the shards, at most every 200 ms, finds one lost). A job found again after a restart
+  // the shards, at most every 200 ms, finds one lost), Unavailable instead when the job ended
+  // because a shard's switch is lost (JobInfo::switch_lost). A job found again after a restart
   // learns its token here (shard 0 checks it).
   Status CheckAccess(Job& job, const std::string& token) const;
   StatusOr<JobWorkerGrant> Register(Job& job, const JobRegistration& reg);
@@ -181,7 +183,8 @@ class RemoteSwitches final : public SwitchControl {
   JobInfo Describe(Job& job) const;
   // Marks the job ended with `reason` (unless it already is) and deletes it on every shard
   // (errors ignored: a shard that is down or already ended it has nothing to free).
-  void End(Job& job, const std::string& reason) const;
+  // switch_lost: because a shard's switch is unreachable or forgot the job (JobInfo).
+  void End(Job& job, const std::string& reason, bool switch_lost = false) const;
   // "shard i of K (switch j at ADDRESS)".
   std::string ShardName(const Job& job, size_t shard) const;
   RemoteSwitches() = default;

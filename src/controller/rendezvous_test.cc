@@ -194,7 +194,7 @@ TEST_F(RendezvousTest, FailureExplanationAsksAboutTheJobOnlyForTimeouts) {
   auto session = ConnectRendezvous(address_, 0, "", 3s);
   ASSERT_TRUE(session.ok()) << session.status();
   EXPECT_FALSE((*session)->failure_explainer());
-  EXPECT_EQ((*session)->ExplainFailure(DeadlineExceededError("no result")), "");
+  EXPECT_EQ((*session)->ExplainFailure(DeadlineExceededError("no result")).text, "");
 
   const JobInfo job = CreateJob(1);
   Rendezvous::FailureExplainer explain;
@@ -206,15 +206,23 @@ TEST_F(RendezvousTest, FailureExplanationAsksAboutTheJobOnlyForTimeouts) {
     explain = (*r)->failure_explainer();
     ASSERT_TRUE(explain);
     // The job runs: nothing to add.
-    EXPECT_EQ((*r)->ExplainFailure(DeadlineExceededError("no result")), "");
+    EXPECT_EQ((*r)->ExplainFailure(DeadlineExceededError("no result")).text, "");
+    EXPECT_FALSE((*r)->ExplainFailure(DeadlineExceededError("no result")).switch_unreachable);
   }
   // Deleted: a timeout is explained, by a function that outlives its Rendezvous; other
   // failures are not.
   ASSERT_TRUE(admin_->DeleteJob(job.job_id, job.token).ok());
-  const std::string why = explain(DeadlineExceededError("no result"));
+  const control::FailureExplanation deleted = explain(DeadlineExceededError("no result"));
+  EXPECT_FALSE(deleted.switch_unreachable);  // a decision, not a failure of the switch
+  const std::string why = deleted.text;
   EXPECT_THAT(why, HasSubstr("job " + std::to_string(job.job_id)));
   EXPECT_THAT(why, HasSubstr("deleted through the controller"));
-  EXPECT_EQ(explain(InternalError("something else")), "");
+  EXPECT_EQ(explain(InternalError("something else")).text, "");
+  // The controller gone (a switch's own controller dies with it): the switch is unreachable.
+  controller_->Shutdown();
+  const control::FailureExplanation gone = explain(DeadlineExceededError("no result"));
+  EXPECT_TRUE(gone.switch_unreachable);
+  EXPECT_THAT(gone.text, HasSubstr("the controller at " + address_ + " does not answer either"));
 }
 
 // What a timeout's explanation says of a live job's ranks: those the switch has not heard from

@@ -68,6 +68,7 @@ JobInfo FromProto(const v1::JobInfo& p) {
   j.counters.wrong_io_thread = c.wrong_io_thread();
   j.idle_for = std::chrono::milliseconds(p.idle_ms());
   j.end_reason = p.end_reason();
+  j.switch_lost = p.switch_lost();
   return j;
 }
 

@@ -89,25 +89,36 @@ class JobRendezvous final : public Rendezvous {
 
   // When a worker times out, asks the controller whether the job still exists, so that a job
   // the switch tore down (idle timeout, deleted, another rank gone) says so instead of only
-  // "no result from switch"; and, for a live job, which ranks the switch has not heard from
-  // (a rank that died or did not make the call: SilentRanks).
+  // "no result from switch"; for a live job, which ranks the switch has not heard from (a
+  // rank that died or did not make the call: SilentRanks); and whether the switch is what
+  // failed (control::FailureExplanation::switch_unreachable): the controller does not answer
+  // (a switch's own controller dies with it), the job's switch forgot it (NOT_FOUND: it
+  // restarted), or the controller ended it because a switch of the job is lost (UNAVAILABLE).
   FailureExplainer failure_explainer() const override {
     return [address = address_, job_id = job_id_, token = token_, rank = rank_,
             deadline = std::min<std::chrono::milliseconds>(rpc_timeout_, std::chrono::seconds(2))](
-               const Status& s) -> std::string {
-      if (s.code() != StatusCode::kDeadlineExceeded) return "";
+               const Status& s) -> control::FailureExplanation {
+      if (s.code() != StatusCode::kDeadlineExceeded) return {};
       auto client = JobClient::Connect(address, deadline);
-      if (!client.ok()) return "";
+      if (!client.ok()) {
+        return {"; the controller at " + address + " does not answer either (" +
+                    client.status().message() + ")",
+                true};
+      }
       auto info = (*client)->GetJob(job_id, token);
       if (!info.ok()) {
+        const StatusCode c = info.status().code();
+        if (c == StatusCode::kUnavailable || c == StatusCode::kDeadlineExceeded) {
+          return {"; " + info.status().message(), true};
+        }
         // NOT_FOUND (the switch restarted or forgot it) and FAILED_PRECONDITION ("job J has
         // ended: <reason>") both explain the timeout; anything else says nothing about it.
-        const StatusCode c = info.status().code();
-        if (c != StatusCode::kNotFound && c != StatusCode::kFailedPrecondition) return "";
-        return "; the controller says: " + info.status().message();
+        if (c != StatusCode::kNotFound && c != StatusCode::kFailedPrecondition) return {};
+        return {"; the controller says: " + info.status().message(), c == StatusCode::kNotFound};
       }
-      if (info->state != control::JobState::kEnded) return SilentRanks(*info, rank);
-      return "; job " + std::to_string(job_id) + " has ended: " + info->end_reason;
+      if (info->state != control::JobState::kEnded) return {SilentRanks(*info, rank), false};
+      return {"; job " + std::to_string(job_id) + " has ended: " + info->end_reason,
+              info->switch_lost};
     };
   }
   uint32_t job_id() const override { return job_id_; }
@@ -124,9 +135,9 @@ class JobRendezvous final : public Rendezvous {
 
 }  // namespace
 
-std::string Rendezvous::ExplainFailure(const Status& s) const {
+control::FailureExplanation Rendezvous::ExplainFailure(const Status& s) const {
   FailureExplainer explain = failure_explainer();
-  return explain ? explain(s) : std::string();
+  return explain ? explain(s) : control::FailureExplanation{};
 }
 
 StatusOr<std::unique_ptr<Rendezvous>> ConnectRendezvous(const std::string& address,

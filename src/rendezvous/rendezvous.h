@@ -33,9 +33,10 @@ namespace switchml::rendezvous {
 class Rendezvous {
  public:
   // Explains a worker's failure (a Status from an all-reduce) from the controller's point of
-  // view, as a suffix for its message ("; job 3 has ended: deleted through the controller"),
-  // or "" when there is nothing to add.
-  using FailureExplainer = std::function<std::string(const Status&)>;
+  // view: a suffix for its message ("; job 3 has ended: deleted through the controller", or
+  // "" when there is nothing to add) and whether the switch is what failed
+  // (control::FailureExplanation).
+  using FailureExplainer = std::function<control::FailureExplanation(const Status&)>;
 
   virtual ~Rendezvous() = default;
 
@@ -57,8 +58,8 @@ class Rendezvous {
   // The controller's address as given.
   virtual const std::string& address() const = 0;
 
-  // failure_explainer() applied to `s` ("" when it is empty).
-  std::string ExplainFailure(const Status& s) const;
+  // failure_explainer() applied to `s` (nothing when it is empty).
+  control::FailureExplanation ExplainFailure(const Status& s) const;
 };
 
 // A rank the switch has not heard from for this long is named in a timeout's explanation: well
