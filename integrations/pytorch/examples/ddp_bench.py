@@ -295,12 +295,13 @@ def bench_model(name, args, gloo_pg, log):
         run_steps(backend, args.warmup, timed=False)
     stats0 = dict(smt.stats())
     rounds = math.ceil(args.steps / args.block)
+    every = args.progress_every or max(1, rounds // 10)  # default: about 10 lines per model
     for r in range(rounds):
         k = min(args.block, args.steps - r * args.block)
         for backend in ("switchml", "gloo"):
             barrier()
             run_steps(backend, k, timed=True)
-        if rank == 0 and (r + 1 == rounds or (r + 1) % args.progress_every == 0):
+        if rank == 0 and (r + 1 == rounds or (r + 1) % every == 0):
             elapsed = time.perf_counter() - t_model
             done = (r + 1) / rounds
             s = statistics.median(times["switchml"][-k:])
@@ -410,7 +411,6 @@ def bench_model(name, args, gloo_pg, log):
         "switchml_calls_made_no_fallback": calls_ok,
         "ok": ok,
     }
-    del ddps, replicas, opts
     return result
 
 
@@ -566,7 +566,8 @@ def main(argv=None):
                    "not checked; training amplifies rounding differences chaotically in some models)")
     p.add_argument("--iface", default="", help="interface whose tx/rx bytes to count per step (e.g. eth0 "
                    "on the emulated cluster; not lo, which every rank shares)")
-    p.add_argument("--progress-every", type=positive, default=1, help="progress line every K rounds (default 1)")
+    p.add_argument("--progress-every", type=non_negative, default=0,
+                   help="progress line every K rounds (default 0: about 10 lines per model)")
     p.add_argument("--timeout", type=positive, default=300, help="torch.distributed timeout, s (default 300)")
     p.add_argument("--inject-fault", choices=["none", "scale-grad"], default="none",
                    help="testing aid: scale-grad multiplies the switchml replica's reduced gradients by 1.5 "

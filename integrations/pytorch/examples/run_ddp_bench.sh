@@ -119,6 +119,7 @@ export PYTHON  # json_get (scripts/lib.sh) reads the switch's ready file with it
 sml_work_dir switchml-ddpbench
 NAME=""       # cluster name prefix once created
 SWITCHML="$BUILD/switchml"
+# shellcheck disable=SC2016  # expanded at exit, by eval
 sml_at_exit 'if [[ -n "$NAME" ]]; then "$CLUSTER_SH" down --name "$NAME" >/dev/null 2>&1 || echo "$PROG: could not tear down cluster $NAME (run: $CLUSTER_SH down --name $NAME)" >&2; fi'
 
 # on_host HOST: the command prefix that runs a command in cluster host HOST (nothing on loopback).
