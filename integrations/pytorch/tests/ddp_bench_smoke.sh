@@ -35,6 +35,9 @@ common=(--build "$BUILD" --python "$PYTHON" --workers 2 --models cnn --quick --t
 rc=0
 "$RUN" "${common[@]}" --json "$WORK/fault.json" --inject-fault scale-grad > "$WORK/fault.log" 2>&1 || rc=$?
 ((rc == 1)) || { cat "$WORK/fault.log"; fail "with --inject-fault scale-grad the run must fail with exit 1, got $rc"; }
+# The failed run kept its logs directory (and said "logs in DIR"): it failed on purpose, remove it.
+kept=$(grep -o 'logs in /tmp/switchml-ddpbench\.[A-Za-z0-9]*' "$WORK/fault.log" | cut -d' ' -f3 || true)
+[[ -z "$kept" || ! -d "$kept" ]] || rm -rf "$kept"
 
 "$PYTHON" - "$WORK/good.json" "$WORK/fault.json" <<'EOF'
 import json, math, sys
