@@ -66,6 +66,19 @@ def stop_switch(proc):
         proc.wait()
 
 
+def stack_dump(pid):
+    """The C++ stacks of every thread of a hung process (gdb, if installed), for the log."""
+    import shutil
+    if not shutil.which("gdb"):
+        return "(no gdb: no stack dump)"
+    try:
+        r = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
+                           capture_output=True, text=True, timeout=120)
+        return "\n".join(ln for ln in r.stdout.splitlines() if ln.startswith(("#", "Thread")))
+    except (subprocess.TimeoutExpired, OSError) as e:
+        return f"(gdb failed: {e})"
+
+
 def run_processes(cmds_envs, tmpdir, timeout_s, tag):
     """Runs the commands concurrently; returns [(returncode, output)] (None = timed out)."""
     procs = []
@@ -75,14 +88,16 @@ def run_processes(cmds_envs, tmpdir, timeout_s, tag):
     deadline = time.time() + timeout_s
     results = []
     for proc, out in procs:
+        dump = ""
         try:
             rc = proc.wait(timeout=max(1, deadline - time.time()))
         except subprocess.TimeoutExpired:
+            dump = "\n----- stacks of the hung process\n" + stack_dump(proc.pid)
             proc.kill()
             proc.wait()
             rc = None
         out.seek(0)
-        results.append((rc, out.read()))
+        results.append((rc, out.read() + dump))
         out.close()
     return results
 
@@ -263,14 +278,16 @@ def run_switch_death(args, tmpdir):
         open(os.path.join(tmpdir, "killed"), "w").close()  # also releases the ranks if it was not
         results = []
         for proc, out in procs:
+            dump = ""
             try:
                 rc = proc.wait(timeout=max(1, deadline - time.time()))
             except subprocess.TimeoutExpired:
+                dump = "\n----- stacks of the hung process\n" + stack_dump(proc.pid)
                 proc.kill()
                 proc.wait()
                 rc = None
             out.seek(0)
-            results.append((rc, out.read()))
+            results.append((rc, out.read() + dump))
             out.close()
         ok = report(results, "switch-death worker") and killed
         if not killed:
