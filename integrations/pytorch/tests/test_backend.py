@@ -2,6 +2,7 @@
 """End-to-end tests of the torch.distributed backend "switchml" (CTest label `pytorch`).
 
   test_backend.py suite    --switchml BUILD/switchml --pythonpath BUILD/python
+  test_backend.py matrix   --switchml BUILD/switchml --pythonpath BUILD/python
   test_backend.py torchrun --switchml BUILD/switchml --pythonpath BUILD/python
 
 Each mode starts its own switch (`switchml switch` on free ports) and two worker processes:
@@ -13,6 +14,12 @@ Each mode starts its own switch (`switchml switch` on free ports) and two worker
             delegated broadcast/allgather/barrier, and a 2-process DDP run that must end with
             the same parameters as the same run over Gloo. Then a world-size-1 group without
             SWITCHML_CONTROLLER must fail with a message naming the variable.
+  matrix:   (ctest pytorch_backend_matrix) all_reduce op x dtype and every other collective x
+            dtype, each against the same call on a Gloo group (printed as two tables); DDP
+            comm hooks; ZeroRedundancyOptimizer, FSDP and FSDP2 against the same runs over
+            Gloo; the parent checks each fallback reason was logged once. Then 2 ranks on a
+            switch of their own that the parent kills between two calls: every rank's next
+            all-reduces fail naming the cause, Gloo collectives still work, clean exit.
   torchrun: the same package launched by `python -m torch.distributed.run --nproc_per_node 2`
             (env:// rendezvous through torchrun's TCPStore): allreduce and a few DDP steps.
 Exit code 77 (CTest: skipped) when this interpreter cannot import torch.
