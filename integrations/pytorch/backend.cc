@@ -53,18 +53,19 @@ std::string DtypeName(at::ScalarType t) {
 bool SwitchMLDtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kInt || t == at::kHalf || t == at::kBFloat16;
 }
-// What the inner Gloo group reduces for all-reduce fallbacks (the dtypes torch's ProcessGroupGloo has
-// always taken; bfloat16 with MAX/MIN/PRODUCT, int16 and bool are refused at the call).
+// The dtypes the inner Gloo group (torch 2.15's ProcessGroupGloo) takes, for all-reduce fallbacks
+// (every op) and the delegated collectives; it fails others (int16, ...) only at wait(), with
+// "Invalid scalar type", so the backend refuses them at the call (send/recv excepted: raw bytes).
 bool GlooDtype(at::ScalarType t) {
-  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kChar || t == at::kByte ||
-         t == at::kInt || t == at::kLong;
+  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16 || t == at::kChar ||
+         t == at::kByte || t == at::kInt || t == at::kLong || t == at::kBool;
 }
 bool IntegralDtype(at::ScalarType t) { return at::isIntegralType(t, /*includeBool=*/true); }
 
 // The fallback reasons, in the order stats() lists them (key = "fallback_" + reason).
 constexpr const char* kFallbackReasons[] = {"op_max",         "op_min",        "op_product",   "op_band",
                                             "op_bor",         "op_bxor",       "dtype_float64", "dtype_int64",
-                                            "dtype_int8",     "dtype_uint8"};
+                                            "dtype_int8",     "dtype_uint8",   "dtype_bool"};
 
 // The dtype SwitchML reduces a tensor of dtype `t` in: itself for float32/int32, float32 for
 // the 16-bit floats.
@@ -232,8 +233,8 @@ SwitchMLBackend::Route SwitchMLBackend::CheckTensors(const std::vector<at::Tenso
     TORCH_CHECK_TYPE(GlooDtype(type), "switchml: ", collective, ": tensor ", i, " has unsupported dtype ",
                      DtypeName(type), " for ", ReduceOpName(op),
                      "; SwitchML reduces float32, int32, float16 and bfloat16 with SUM and AVG, and the "
-                     "inner Gloo group takes the rest for float32, float64, float16, int8, uint8, int32 "
-                     "and int64 only");
+                     "inner Gloo group takes the rest for float32, float64, float16, bfloat16, int8, uint8, "
+                     "int32, int64 and bool only");
   }
   return route;
 }
@@ -562,91 +563,136 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allreduce_coalesced(
 
 // ---- Delegated to Gloo ----
 
+namespace {
+
+// "int16" or "float32, int64": the distinct dtypes of `tensors`, for error messages.
+std::string DtypeList(const std::vector<at::Tensor>& tensors) {
+  std::vector<std::string> names;
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    std::string name = DtypeName(t.scalar_type());
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
+  }
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "no tensors" : out;
+}
+
+// Runs `call` (a collective handed to the inner Gloo group). Gloo's errors name neither the
+// collective nor the dtype: a dtype Gloo does not take raises here, at the call (Gloo would fail
+// only at wait()), unless `any_dtype` (send/recv move bytes); an error Gloo raises at the call
+// gets a line naming both (same exception type).
+template <typename F>
+c10::intrusive_ptr<c10d::Work> Delegate(const char* collective, const std::vector<at::Tensor>& tensors, F&& call,
+                                        bool any_dtype = false) {
+  for (size_t i = 0; i < tensors.size() && !any_dtype; ++i) {
+    if (!tensors[i].defined()) continue;
+    const at::ScalarType type = tensors[i].scalar_type();
+    TORCH_CHECK_TYPE(GlooDtype(type), "switchml: ", collective, " of ", DtypeName(type),
+                     " is not supported: it runs on the inner Gloo group, which takes float32, float64, float16, "
+                     "bfloat16, int8, uint8, int32, int64 and bool only");
+  }
+  try {
+    return call();
+  } catch (c10::Error& e) {
+    e.add_context(std::string("switchml: ") + collective + " of " + DtypeList(tensors) +
+                  " runs on the inner Gloo group, which rejected it");
+    throw;
+  }
+}
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                                const c10d::BroadcastOptions& opts) {
-  return gloo_->broadcast(tensors, opts);
+  return Delegate("broadcast", tensors, [&] { return gloo_->broadcast(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::reduce(std::vector<at::Tensor>& tensors,
                                                             const c10d::ReduceOptions& opts) {
-  return gloo_->reduce(tensors, opts);
+  return Delegate("reduce", tensors, [&] { return gloo_->reduce(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                                std::vector<at::Tensor>& inputs,
                                                                const c10d::AllgatherOptions& opts) {
-  return gloo_->allgather(outputs, inputs, opts);
+  return Delegate("all_gather", inputs, [&] { return gloo_->allgather(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                      const c10d::AllgatherOptions& opts) {
-  return gloo_->_allgather_base(output, input, opts);
+  return Delegate("all_gather_into_tensor", std::vector<at::Tensor>{input},
+                  [&] { return gloo_->_allgather_base(output, input, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  return gloo_->allgather_coalesced(outputs, inputs, opts);
+  return Delegate("all_gather_coalesced", inputs, [&] { return gloo_->allgather_coalesced(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  return gloo_->allgather_into_tensor_coalesced(outputs, inputs, opts);
+  return Delegate("all_gather_into_tensor (coalesced)", inputs,
+                  [&] { return gloo_->allgather_into_tensor_coalesced(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                        std::vector<at::Tensor>& inputs,
                                                        const c10d::GatherOptions& opts) {
-  return gloo_->gather(outputs, inputs, opts);
+  return Delegate("gather", inputs, [&] { return gloo_->gather(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::scatter(std::vector<at::Tensor>& outputs,
                                                         std::vector<std::vector<at::Tensor>>& inputs,
                                                         const c10d::ScatterOptions& opts) {
-  return gloo_->scatter(outputs, inputs, opts);
+  return Delegate("scatter", outputs, [&] { return gloo_->scatter(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                std::vector<std::vector<at::Tensor>>& inputs,
                                                                const c10d::ReduceScatterOptions& opts) {
-  return gloo_->reduce_scatter(outputs, inputs, opts);
+  return Delegate("reduce_scatter", outputs, [&] { return gloo_->reduce_scatter(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                      const c10d::ReduceScatterOptions& opts) {
-  return gloo_->_reduce_scatter_base(output, input, opts);
+  return Delegate("reduce_scatter_tensor", std::vector<at::Tensor>{output},
+                  [&] { return gloo_->_reduce_scatter_base(output, input, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  return gloo_->reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+  return Delegate("reduce_scatter_tensor (coalesced)", outputs,
+                  [&] { return gloo_->reduce_scatter_tensor_coalesced(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                               std::vector<int64_t>& output_split_sizes,
                                                               std::vector<int64_t>& input_split_sizes,
                                                               const c10d::AllToAllOptions& opts) {
-  return gloo_->alltoall_base(output, input, output_split_sizes, input_split_sizes, opts);
+  return Delegate("all_to_all_single", std::vector<at::Tensor>{input},
+                  [&] { return gloo_->alltoall_base(output, input, output_split_sizes, input_split_sizes, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::AllToAllOptions& opts) {
-  return gloo_->alltoall(outputs, inputs, opts);
+  return Delegate("all_to_all", inputs, [&] { return gloo_->alltoall(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::send(std::vector<at::Tensor>& tensors, int dst_rank,
                                                           int tag) {
-  return gloo_->send(tensors, dst_rank, tag);
+  return Delegate("send", tensors, [&] { return gloo_->send(tensors, dst_rank, tag); }, /*any_dtype=*/true);
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::recv(std::vector<at::Tensor>& tensors, int src_rank,
                                                           int tag) {
-  return gloo_->recv(tensors, src_rank, tag);
+  return Delegate("recv", tensors, [&] { return gloo_->recv(tensors, src_rank, tag); }, /*any_dtype=*/true);
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  return gloo_->recvAnysource(tensors, tag);
+  return Delegate("recv (any source)", tensors, [&] { return gloo_->recvAnysource(tensors, tag); }, /*any_dtype=*/true);
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::barrier(const c10d::BarrierOptions& opts) {

@@ -21,11 +21,13 @@
 //                                     float16 / bfloat16 through a float32 host copy.
 //                                   → the inner Gloo group for what SwitchML cannot aggregate:
 //                                     ops MAX, MIN, PRODUCT, BAND, BOR, BXOR (any dtype Gloo
-//                                     takes) and dtypes float64, int64, int8, uint8 (SUM, and AVG
-//                                     of float64 as a Gloo SUM divided here). Counted in
+//                                     takes) and dtypes float64, int64, int8, uint8, bool (SUM,
+//                                     and AVG of float64 as a Gloo SUM divided here). Counted in
 //                                     FallbackCounts() (Python: stats()), logged once per reason.
-//   broadcast, allgather(_coalesced), gather, scatter, reduce, alltoall, send/recv, barrier
-//                                   → the inner ProcessGroupGloo (built on PrefixStore("gloo")).
+//   broadcast, allgather(_coalesced), gather, scatter, reduce, reduce_scatter, alltoall,
+//   send/recv, barrier              → the inner ProcessGroupGloo (built on PrefixStore("gloo")),
+//                                     for the dtypes Gloo takes (float32, float64, float16,
+//                                     bfloat16, int8, uint8, int32, int64, bool; send/recv: any).
 //
 // Semantics (the same as ProcessGroupGloo's, so results can be compared one to one):
 //   - allreduce(tensors): every tensor of the list must have the same dtype and shape; the result,
@@ -46,9 +48,9 @@
 //     disjoint memory run concurrently. How: see Call and StartReadyLocked() below.
 // Errors:
 //   - at the call (c10::Error → Python exception): a dtype neither SwitchML nor Gloo reduces
-//     (bfloat16 with MAX/MIN/PRODUCT, int16, bool: TypeError), PREMUL_SUM, AVG of integers or a
-//     bitwise op on floats (ValueError), CUDA or sparse tensors, mismatched dtypes/shapes in one
-//     allreduce list.
+//     (int16, ...: TypeError, also for the delegated collectives, where Gloo itself would fail
+//     only at wait() without naming it), PREMUL_SUM, AVG of integers or a bitwise op on floats
+//     (ValueError), CUDA or sparse tensors, mismatched dtypes/shapes in one allreduce list.
 //   - at wait() / on the future: a SwitchML job that failed (non-finite float input, timeout,
 //     cancelled at shutdown) → RuntimeError naming the status; a failed Gloo fallback → Gloo's
 //     error. After a network failure the SwitchML context is broken and every later SwitchML

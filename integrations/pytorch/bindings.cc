@@ -11,6 +11,38 @@
 namespace py = pybind11;
 
 namespace switchml::pytorch {
+
+// The Python holder of a SwitchMLBackend: an intrusive_ptr that drops its reference with the GIL
+// released. The last reference may go from Python (`b = switchml.torch.backend()` outliving
+// destroy_process_group()); the destructor then joins the inner ProcessGroupGloo's threads, and
+// one of them may be destroying a work whose tensors need the GIL to release their Python
+// objects: with the GIL held, that is a deadlock at exit. Only member: an intrusive_ptr, as
+// pybind11 may copy one of torch's intrusive_ptr<Backend> holders into this type.
+template <typename T>
+class NoGilHolder {
+ public:
+  NoGilHolder() = default;
+  explicit NoGilHolder(T* p) : ptr_(c10::intrusive_ptr<T>::unsafe_reclaim_from_nonowning(p)) {}
+  explicit NoGilHolder(c10::intrusive_ptr<T> p) : ptr_(std::move(p)) {}
+  NoGilHolder(const NoGilHolder&) = default;
+  NoGilHolder& operator=(const NoGilHolder&) = default;
+  ~NoGilHolder() {
+    if (ptr_ && PyGILState_Check()) {
+      py::gil_scoped_release no_gil;
+      ptr_.reset();
+    }
+  }
+  T* get() const noexcept { return ptr_.get(); }
+
+ private:
+  c10::intrusive_ptr<T> ptr_;
+};
+
+}  // namespace switchml::pytorch
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, switchml::pytorch::NoGilHolder<T>, true);
+
+namespace switchml::pytorch {
 namespace {
 
 py::dict StatsToDict(const switchml::Stats& s) {
@@ -56,12 +88,13 @@ PYBIND11_MODULE(_torch, m) {
       .def_readwrite("job_id", &SwitchMLConfig::job_id)
       .def_readwrite("job_token", &SwitchMLConfig::job_token);
 
-  py::class_<SwitchMLBackend, c10d::Backend, c10::intrusive_ptr<SwitchMLBackend>>(
+  py::class_<SwitchMLBackend, c10d::Backend, switchml::pytorch::NoGilHolder<SwitchMLBackend>>(
       m, "SwitchMLBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, const SwitchMLConfig& config,
                        const c10::intrusive_ptr<c10d::Backend>& gloo) {
-             return c10::make_intrusive<SwitchMLBackend>(store, rank, size, timeout, config, gloo);
+             return switchml::pytorch::NoGilHolder<SwitchMLBackend>(
+                 c10::make_intrusive<SwitchMLBackend>(store, rank, size, timeout, config, gloo));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("config"),
            py::arg("gloo"),

@@ -2,6 +2,7 @@
 """End-to-end tests of the torch.distributed backend "switchml" (CTest label `pytorch`).
 
   test_backend.py suite    --switchml BUILD/switchml --pythonpath BUILD/python
+  test_backend.py matrix   --switchml BUILD/switchml --pythonpath BUILD/python
   test_backend.py torchrun --switchml BUILD/switchml --pythonpath BUILD/python
 
 Each mode starts its own switch (`switchml switch` on free ports) and two worker processes:
@@ -13,6 +14,12 @@ Each mode starts its own switch (`switchml switch` on free ports) and two worker
             delegated broadcast/allgather/barrier, and a 2-process DDP run that must end with
             the same parameters as the same run over Gloo. Then a world-size-1 group without
             SWITCHML_CONTROLLER must fail with a message naming the variable.
+  matrix:   (ctest pytorch_backend_matrix) all_reduce op x dtype and every other collective x
+            dtype, each against the same call on a Gloo group (printed as two tables); DDP
+            comm hooks; ZeroRedundancyOptimizer, FSDP and FSDP2 against the same runs over
+            Gloo; the parent checks each fallback reason was logged once. Then 2 ranks on a
+            switch of their own that the parent kills between two calls: every rank's next
+            all-reduces fail naming the cause, Gloo collectives still work, clean exit.
   torchrun: the same package launched by `python -m torch.distributed.run --nproc_per_node 2`
             (env:// rendezvous through torchrun's TCPStore): allreduce and a few DDP steps.
 Exit code 77 (CTest: skipped) when this interpreter cannot import torch.
@@ -30,6 +37,9 @@ import time
 
 SKIP = 77
 WORKER_TIMEOUT_S = 100
+MATRIX_TIMEOUT_S = 240  # hang guard of the matrix workers (several minutes of work on a loaded machine)
+DEATH_CALLS = 4  # the switch is killed after call DEATH_CALLS - 1 ...
+DEATH_CALL_TIMEOUT_MS = 3000  # ... and SwitchML calls fail after this long (SWITCHML_CALL_TIMEOUT_MS)
 
 
 # ---------------------------------------------------------------- parent side
@@ -63,6 +73,19 @@ def stop_switch(proc):
         proc.wait()
 
 
+def stack_dump(pid):
+    """The C++ stacks of every thread of a hung process (gdb, if installed), for the log."""
+    import shutil
+    if not shutil.which("gdb"):
+        return "(no gdb: no stack dump)"
+    try:
+        r = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
+                           capture_output=True, text=True, timeout=120)
+        return "\n".join(ln for ln in r.stdout.splitlines() if ln.startswith(("#", "Thread")))
+    except (subprocess.TimeoutExpired, OSError) as e:
+        return f"(gdb failed: {e})"
+
+
 def run_processes(cmds_envs, tmpdir, timeout_s, tag):
     """Runs the commands concurrently; returns [(returncode, output)] (None = timed out)."""
     procs = []
@@ -72,14 +95,16 @@ def run_processes(cmds_envs, tmpdir, timeout_s, tag):
     deadline = time.time() + timeout_s
     results = []
     for proc, out in procs:
+        dump = ""
         try:
             rc = proc.wait(timeout=max(1, deadline - time.time()))
         except subprocess.TimeoutExpired:
+            dump = "\n----- stacks of the hung process\n" + stack_dump(proc.pid)
             proc.kill()
             proc.wait()
             rc = None
         out.seek(0)
-        results.append((rc, out.read()))
+        results.append((rc, out.read() + dump))
         out.close()
     return results
 
@@ -125,6 +150,8 @@ def parent(args):
         try:
             if args.mode == "suite":
                 ok = run_suite(args, tmpdir, controller)
+            elif args.mode == "matrix":
+                ok = run_matrix(args, tmpdir, controller)
             else:
                 ok = run_torchrun(args, tmpdir, controller)
         finally:
@@ -174,6 +201,109 @@ def run_stream(args, tmpdir, world):
         stop_switch(switch)
     if not ok:
         print("----- stream switch log")
+        print(open(os.path.join(tmpdir, "switch.log")).read().rstrip())
+    return ok
+
+
+def run_matrix(args, tmpdir, controller):
+    """Mode `matrix`: comm hooks, the collective/dtype/op matrix, ZeRO and FSDP over 2 ranks on
+    the parent's switch; then the switch-death run on a switch of its own."""
+    me = os.path.abspath(__file__)
+    init = "file://" + os.path.join(tmpdir, "store_matrix")
+    cmds = []
+    for rank in range(2):
+        env = base_env(args.pythonpath)
+        env["SWITCHML_CONTROLLER"] = controller
+        cmds.append(([sys.executable, me, "worker-matrix", "--rank", str(rank), "--world", "2",
+                      "--init", init, *pythonpath_args(args)], env))
+    results = run_processes(cmds, tmpdir, MATRIX_TIMEOUT_S, "matrix")
+    ok = report(results, "matrix worker")
+    ok = check_fallback_log_once(results) and ok
+    ok = run_switch_death(args, os.path.join(tmpdir, "death")) and ok
+    return ok
+
+
+def check_fallback_log_once(results):
+    """Every all-reduce fallback reason a worker used (its final stats()) was logged exactly once
+    on its stderr; unused reasons not at all."""
+    ok = True
+    for rank, (rc, out) in enumerate(results):
+        lines = [ln for ln in out.splitlines() if ln.startswith("STATS ")]
+        if len(lines) != 1:
+            print(f"parent: FAIL matrix worker {rank} printed no STATS line")
+            ok = False
+            continue
+        stats = json.loads(lines[0][len("STATS "):])
+        used = 0
+        for key, count in sorted(stats.items()):
+            if not key.startswith("fallback_") or key == "fallback_allreduces":
+                continue
+            n = sum(1 for ln in out.splitlines()
+                    if "goes to the inner Gloo group" in ln and f'stats()["{key}"]' in ln)
+            good = n == (1 if count > 0 else 0)
+            used += count > 0
+            if not good or count > 0:
+                print(f"parent: {'ok  ' if good else 'FAIL'} rank {rank}: {key} = {count}, logged {n} time(s)")
+            ok = ok and good
+        if used < 8:
+            print(f"parent: FAIL rank {rank}: the matrix used only {used} fallback reasons")
+            ok = False
+    return ok
+
+
+def run_switch_death(args, tmpdir):
+    """2 ranks make all-reduce calls; after both finished call DEATH_CALLS - 1 (files tell the
+    parent), the parent kills the switch (SIGKILL) and tells the ranks (a file): every later
+    SwitchML call must fail on every rank with an error naming the cause, and the processes exit
+    cleanly. No timing matters: the kill happens between two calls, by construction."""
+    os.makedirs(tmpdir)
+    me = os.path.abspath(__file__)
+    init = "file://" + os.path.join(tmpdir, "store")
+    switch, controller = start_switch(args.switchml, tmpdir)
+    killed = False
+    try:
+        env = base_env(args.pythonpath)
+        env["SWITCHML_CONTROLLER"] = controller
+        env["SWITCHML_CALL_TIMEOUT_MS"] = str(DEATH_CALL_TIMEOUT_MS)
+        procs = []
+        for rank in range(2):
+            out = open(os.path.join(tmpdir, f"death_{rank}.log"), "w+")
+            cmd = [sys.executable, me, "worker-switch-death", "--rank", str(rank), "--world", "2",
+                   "--init", init, *pythonpath_args(args)]
+            procs.append((subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT), out))
+        deadline = time.time() + WORKER_TIMEOUT_S  # hang guard only
+        done = [os.path.join(tmpdir, f"done.rank{r}") for r in range(2)]
+        while not all(os.path.exists(f) for f in done):
+            if time.time() > deadline or any(p.poll() is not None for p, _ in procs):
+                break
+            time.sleep(0.05)
+        if all(os.path.exists(f) for f in done):
+            switch.kill()
+            switch.wait()
+            killed = True
+            print(f"parent: switch killed after both ranks finished call {DEATH_CALLS - 1}")
+        open(os.path.join(tmpdir, "killed"), "w").close()  # also releases the ranks if it was not
+        results = []
+        for proc, out in procs:
+            dump = ""
+            try:
+                rc = proc.wait(timeout=max(1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                dump = "\n----- stacks of the hung process\n" + stack_dump(proc.pid)
+                proc.kill()
+                proc.wait()
+                rc = None
+            out.seek(0)
+            results.append((rc, out.read() + dump))
+            out.close()
+        ok = report(results, "switch-death worker") and killed
+        if not killed:
+            print("parent: FAIL the ranks did not both finish the calls before the kill")
+    finally:
+        if not killed:
+            stop_switch(switch)
+    if not ok:
+        print("----- switch-death switch log")
         print(open(os.path.join(tmpdir, "switch.log")).read().rstrip())
     return ok
 
@@ -393,12 +523,16 @@ def worker_suite(args):
     fallback_cases = [(torch.float32, R.MAX, "op_max"), (torch.float32, R.MIN, "op_min"),
                       (torch.float32, R.PRODUCT, "op_product"), (torch.int32, R.MAX, "op_max"),
                       (torch.int32, R.BXOR, "op_bxor"), (torch.float64, R.SUM, "dtype_float64"),
-                      (torch.int64, R.SUM, "dtype_int64"), (torch.uint8, R.SUM, "dtype_uint8")]
+                      (torch.int64, R.SUM, "dtype_int64"), (torch.uint8, R.SUM, "dtype_uint8"),
+                      (torch.bfloat16, R.MAX, "op_max"), (torch.bool, R.BOR, "op_bor"),
+                      (torch.bool, R.SUM, "dtype_bool")]
     for i, (dtype, op, reason) in enumerate(fallback_cases):
         if dtype.is_floating_point:
             x = rank_data(rank, 3000, torch.float64, 90 + i).to(dtype)
             if op == R.PRODUCT:
                 x = 1 + x / 100  # a product of values near 1 stays finite
+        elif dtype == torch.bool:
+            x = rank_data(rank, 3000, torch.int32, 90 + i) % 2 == 0
         else:
             x = rank_data(rank, 3000, torch.int32, 90 + i).to(dtype)
         y_gloo = x.clone()
@@ -430,8 +564,8 @@ def worker_suite(args):
     # Errors at the call: what neither SwitchML nor Gloo reduces.
     c.raises(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int16)), TypeError, "int16",
              "int16 (neither SwitchML nor Gloo) raises at the call")
-    c.raises(lambda: dist.all_reduce(torch.ones(4, dtype=torch.bfloat16), op=R.MAX), TypeError, "bfloat16",
-             "bfloat16 MAX (Gloo has no bfloat16) raises at the call")
+    c.raises(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int16), op=R.MAX), TypeError, "int16",
+             "int16 MAX (Gloo has no int16) raises at the call")
     c.raises(lambda: dist.all_reduce(torch.ones(4), op=R.BAND), ValueError, "integer dtype",
              "BAND of float32 raises at the call")
     c.raises(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=R.AVG), ValueError,
@@ -721,23 +855,583 @@ def worker_torchrun(args):
     return 1 if c.failures else 0
 
 
+# ---------------------------------------------------------------- worker side: matrix mode
+
+def worker_matrix(args):
+    """Mode `matrix`, one rank of 2: each scenario in its own function."""
+    if args.pythonpath:
+        sys.path.insert(0, args.pythonpath)
+    import torch.distributed as dist
+    import switchml.torch as switchml_torch
+
+    rank, world = args.rank, args.world
+    c = Checker(rank)
+    dist.init_process_group("switchml", init_method=args.init, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    pg = switchml_torch.backend()
+    gloo = dist.new_group(backend="gloo")
+    check_allreduce_matrix(c, pg, gloo)
+    check_collective_matrix(c, pg, gloo)
+    check_comm_hooks(c, pg, gloo)
+    check_zero(c, pg, gloo)
+    check_fsdp1(c, pg, gloo)
+    check_fsdp2(c, pg, gloo)
+    print("STATS " + json.dumps(pg.stats()), flush=True)  # the parent checks the log lines against it
+    dist.destroy_process_group()
+    print(f"rank {rank}: {c.failures} failure(s)", flush=True)
+    return 1 if c.failures else 0
+
+
+MATRIX_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool", "int16")
+
+
+def matrix_input(rank, dtype, n, seed, op_name="SUM"):
+    """Rank `rank`'s input of one matrix cell: values whose reduction stays in range."""
+    import torch
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g).bool()
+    if dtype.is_floating_point:
+        x = torch.randn(n, generator=g, dtype=torch.float64)
+        x = 1 + x / 100 if op_name == "PRODUCT" else x * 3
+        return x.to(dtype)
+    lo, hi = {torch.uint8: (0, 100), torch.int8: (-60, 60), torch.int16: (-1000, 1000)}.get(dtype, (-2**20, 2**20))
+    if op_name == "PRODUCT":
+        lo, hi = (0, 8) if dtype == torch.uint8 else (-8, 8)
+    return torch.randint(lo, hi, (n,), generator=g, dtype=torch.int64).to(dtype)
+
+
+def outcome(fn):
+    """("ok", value) or ("err", exception) of fn()."""
+    try:
+        return "ok", fn()
+    except Exception as e:  # noqa: BLE001 (every error is a cell outcome)
+        return "err", e
+
+
+def first_line(e):
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def print_matrix(rank, title, rows, cols, cells):
+    """cells[(row, col)] = short text; rank 0 prints the table."""
+    if rank != 0:
+        return
+    width = max(8, max(len(v) for v in cells.values()) + 1)
+    lw = max(len(r) for r in rows) + 1
+    print(f"rank 0: {title}", flush=True)
+    print("rank 0:   " + " " * lw + "".join(f"{col:<{width}}" for col in cols), flush=True)
+    for r in rows:
+        print("rank 0:   " + f"{r:<{lw}}" + "".join(f"{cells.get((r, col), '-'):<{width}}" for col in cols), flush=True)
+
+
+def check_allreduce_matrix(c, pg, gloo):
+    """all_reduce with every op x dtype on switchml and on the Gloo group. Each cell is one of
+    SML (through SwitchML: SUM/AVG of float32, int32, float16, bfloat16; within the quantization
+    tolerance of Gloo's result, one SwitchML call, no fallback count), gloo (the inner Gloo group:
+    identical to Gloo's result, counted once under the right fallback reason, no SwitchML call),
+    err (raises at the call, naming the op or the dtype, and Gloo cannot do it either). Never a
+    different result, never a hang (the parent's deadline)."""
+    import torch
+    import torch.distributed as dist
+    R = dist.ReduceOp
+    rank, world = c.rank, pg.size()
+    ops = [("SUM", R.SUM), ("AVG", R.AVG), ("MAX", R.MAX), ("MIN", R.MIN), ("PRODUCT", R.PRODUCT),
+           ("BAND", R.BAND), ("BOR", R.BOR), ("BXOR", R.BXOR), ("PREMUL_SUM", dist._make_nccl_premul_sum(2.0))]
+    sml_ok = {"float32", "int32", "float16", "bfloat16"}
+    cells = {}
+    n = 3000
+    for di, dname in enumerate(MATRIX_DTYPES):
+        dtype = getattr(torch, dname)
+        for oi, (oname, op) in enumerate(ops):
+            x = matrix_input(rank, dtype, n, 200 + 10 * di + oi, oname)
+            y = x.clone()
+            g_kind, g_val = outcome(lambda: dist.all_reduce(y, op=op, group=gloo))
+            before = pg.stats()
+            s_kind, s_val = outcome(lambda: dist.all_reduce(x, op=op))
+            after = pg.stats()
+            calls = after["calls_submitted"] - before["calls_submitted"]
+            falls = {k: after[k] - before[k] for k in after if k.startswith("fallback_") and after[k] != before[k]}
+            what = f"all_reduce {oname} of {dname}"
+            if s_kind == "err":
+                cell = "err"
+                msg = str(s_val)
+                good = (g_kind == "err" and (oname in msg or dname in msg) and calls == 0 and not falls)
+                c.check(good, f"{what}: raises at the call naming the op or dtype ({first_line(s_val)})"
+                        + ("" if g_kind == "err" else " although Gloo can do it"))
+            elif calls > 0:
+                cell = "SML"
+                e = max_err(x, y) if g_kind == "ok" else float("inf")
+                good = (g_kind == "ok" and dname in sml_ok and oname in ("SUM", "AVG") and x.dtype == dtype
+                        and sml_close(x, y, dtype) and calls == 1 and not falls)
+                c.check(good, f"{what}: through SwitchML ({calls} call), within the quantization tolerance "
+                        f"of Gloo's result (max difference {e:.3g}), no fallback")
+            else:
+                cell = "gloo"
+                reason = f"fallback_op_{oname.lower()}" if oname not in ("SUM", "AVG") else f"fallback_dtype_{dname}"
+                same = g_kind == "ok" and x.dtype == dtype and torch.equal(x, y)
+                good = same and falls == {"fallback_allreduces": 1, reason: 1}
+                c.check(good, f"{what}: inner Gloo group, identical to Gloo's result ({same}), counted {falls}")
+            cells[(dname, oname)] = cell + ("" if good else "!")
+    print_matrix(rank, "all_reduce matrix (SML = SwitchML, gloo = inner Gloo group, err = raises at the call; "
+                 "! = check failed)", MATRIX_DTYPES, [o for o, _ in ops], cells)
+
+
+def check_collective_matrix(c, pg, gloo):
+    """Every other collective the backend offers, for every dtype, on switchml and on the Gloo
+    group: delegated (identical results, no SwitchML call) or, where Gloo refuses it, an error
+    at the call naming the collective or the dtype."""
+    import torch
+    import torch.distributed as dist
+    rank, world = c.rank, pg.size()
+    other = 1 - rank
+
+    def collectives(dtype, seed):
+        def inp(r=rank, n=6, k=0):
+            return matrix_input(r, dtype, n, seed + k)
+
+        def empty(n=6):
+            return torch.zeros(n, dtype=dtype)
+
+        def broadcast(group):
+            t = inp()
+            dist.broadcast(t, src=1, group=group)
+            return [t]
+
+        def all_gather(group):
+            outs = [empty() for _ in range(world)]
+            dist.all_gather(outs, inp(), group=group)
+            return outs
+
+        def all_gather_into_tensor(group):
+            out = empty(6 * world)
+            dist.all_gather_into_tensor(out, inp(), group=group)
+            return [out]
+
+        def all_gather_coalesced(group):
+            outs = [[empty(), empty(3)] for _ in range(world)]
+            dist.all_gather_coalesced(outs, [inp(), inp(n=3, k=1)], group=group)
+            return [t for lst in outs for t in lst]
+
+        def coalesced_all_gather_into_tensor(group):
+            outs = [empty(6 * world), empty(3 * world)]
+            with dist._coalescing_manager(group=group, async_ops=True) as cm:
+                dist.all_gather_into_tensor(outs[0], inp(), group=group, async_op=True)
+                dist.all_gather_into_tensor(outs[1], inp(n=3, k=1), group=group, async_op=True)
+            cm.wait()
+            return outs
+
+        def reduce(group):
+            t = inp()
+            dist.reduce(t, dst=0, group=group)
+            return [t] if rank == 0 else []
+
+        def reduce_max(group):
+            t = inp()
+            dist.reduce(t, dst=1, op=dist.ReduceOp.MAX, group=group)
+            return [t] if rank == 1 else []
+
+        def reduce_scatter(group):
+            out = empty()
+            dist.reduce_scatter(out, [inp(k=i) for i in range(world)], group=group)
+            return [out]
+
+        def reduce_scatter_tensor(group):
+            out = empty()
+            dist.reduce_scatter_tensor(out, inp(n=6 * world), group=group)
+            return [out]
+
+        def coalesced_reduce_scatter_tensor(group):
+            outs = [empty(), empty(3)]
+            with dist._coalescing_manager(group=group, async_ops=True) as cm:
+                dist.reduce_scatter_tensor(outs[0], inp(n=6 * world), group=group, async_op=True)
+                dist.reduce_scatter_tensor(outs[1], inp(n=3 * world, k=1), group=group, async_op=True)
+            cm.wait()
+            return outs
+
+        def all_to_all(group):
+            outs = [empty() for _ in range(world)]
+            dist.all_to_all(outs, [inp(k=i) for i in range(world)], group=group)
+            return outs
+
+        def all_to_all_single(group):
+            out = empty(6 * world)
+            dist.all_to_all_single(out, inp(n=6 * world), group=group)
+            return [out]
+
+        def all_to_all_single_splits(group):
+            # rank r sends r + 1 elements to rank 0 and 3 to rank 1
+            send = [rank + 1, 3]
+            recv = [r + 1 for r in range(world)] if rank == 0 else [3] * world
+            out = empty(sum(recv))
+            dist.all_to_all_single(out, inp(n=sum(send)), recv, send, group=group)
+            return [out]
+
+        def gather(group):
+            outs = [empty() for _ in range(world)] if rank == 0 else None
+            dist.gather(inp(), outs, dst=0, group=group)
+            return outs or []
+
+        def gather_single(group):
+            out = empty(6 * world) if rank == 0 else None
+            dist.gather_single(inp(), out, dst=0, group=group)
+            return [out] if rank == 0 else []
+
+        def scatter(group):
+            out = empty()
+            dist.scatter(out, [inp(k=i) for i in range(world)] if rank == 1 else None, src=1, group=group)
+            return [out]
+
+        def send_recv(group):
+            t = inp()
+            r = empty()
+            if rank == 0:
+                dist.send(t, dst=1, group=group)
+                dist.recv(r, src=1, group=group)
+            else:
+                dist.recv(r, src=0, group=group)
+                dist.send(t, dst=0, group=group)
+            return [r]
+
+        def recv_any_source(group):
+            r = empty()
+            if rank == 0:
+                src = dist.recv(r, group=group)
+                return [r, torch.tensor([src])]
+            dist.send(inp(), dst=0, group=group)
+            return []
+
+        def batch_isend_irecv(group):
+            r = empty()
+            ops = [dist.P2POp(dist.isend, inp(), other, group), dist.P2POp(dist.irecv, r, other, group)]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+            return [r]
+
+        return [("broadcast", broadcast), ("all_gather", all_gather),
+                ("all_gather_into_tensor", all_gather_into_tensor), ("all_gather_coalesced", all_gather_coalesced),
+                ("all_gather_into_tensor coalesced", coalesced_all_gather_into_tensor),
+                ("reduce", reduce), ("reduce MAX", reduce_max), ("reduce_scatter", reduce_scatter),
+                ("reduce_scatter_tensor", reduce_scatter_tensor),
+                ("reduce_scatter_tensor coalesced", coalesced_reduce_scatter_tensor),
+                ("all_to_all", all_to_all), ("all_to_all_single", all_to_all_single),
+                ("all_to_all_single splits", all_to_all_single_splits), ("gather", gather),
+                ("gather_single", gather_single), ("scatter", scatter), ("send/recv", send_recv),
+                ("recv any source", recv_any_source), ("batch_isend_irecv", batch_isend_irecv)]
+
+    import warnings
+    warnings.filterwarnings("ignore", message=".*all_gather_coalesced.*")
+    cells = {}
+    names = [n for n, _ in collectives(torch.float32, 0)]
+    for di, dname in enumerate(MATRIX_DTYPES):
+        dtype = getattr(torch, dname)
+        for ci, (cname, fn) in enumerate(collectives(dtype, 500 + 50 * di)):
+            g_kind, g_val = outcome(lambda: fn(gloo))
+            before = pg.stats()
+            s_kind, s_val = outcome(lambda: fn(None))
+            after = pg.stats()
+            quiet = after["calls_submitted"] == before["calls_submitted"] and \
+                after["fallback_allreduces"] == before["fallback_allreduces"]
+            what = f"{cname} of {dname}"
+            if s_kind == "ok":
+                same = g_kind == "ok" and len(s_val) == len(g_val) and all(
+                    a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(s_val, g_val))
+                good = same and quiet
+                cell = "gloo"
+                c.check(good, f"{what}: delegated to Gloo, identical to Gloo's result ({same}), "
+                        f"no SwitchML call ({quiet})")
+            else:
+                msg = str(s_val)
+                named = cname.split()[0] in msg or dname in msg
+                good = g_kind == "err" and named and quiet
+                cell = "err"
+                c.check(good, f"{what}: raises at the call naming the collective or dtype ({first_line(s_val)}"
+                        + (")" if g_kind == "err" else f") although Gloo can do it"))
+            cells[(dname, cname)] = cell + ("" if good else "!")
+    # barrier and monitored_barrier have no tensors.
+    before = pg.stats()["calls_submitted"]
+    kinds = [outcome(lambda: dist.barrier())[0], outcome(lambda: dist.monitored_barrier(
+        timeout=datetime.timedelta(seconds=60)))[0]]
+    c.check(kinds == ["ok", "ok"] and pg.stats()["calls_submitted"] == before,
+            f"barrier and monitored_barrier run on the Gloo group ({kinds})")
+    if rank == 0:
+        print("rank 0: collective matrix (gloo = delegated, identical to Gloo; err = raises at the call, "
+              "as Gloo does; ! = check failed):", flush=True)
+        for cname in names:
+            print(f"rank 0:   {cname:<34}" + " ".join(f"{d}={cells[(d, cname)]}" for d in MATRIX_DTYPES), flush=True)
+
+
+def sml_close(x, y, dtype):
+    """x (through SwitchML) within the quantization tolerance of y (Gloo's): int32 exact, float32
+    within 1e-5 (|values| < 64), the 16-bit floats within one rounding step of their own."""
+    import torch
+    if dtype == torch.int32:
+        return torch.equal(x, y)
+    d = (x.to(torch.float64) - y.to(torch.float64)).abs()
+    if dtype == torch.float32:
+        return bool((d <= 1e-5).all())
+    rel = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10  # one step of the dtype, relative
+    return bool((d <= rel * y.to(torch.float64).abs() + 1e-6).all())
+
+
+def hook_train(rank, group, hook, state, steps=10):
+    """A small MLP trained with DDP over `group` (None = default) with comm hook `hook`."""
+    import torch
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.manual_seed(1234)
+    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
+    initial = [p.detach().clone() for p in model.parameters()]
+    ddp = DDP(model, process_group=group, bucket_cap_mb=0.001)
+    ddp.register_comm_hook(state, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.5)
+    g = torch.Generator().manual_seed(99 + rank)
+    for _ in range(steps):
+        x = torch.randn(8, 16, generator=g)
+        y = torch.randn(8, 4, generator=g)
+        opt.zero_grad()
+        ((ddp(x) - y) ** 2).mean().backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()], initial
+
+
+def identical_on_all_ranks(params, gloo):
+    import torch
+    import torch.distributed as dist
+    flat = torch.cat([p.flatten() for p in params])
+    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size(gloo))]
+    dist.all_gather(gathered, flat, group=gloo)
+    return all(torch.equal(g, gathered[0]) for g in gathered)
+
+
+def check_comm_hooks(c, pg, gloo):
+    """DDP with register_comm_hook: a custom hook (all_reduce async, get_future().then(divide by
+    the world size)) and torch's allreduce_hook, fp16_compress_hook and bf16_compress_hook. Each
+    trains 10 steps over switchml and the same over Gloo: parameters within tolerance, identical
+    on every rank, and the gradients went through SwitchML (calls counted, no fallback)."""
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    def divide_hook(group, bucket):
+        world = dist.get_world_size(group)
+        fut = dist.all_reduce(bucket.buffer(), group=group, async_op=True).get_future()
+        return fut.then(lambda f: f.value()[0].div_(world))
+
+    # Tolerances after 10 steps (lr 0.1): float32 gradients differ from Gloo's by the quantization
+    # error (~1e-9); the compressed ones by one rounding step of the 16-bit value whenever the
+    # exact sum lies near a rounding boundary (SwitchML rounds its float32 sum once, Gloo its own).
+    hooks = [("custom all_reduce().get_future().then(div)", divide_hook, 1e-4),
+             ("allreduce_hook", default_hooks.allreduce_hook, 1e-4),
+             ("fp16_compress_hook", default_hooks.fp16_compress_hook, 1e-3),
+             ("bf16_compress_hook", default_hooks.bf16_compress_hook, 1e-2)]
+    for name, hook, tol in hooks:
+        before = pg.stats()
+        p_sw, p_init = hook_train(c.rank, None, hook, None)
+        after = pg.stats()
+        p_gloo, _ = hook_train(c.rank, gloo, hook, gloo)
+        calls = after["calls_completed"] - before["calls_completed"]
+        falls = after["fallback_allreduces"] - before["fallback_allreduces"]
+        diff = max(max_err(a, b) for a, b in zip(p_sw, p_gloo))
+        moved = max(max_err(a, b) for a, b in zip(p_sw, p_init))
+        c.check(calls >= 10 and falls == 0 and after["calls_failed"] == before["calls_failed"],
+                f"DDP comm hook {name}: gradients through SwitchML ({calls} calls in 10 steps, {falls} fallbacks)")
+        c.check(moved > 1e-2 and diff <= tol,
+                f"... trained (moved {moved:.3g}) as over Gloo: max difference {diff:.3g} <= {tol}")
+        c.check(identical_on_all_ranks(p_sw, gloo), "... parameters identical on every rank")
+
+
+def small_model():
+    import torch
+    from torch import nn
+    torch.manual_seed(4321)
+    return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
+
+
+def train_steps(rank, model, opt, steps):
+    import torch
+    g = torch.Generator().manual_seed(77 + rank)
+    for _ in range(steps):
+        x = torch.randn(8, 16, generator=g)
+        y = torch.randn(8, 4, generator=g)
+        opt.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+
+
+def check_zero(c, pg, gloo):
+    """ZeroRedundancyOptimizer (Adam, each rank owns half the parameters and broadcasts them)
+    around DDP: over switchml (gradients through SwitchML, the broadcasts delegated to Gloo) as
+    over Gloo."""
+    import torch
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def run(group):
+        model = small_model()
+        ddp = DDP(model, process_group=group)
+        opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam, lr=0.01,
+                                      process_group=group)
+        train_steps(c.rank, ddp, opt, 8)
+        return [p.detach().clone() for p in model.parameters()]
+
+    before = pg.stats()
+    p_sw = run(None)
+    after = pg.stats()
+    p_gloo = run(gloo)
+    diff = max(max_err(a, b) for a, b in zip(p_sw, p_gloo))
+    moved = max(max_err(a, b) for a, b in zip(p_sw, [p.detach() for p in small_model().parameters()]))
+    calls = after["calls_completed"] - before["calls_completed"]
+    c.check(calls >= 8 and after["fallback_allreduces"] == before["fallback_allreduces"],
+            f"ZeroRedundancyOptimizer + DDP: gradients through SwitchML ({calls} calls)")
+    c.check(moved > 1e-2 and diff <= 1e-4, f"... trained 8 steps (moved {moved:.3g}) as over Gloo "
+            f"(max difference {diff:.3g})")
+    c.check(identical_on_all_ranks(p_sw, gloo), "... parameters identical on every rank")
+
+
+def full_params_fsdp1(model):
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    with FSDP.summon_full_params(model):
+        return [p.detach().clone() for p in model.parameters()]
+
+
+def check_fsdp1(c, pg, gloo):
+    """FSDP (FullyShardedDataParallel, FULL_SHARD, CPU): its all_gather_into_tensor and
+    reduce_scatter_tensor are delegated to Gloo; the same run over Gloo gives the same result."""
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    def run(group):
+        model = FSDP(small_model(), process_group=group, device_id=torch.device("cpu"), use_orig_params=True)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+        train_steps(c.rank, model, opt, 8)
+        return full_params_fsdp1(model)
+
+    before = pg.stats()
+    p_sw = run(None)
+    after = pg.stats()
+    p_gloo = run(gloo)
+    check_sharded(c, "FSDP (FullyShardedDataParallel)", p_sw, p_gloo, before, after, gloo)
+
+
+def check_fsdp2(c, pg, gloo):
+    """FSDP2 (fully_shard per Linear and at the root, on a CPU device mesh over the group)."""
+    import torch
+    from torch import nn
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    def run(group):
+        import torch.distributed as dist
+        mesh = DeviceMesh.from_group(group if group is not None else dist.group.WORLD, "cpu")
+        model = small_model()
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+        train_steps(c.rank, model, opt, 8)
+        return [p.full_tensor().detach().clone() for p in model.parameters()]
+
+    before = pg.stats()
+    p_sw = run(None)
+    after = pg.stats()
+    p_gloo = run(gloo)
+    check_sharded(c, "FSDP2 (fully_shard)", p_sw, p_gloo, before, after, gloo)
+
+
+def check_sharded(c, name, p_sw, p_gloo, before, after, gloo):
+    import torch
+    initial = [p.detach() for p in small_model().parameters()]
+    moved = max(max_err(a, b) for a, b in zip(p_sw, initial))
+    calls = after["calls_submitted"] - before["calls_submitted"]
+    falls = after["fallback_allreduces"] - before["fallback_allreduces"]
+    same = all(torch.equal(a, b) for a, b in zip(p_sw, p_gloo))
+    diff = max(max_err(a, b) for a, b in zip(p_sw, p_gloo))
+    # Its collectives are Gloo's: bit-identical, unless it all-reduces something (then SwitchML's
+    # quantization tolerance).
+    c.check(moved > 1e-2 and (same if calls == 0 else diff <= 1e-4),
+            f"{name}: 8 steps over switchml (moved {moved:.3g}) {'identical to' if same else 'close to'} "
+            f"the run over Gloo (max difference {diff:.3g}; {calls} SwitchML calls, {falls} all-reduce fallbacks)")
+    c.check(identical_on_all_ranks(p_sw, gloo), "... full parameters identical on every rank")
+
+
+# ---------------------------------------------------------------- worker side: switch death
+
+def worker_switch_death(args):
+    """One rank of the switch-death run (see run_switch_death): DEATH_CALLS - 1 good calls, then,
+    once the parent has killed the switch, SwitchML calls that must fail on every rank naming the
+    cause, Gloo collectives that still work, and a clean exit."""
+    if args.pythonpath:
+        sys.path.insert(0, args.pythonpath)
+    import torch
+    import torch.distributed as dist
+    import switchml.torch  # noqa: F401
+
+    rank, world = args.rank, args.world
+    c = Checker(rank)
+    folder = os.path.dirname(args.init[len("file://"):])
+    dist.init_process_group("switchml", init_method=args.init, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    for k in range(DEATH_CALLS - 1):
+        x = torch.full((5000,), float(rank + k))
+        dist.all_reduce(x)
+        c.check(bool((x == 2 * k + 1).all()), f"call {k} before the kill is right")
+    open(os.path.join(folder, f"done.rank{rank}"), "w").close()
+    killed = os.path.join(folder, "killed")
+    deadline = time.monotonic() + WORKER_TIMEOUT_S  # hang guard
+    while not os.path.exists(killed):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the parent did not create {killed}")
+        time.sleep(0.01)
+
+    # The switch is gone: three async calls (in place, float16 staged, AVG), then one more.
+    start = time.monotonic()
+    tensors = [torch.ones(5000), torch.ones(3000, dtype=torch.float16), torch.ones(70000)]
+    works = [dist.all_reduce(tensors[0], async_op=True), dist.all_reduce(tensors[1], async_op=True),
+             dist.all_reduce(tensors[2], op=dist.ReduceOp.AVG, async_op=True)]
+    for i, w in enumerate(works):
+        try:
+            w.wait()
+            c.check(False, f"all_reduce {i} pending when the switch died: did not raise")
+        except RuntimeError as e:
+            msg = str(e)
+            c.check("DEADLINE_EXCEEDED: no result from switch" in msg and f"for {DEATH_CALL_TIMEOUT_MS} ms" in msg,
+                    f"all_reduce {i} pending when the switch died fails naming the cause and the call timeout "
+                    f"({msg.splitlines()[0]})")
+    print(f"rank {rank}: the failures arrived {time.monotonic() - start:.1f} s after the calls "
+          f"(SWITCHML_CALL_TIMEOUT_MS={DEATH_CALL_TIMEOUT_MS}; not checked: timing)", flush=True)
+    c.raises(lambda: dist.all_reduce(torch.ones(10)), RuntimeError, "DEADLINE_EXCEEDED",
+             "a later all_reduce fails too, naming the original cause")
+    # What runs on the inner Gloo group still works.
+    x = torch.full((100,), float(rank + 1), dtype=torch.float64)
+    dist.all_reduce(x)
+    c.check(bool((x == 3).all()), "float64 all_reduce (Gloo fallback) still works")
+    dist.barrier()
+    c.check(True, "barrier still works")
+    dist.destroy_process_group()
+    print(f"rank {rank}: {c.failures} failure(s)", flush=True)
+    return 1 if c.failures else 0
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["suite", "torchrun", "worker-suite", "worker-stream",
-                                    "worker-no-controller", "worker-torchrun"])
+    p.add_argument("mode", choices=["suite", "torchrun", "matrix", "worker-suite", "worker-stream",
+                                    "worker-no-controller", "worker-torchrun", "worker-matrix",
+                                    "worker-switch-death"])
     p.add_argument("--switchml", help="path of the `switchml` binary")
     p.add_argument("--pythonpath", help="folder that holds the switchml package (default: the installed one)")
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--init", help="init_method URL")
     args = p.parse_args()
-    if args.mode in ("suite", "torchrun"):
+    if args.mode in ("suite", "torchrun", "matrix"):
         if not args.switchml:
             p.error("--switchml is required")
         return parent(args)
     return {"worker-suite": worker_suite, "worker-stream": worker_stream,
             "worker-no-controller": worker_no_controller,
-            "worker-torchrun": worker_torchrun}[args.mode](args)
+            "worker-torchrun": worker_torchrun, "worker-matrix": worker_matrix,
+            "worker-switch-death": worker_switch_death}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ Importing this module registers the backend name ``"switchml"`` for CPU tensors:
     dist.init_process_group("switchml", ...)   # needs SWITCHML_CONTROLLER, at least on rank 0
 
 All-reduce (SUM, AVG; float32, int32, float16, bfloat16) runs through the SwitchML switch;
-what SwitchML cannot aggregate (MAX, MIN, PRODUCT, bitwise ops; float64, int64, int8, uint8)
+what SwitchML cannot aggregate (MAX, MIN, PRODUCT, bitwise ops; float64, int64, int8, uint8, bool)
 goes to an inner Gloo group, counted in the group's ``stats()["fallback_allreduces"]`` and
 logged once per reason; broadcast, all-gather, barrier and the other collectives run through
 that Gloo group too. All-reduces on one group behave as if run one after another in call order
