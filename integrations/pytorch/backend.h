@@ -26,6 +26,9 @@
 //                                     FallbackCounts() (Python: stats()), logged once per reason.
 //   broadcast, allgather(_coalesced), gather, scatter, reduce, alltoall, send/recv, barrier
 //                                   → the inner ProcessGroupGloo (built on PrefixStore("gloo")).
+//   CUDA tensors: the SwitchML all-reduces are staged through pinned host memory in chunks
+//   (staging.h, StageCall below); the rest goes to Gloo as for CPU tensors (torch's Gloo takes
+//   CUDA tensors for all-reduce and broadcast). Works of CUDA calls have device futures.
 //
 // Semantics (the same as ProcessGroupGloo's, so results can be compared one to one):
 //   - allreduce(tensors): every tensor of the list must have the same dtype and shape; the result,
@@ -47,8 +50,8 @@
 // Errors:
 //   - at the call (c10::Error → Python exception): a dtype neither SwitchML nor Gloo reduces
 //     (bfloat16 with MAX/MIN/PRODUCT, int16, bool: TypeError), PREMUL_SUM, AVG of integers or a
-//     bitwise op on floats (ValueError), CUDA or sparse tensors, mismatched dtypes/shapes in one
-//     allreduce list.
+//     bitwise op on floats (ValueError), sparse tensors or tensors neither on the CPU nor CUDA,
+//     tensors of one call on different devices, mismatched dtypes/shapes in one allreduce list.
 //   - at wait() / on the future: a SwitchML job that failed (non-finite float input, timeout,
 //     cancelled at shutdown) → RuntimeError naming the status; a failed Gloo fallback → Gloo's
 //     error. After a network failure the SwitchML context is broken and every later SwitchML
