@@ -11,6 +11,37 @@
 namespace py = pybind11;
 
 namespace switchml::pytorch {
+// The holder of SwitchMLBackend's Python objects: drops its reference with the GIL released, as
+// torch's own process-group classes do. The backend's destructor joins threads (the inner Gloo
+// group's) that may need the GIL to release tensors that have Python objects; dropped with the
+// GIL held (a Python `pg` going out of scope), that deadlocked at exit.
+template <typename T>
+class NoGilHolder {
+ public:
+  NoGilHolder() = default;
+  NoGilHolder(const NoGilHolder&) = default;
+  NoGilHolder(NoGilHolder&&) noexcept = default;
+  NoGilHolder& operator=(const NoGilHolder&) = default;
+  NoGilHolder& operator=(NoGilHolder&&) noexcept = default;
+  explicit NoGilHolder(c10::intrusive_ptr<T> impl) : impl_(std::move(impl)) {}
+  // pybind makes a holder from the raw pointer of an object that C++ already owns.
+  explicit NoGilHolder(T* impl) : impl_(c10::intrusive_ptr<T>::unsafe_reclaim_from_nonowning(impl)) {}
+  ~NoGilHolder() {
+    if (impl_ && PyGILState_Check()) {
+      py::gil_scoped_release no_gil;
+      impl_.reset();
+    }
+  }
+  T* get() const noexcept { return impl_.get(); }
+
+ private:
+  c10::intrusive_ptr<T> impl_;
+};
+}  // namespace switchml::pytorch
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, switchml::pytorch::NoGilHolder<T>, true)
+
+namespace switchml::pytorch {
 namespace {
 
 using switchml::pytorch::SwitchMLBackend;
@@ -65,12 +96,13 @@ PYBIND11_MODULE(_torch, m) {
       .def_readwrite("job_token", &SwitchMLConfig::job_token)
       .def_readwrite("staging_chunk_bytes", &SwitchMLConfig::staging_chunk_bytes);
 
-  py::class_<SwitchMLBackend, c10d::Backend, c10::intrusive_ptr<SwitchMLBackend>>(
+  py::class_<SwitchMLBackend, c10d::Backend, switchml::pytorch::NoGilHolder<SwitchMLBackend>>(
       m, "SwitchMLBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, const SwitchMLConfig& config,
                        const c10::intrusive_ptr<c10d::Backend>& gloo) {
-             return c10::make_intrusive<SwitchMLBackend>(store, rank, size, timeout, config, gloo);
+             return switchml::pytorch::NoGilHolder<SwitchMLBackend>(
+                 c10::make_intrusive<SwitchMLBackend>(store, rank, size, timeout, config, gloo));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("config"),
            py::arg("gloo"),
