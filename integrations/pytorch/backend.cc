@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdio>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 namespace switchml::pytorch {
@@ -97,10 +98,24 @@ std::string JobName(const char* collective, size_t index, const at::Tensor& t) {
 
 // ---- SwitchMLWork ----
 
-SwitchMLWork::SwitchMLWork(int rank, c10d::OpType op, std::vector<at::Tensor> outputs)
+SwitchMLWork::SwitchMLWork(int rank, c10d::OpType op, std::vector<at::Tensor> outputs,
+                           std::vector<c10::Device> devices)
     : c10d::Work(rank, op),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      on_device_(!devices.empty()),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                       std::move(devices))) {}
+
+bool SwitchMLWork::wait(std::chrono::milliseconds timeout) {
+  const bool done = c10d::Work::wait(timeout);  // throws the call's error
+  synchronize();
+  return done;
+}
+
+void SwitchMLWork::synchronize() {
+  // The future is complete: its wait() makes the current streams wait on its events.
+  if (on_device_) future_->wait();
+}
 
 void SwitchMLWork::Complete(std::exception_ptr error) {
   // Waiters of wait() first, then the future, whose callbacks (DDP's bucket finalisation, user
@@ -118,7 +133,7 @@ void SwitchMLWork::Complete(std::exception_ptr error) {
 SwitchMLBackend::SwitchMLBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                  std::chrono::milliseconds timeout, SwitchMLConfig config,
                                  c10::intrusive_ptr<c10d::Backend> gloo)
-    : c10d::Backend(rank, size), timeout_(timeout), gloo_(std::move(gloo)) {
+    : c10d::Backend(rank, size), timeout_(timeout), gloo_(std::move(gloo)), mark_timeout_ms_(timeout.count()) {
   for (const char* reason : kFallbackReasons) fallback_counts_.emplace_back(reason, 0);
   TORCH_CHECK_VALUE(size >= 1 && size <= 256, "switchml: world size must be in [1, 256], got ", size);
   TORCH_CHECK_VALUE(gloo_ && gloo_->getRank() == rank && gloo_->getSize() == size,
@@ -140,6 +155,9 @@ SwitchMLBackend::SwitchMLBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   options.job_token = config.job_token;
   // The queue holds calls back instead (StartReadyLocked): AllReduceAsync never blocks.
   options.max_calls_in_flight = 2 * kMaxJobsInFlight;
+  TORCH_CHECK_VALUE(config.staging_chunk_bytes >= 0, "switchml: the staging chunk size must not be negative, got ",
+                    config.staging_chunk_bytes);
+  if (config.staging_chunk_bytes > 0) chunk_bytes_ = config.staging_chunk_bytes;
   if (switchml::Status s = options.Validate(); !s.ok()) {
     TORCH_CHECK_VALUE(false, "switchml: invalid backend settings: ", s.message());
   }
@@ -155,6 +173,13 @@ SwitchMLBackend::~SwitchMLBackend() {
   // the context cancels jobs still queued or running: their handles complete with CANCELLED
   // (every SwitchML callback has run when the context is gone), which completes their calls.
   // Gloo fallbacks complete within Gloo's own timeout. Their callbacks use this object: wait.
+  // The staging thread stops first (chunks still waiting for their device copy then fail below).
+  {
+    std::lock_guard lock(stage_mu_);
+    stage_stop_ = true;
+  }
+  stage_cv_.notify_all();
+  if (stage_thread_.joinable()) stage_thread_.join();
   std::vector<std::shared_ptr<Call>> started;
   {
     std::lock_guard lock(mu_);
@@ -212,8 +237,11 @@ SwitchMLBackend::Route SwitchMLBackend::CheckTensors(const std::vector<at::Tenso
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& t = tensors[i];
     TORCH_CHECK_VALUE(t.defined(), "switchml: ", collective, ": tensor ", i, " is undefined");
-    TORCH_CHECK_VALUE(t.device().is_cpu(), "switchml: ", collective, ": tensor ", i, " is on ", t.device().str(),
-                      "; the switchml backend reduces CPU tensors only");
+    TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda(), "switchml: ", collective, ": tensor ", i,
+                      " is on ", t.device().str(), "; the switchml backend reduces CPU and CUDA tensors only");
+    TORCH_CHECK_VALUE(t.device() == tensors[0].device(), "switchml: ", collective, ": tensor ", i, " is on ",
+                      t.device().str(), " but tensor 0 is on ", tensors[0].device().str(),
+                      "; the tensors of one call must be on one device");
     TORCH_CHECK_VALUE(t.layout() == at::kStrided, "switchml: ", collective, ": tensor ", i,
                       " is not dense (layout ", t.layout(), "); only dense tensors are supported");
     const at::ScalarType type = t.scalar_type();
@@ -254,6 +282,7 @@ bool SwitchMLBackend::ConflictsLocked(const Call& c, size_t count) const {
     const Call& earlier = *queue_[i];
     if (&earlier == &c) break;
     if (earlier.direct && c.direct) continue;  // the library orders these itself
+    if (earlier.staged && earlier.staged == c.staged) continue;  // chunks of one call: disjoint
     for (const Span& a : earlier.spans) {
       for (const Span& b : c.spans) {
         if (a.begin < b.end && b.begin < a.end) return true;
@@ -277,13 +306,16 @@ void SwitchMLBackend::StartReadyLocked(std::vector<std::shared_ptr<Call>>& start
     // A call that must wait holds back every later one: SwitchML job order = call order. So
     // does one whose jobs could make AllReduceAsync block (a completion callback, on the
     // SwitchML thread the pending jobs need, may be waiting for mu_).
-    if (ConflictsLocked(c, j) || jobs_in_flight_ + c.max_jobs > kMaxJobsInFlight) return;
+    // A staged chunk whose device copy is not done holds back the calls after it likewise.
+    if (!c.ready || ConflictsLocked(c, j) || jobs_in_flight_ + c.max_jobs > kMaxJobsInFlight) return;
     c.started = true;
-    try {
-      at::NoGradGuard no_grad;
-      c.start(c);
-    } catch (...) {
-      c.error = std::current_exception();
+    if (!c.error) {  // set: the staging thread gave up on its device copy
+      try {
+        at::NoGradGuard no_grad;
+        c.start(c);
+      } catch (...) {
+        c.error = std::current_exception();
+      }
     }
     jobs_in_flight_ += c.handles.size();
     started.push_back(queue_[j]);
@@ -337,13 +369,26 @@ void SwitchMLBackend::CompleteCall(const std::shared_ptr<Call>& c) {
   }
   const bool outer = !tls_completing;
   tls_completing = true;
-  if (!eptr && c->finish) {
-    try {
-      at::NoGradGuard no_grad;
-      c->finish();
-    } catch (...) {
-      eptr = std::current_exception();
+  auto run_finish = [&] {
+    if (!eptr && c->finish) {
+      try {
+        at::NoGradGuard no_grad;
+        c->finish();
+      } catch (...) {
+        eptr = std::current_exception();
+      }
     }
+  };
+  if (c->ops && !c->staged) {
+    // A Gloo fallback on device tensors: its finish (AVG division) and its future's event go on
+    // the staging stream, after the Gloo works' own events.
+    c->ops->WithStagingStream(c->device, [&] {
+      for (auto& w : c->gloo_works) w->getFuture()->wait();  // complete: no host wait
+      run_finish();
+      c->ops->CallDone(c->device, c->spans);
+    });
+  } else {
+    run_finish();  // staged chunks: the copy of the chunk back to the device
   }
   std::vector<std::shared_ptr<Call>> started;
   {
@@ -360,7 +405,13 @@ void SwitchMLBackend::CompleteCall(const std::shared_ptr<Call>& c) {
   c->start = nullptr;
   c->finish = nullptr;
   c->gloo_works.clear();
-  c->work->Complete(eptr);
+  if (c->staged) {
+    StagedPartDone(c->staged, eptr);
+  } else if (c->ops) {
+    c->ops->WithStagingStream(c->device, [&] { c->work->Complete(eptr); });
+  } else {
+    c->work->Complete(eptr);
+  }
   if (outer) tls_completing = false;
   // Notified under the lock: the destructor may return as soon as it sees completing_ == 0.
   std::lock_guard lock(mu_);
@@ -408,7 +459,13 @@ std::vector<std::pair<std::string, uint64_t>> SwitchMLBackend::FallbackCounts() 
 std::shared_ptr<SwitchMLBackend::Call> SwitchMLBackend::NewCall(c10d::OpType op,
                                                                const std::vector<at::Tensor>& tensors) const {
   auto c = std::make_shared<Call>();
-  c->work = c10::make_intrusive<SwitchMLWork>(getRank(), op, tensors);
+  std::vector<c10::Device> devices;
+  if (!tensors.empty() && !tensors[0].device().is_cpu()) {
+    c->device = tensors[0].device();
+    c->ops = StagingOps(c->device);
+    devices = c->ops->FutureDevices(c->device);
+  }
+  c->work = c10::make_intrusive<SwitchMLWork>(getRank(), op, tensors, std::move(devices));
   for (const at::Tensor& t : tensors) {
     const auto [begin, end] = ByteSpan(t);
     c->spans.push_back({begin, end});
@@ -437,6 +494,9 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::RunOnGloo(std::shared_ptr<Call> 
     // on the same memory have completed; later overlapping calls wait for this one (the queue).
     WaitLocked(lock, [&] { return !ConflictsLocked(*c, queue_.size()); },
                std::string(collective) + " " + route.words + " (Gloo fallback)");
+    // Device tensors: the current stream (Gloo's copies wait for it) waits for the copies back of
+    // completed calls on this memory.
+    if (c->ops) c->ops->WaitForEarlier(c->device, c->spans);
     {
       at::NoGradGuard no_grad;
       c->start(*c);  // a throw (Gloo rejecting the call) reaches the caller; nothing is queued
@@ -459,9 +519,14 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allreduce(std::vector<at::Tensor
                       i, " is ", DtypeName(tensors[i].scalar_type()), tensors[i].sizes(), ", tensor 0 is ",
                       DtypeName(first.scalar_type()), first.sizes());
   }
-  std::shared_ptr<Call> c = NewCall(c10d::OpType::ALLREDUCE, tensors);
   const bool avg = opts.reduceOp.op_ == c10d::ReduceOp::AVG;
   const int size = getSize();
+  if (route.reason.empty()) {
+    if (DeviceOps* ops = StagingOps(first.device())) {
+      return StageCall(c10d::OpType::ALLREDUCE, tensors, {StageTensors{tensors, tensors}}, avg, "allreduce", ops);
+    }
+  }
+  std::shared_ptr<Call> c = NewCall(c10d::OpType::ALLREDUCE, tensors);
 
   if (!route.reason.empty()) {
     c10d::AllreduceOptions gloo_opts = opts;
@@ -505,9 +570,17 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allreduce(std::vector<at::Tensor
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   const Route route = CheckTensors(tensors, opts.reduceOp, "allreduce_coalesced");
-  std::shared_ptr<Call> c = NewCall(c10d::OpType::ALLREDUCE_COALESCED, tensors);
   const bool avg = opts.reduceOp.op_ == c10d::ReduceOp::AVG;
   const int size = getSize();
+  if (route.reason.empty()) {
+    if (DeviceOps* ops = StagingOps(tensors[0].device())) {
+      std::vector<StageTensors> items;
+      for (const at::Tensor& t : tensors) items.push_back(StageTensors{{t}, {t}});
+      return StageCall(c10d::OpType::ALLREDUCE_COALESCED, tensors, std::move(items), avg, "allreduce_coalesced",
+                       ops);
+    }
+  }
+  std::shared_ptr<Call> c = NewCall(c10d::OpType::ALLREDUCE_COALESCED, tensors);
 
   if (!route.reason.empty()) {
     // One Gloo all-reduce per tensor (Gloo's own coalesced call needs a single dtype).
@@ -559,6 +632,194 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allreduce_coalesced(
     }
   };
   return EnqueueSwitchML(std::move(c));
+}
+
+// ---- Device staging (staging.h) ----
+
+DeviceOps* SwitchMLBackend::StagingOps(const c10::Device& device) const {
+  if (device.is_cpu()) return fake_ops_.get();  // null outside tests: the CPU path
+  std::lock_guard lock(ops_mu_);
+  if (!cuda_ops_) cuda_ops_ = MakeStreamDeviceOps(device.type());
+  return cuda_ops_.get();
+}
+
+void SwitchMLBackend::EnableTestStaging(int64_t chunk_bytes, std::chrono::milliseconds mark_timeout) {
+  TORCH_CHECK_VALUE(chunk_bytes >= 4, "switchml: the staging chunk must hold at least one element (4 bytes), got ",
+                    chunk_bytes);
+  chunk_bytes_ = chunk_bytes;
+  mark_timeout_ms_ = mark_timeout.count();
+  fake_ops_ = std::make_unique<FakeDeviceOps>();
+}
+
+c10::intrusive_ptr<c10d::Work> SwitchMLBackend::StageCall(c10d::OpType op, const std::vector<at::Tensor>& tensors,
+                                                          std::vector<StageTensors> items, bool avg,
+                                                          const char* collective, DeviceOps* ops) {
+  const c10::Device device = tensors[0].device();
+  auto s = std::make_shared<Staged>();
+  s->work = c10::make_intrusive<SwitchMLWork>(getRank(), op, tensors, ops->FutureDevices(device));
+  s->ops = ops;
+  s->device = device;
+  for (const at::Tensor& t : tensors) {
+    const auto [begin, end] = ByteSpan(t);
+    s->spans.push_back({begin, end});
+  }
+  // Host buffers first (pinned allocation may take a while): nothing below blocks but the wait
+  // for earlier calls on the same memory.
+  std::vector<at::Tensor> hosts;
+  for (const StageTensors& item : items) {
+    hosts.push_back(ops->PinnedEmpty(item.inputs[0].numel(), WireType(item.inputs[0].scalar_type())));
+  }
+  const int size = getSize();
+  s->parts.store(1, std::memory_order_relaxed);  // the queuing part
+  std::vector<at::Tensor> landing(items.size());  // per item: where the chunks land on the device
+  std::exception_ptr queue_error;
+  {
+    at::NoGradGuard no_grad;
+    std::unique_lock lock(mu_);
+    // A call on memory an earlier pending call uses waits for it (host; bounded by the group
+    // timeout), then the current stream waits for the copies back of completed ones (an event).
+    Call probe;
+    probe.spans = s->spans;
+    WaitLocked(lock, [&] { return !ConflictsLocked(probe, queue_.size()); },
+               std::string(collective) + " on " + device.str());
+    ops->WaitForEarlier(device, s->spans);
+    bool first_chunk = true;
+    try {
+      for (size_t k = 0; k < items.size(); ++k) {
+        const StageTensors& item = items[k];
+        const at::Tensor& in0 = item.inputs[0];
+        if (in0.numel() == 0) continue;  // nothing to send; every rank skips it alike
+        // The wire buffer on the device (on the current stream): the tensor itself when it can be
+        // reduced in place, else a float32/int32 contiguous copy (with the local sum).
+        const bool in_place = item.inputs.size() == 1 && item.outputs.size() == 1 && InPlace(in0);
+        at::Tensor wire = in_place ? in0.view({-1}) : NewWireBuffer(in0);
+        if (!in_place) {
+          wire.copy_(in0);
+          for (size_t i = 1; i < item.inputs.size(); ++i) wire.add_(item.inputs[i]);
+          wire = wire.view({-1});
+        }
+        landing[k] = wire;
+        const auto chunks = StagingChunks(wire.numel(), chunk_bytes_);
+        for (size_t j = 0; j < chunks.size(); ++j) {
+          const auto [offset, count] = chunks[j];
+          at::Tensor host = hosts[k].narrow(0, offset, count);
+          at::Tensor dev = wire.narrow(0, offset, count);
+          auto c = std::make_shared<Call>();
+          c->work = s->work;
+          c->spans = s->spans;
+          c->ready = false;
+          c->ops = ops;
+          c->device = device;
+          c->staged = s;
+          c->max_jobs = 1;
+          std::string name = JobName(collective, k, in0) + " on " + device.str();
+          if (chunks.size() > 1) name += ", chunk " + std::to_string(j + 1) + " of " + std::to_string(chunks.size());
+          c->start = [this, host, name](Call& call) { SubmitJob(host, name, call); };
+          c->finish = [host, dev, ops, avg, size] {
+            if (avg) host.div_(size);
+            ops->CopyOnStagingStream(dev, host);
+          };
+          std::unique_ptr<DeviceMark> mark = ops->CopyToHost(host, dev);
+          s->parts.fetch_add(1, std::memory_order_relaxed);
+          queue_.push_back(c);
+          {
+            std::lock_guard stage_lock(stage_mu_);
+            if (first_chunk && !stage_thread_.joinable()) stage_thread_ = std::thread([this] { StagingThread(); });
+            first_chunk = false;
+            stage_queue_.push_back(StageItem{std::move(c), std::move(mark), std::move(name)});
+          }
+        }
+      }
+    } catch (...) {
+      // A device error while staging: the work fails (the chunks queued so far still run; this
+      // rank's later SwitchML calls no longer match the other ranks').
+      queue_error = std::current_exception();
+    }
+  }
+  stage_cv_.notify_all();
+  // After every chunk: the landing buffers into the outputs that are not them (several tensors,
+  // dtype conversion, non-contiguous), on the staging stream.
+  s->finish = [items = std::move(items), landing, ops] {
+    for (size_t k = 0; k < items.size(); ++k) {
+      if (!landing[k].defined()) continue;
+      for (const at::Tensor& out : items[k].outputs) {
+        if (out.data_ptr() == landing[k].data_ptr() && out.is_contiguous() && out.scalar_type() == landing[k].scalar_type()) {
+          continue;  // reduced in place
+        }
+        ops->CopyOnStagingStream(out, landing[k].view(out.sizes()));
+      }
+    }
+  };
+  c10::intrusive_ptr<c10d::Work> work = s->work;
+  StagedPartDone(s, queue_error);  // the queuing part: completes the work now if it has no chunks
+  return work;
+}
+
+void SwitchMLBackend::StagedPartDone(const std::shared_ptr<Staged>& s, std::exception_ptr error) {
+  if (error) {
+    std::lock_guard lock(s->mu);
+    if (!s->error) s->error = error;
+  }
+  if (s->parts.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  std::exception_ptr eptr;
+  {
+    std::lock_guard lock(s->mu);
+    eptr = s->error;
+  }
+  // With the staging stream current: the copies back were enqueued there, so the future's event
+  // (recorded there by markCompleted) covers them.
+  s->ops->WithStagingStream(s->device, [&] {
+    if (!eptr && s->finish) {
+      try {
+        at::NoGradGuard no_grad;
+        s->finish();
+      } catch (...) {
+        eptr = std::current_exception();
+      }
+    }
+    s->ops->CallDone(s->device, s->spans);
+    s->finish = nullptr;
+    s->work->Complete(eptr);
+  });
+}
+
+void SwitchMLBackend::StagingThread() {
+  for (;;) {
+    StageItem item;
+    {
+      std::unique_lock lock(stage_mu_);
+      stage_cv_.wait(lock, [&] { return stage_stop_ || !stage_queue_.empty(); });
+      if (stage_stop_) return;  // the destructor fails the chunks still waiting
+      item = std::move(stage_queue_.front());
+      stage_queue_.pop_front();
+    }
+    // Poll the chunk's device→host copy (an event query never blocks), backing off to 1 ms.
+    std::exception_ptr error;
+    const int64_t timeout_ms = mark_timeout_ms_;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    auto pause = std::chrono::microseconds(10);
+    while (!item.mark->Query()) {
+      if (stage_stop_) return;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        error = std::make_exception_ptr(std::runtime_error(
+            "switchml: the device-to-host copy of " + item.name + " did not finish within " +
+            std::to_string(timeout_ms) + " ms on rank " + std::to_string(getRank()) +
+            "; this rank skips its SwitchML call, so unless every rank skipped it this group's later "
+            "all-reduces no longer match the other ranks': recreate the process group"));
+        break;
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+    }
+    std::vector<std::shared_ptr<Call>> started;
+    {
+      std::lock_guard lock(mu_);
+      item.call->ready = true;
+      if (error && !item.call->started) item.call->error = error;
+      StartReadyLocked(started);
+    }
+    for (auto& c : started) Arm(c);
+  }
 }
 
 // ---- Delegated to Gloo ----

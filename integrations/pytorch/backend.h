@@ -28,6 +28,9 @@
 //   send/recv, barrier              → the inner ProcessGroupGloo (built on PrefixStore("gloo")),
 //                                     for the dtypes Gloo takes (float32, float64, float16,
 //                                     bfloat16, int8, uint8, int32, int64, bool; send/recv: any).
+//   CUDA tensors: the SwitchML all-reduces are staged through pinned host memory in chunks
+//   (staging.h, StageCall below); the rest goes to Gloo as for CPU tensors (torch's Gloo takes
+//   CUDA tensors for all-reduce and broadcast). Works of CUDA calls have device futures.
 //
 // Semantics (the same as ProcessGroupGloo's, so results can be compared one to one):
 //   - allreduce(tensors): every tensor of the list must have the same dtype and shape; the result,
@@ -50,7 +53,8 @@
 //   - at the call (c10::Error → Python exception): a dtype neither SwitchML nor Gloo reduces
 //     (int16, ...: TypeError, also for the delegated collectives, where Gloo itself would fail
 //     only at wait() without naming it), PREMUL_SUM, AVG of integers or a bitwise op on floats
-//     (ValueError), CUDA or sparse tensors, mismatched dtypes/shapes in one allreduce list.
+//     (ValueError), sparse tensors or tensors neither on the CPU nor CUDA, tensors of one call on
+//     different devices, mismatched dtypes/shapes in one allreduce list.
 //   - at wait() / on the future: a SwitchML job that failed (non-finite float input, timeout,
 //     cancelled at shutdown) → RuntimeError naming the status; a failed Gloo fallback → Gloo's
 //     error. After a network failure the SwitchML context is broken and every later SwitchML
@@ -79,6 +83,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "staging.h"
 #include "switchml/context.h"
 
 namespace switchml::pytorch {
@@ -102,6 +107,9 @@ struct SwitchMLConfig {
   // A job created with `switchml jobs create` (0 / empty: the reference session).
   uint32_t job_id = 0;
   std::string job_token;
+  // CUDA tensors are staged through pinned host memory in chunks of this many bytes (0: 4 MiB;
+  // see staging.h). Must be equal on every rank (it decides how many SwitchML calls a tensor is).
+  int64_t staging_chunk_bytes = 0;
 };
 
 // The Work returned by allreduce: completes when every SwitchML job (or Gloo fallback) of the
@@ -109,8 +117,14 @@ struct SwitchMLConfig {
 // gives a Future whose value is the list of output tensors (as Gloo's).
 class SwitchMLWork : public c10d::Work {
  public:
-  SwitchMLWork(int rank, c10d::OpType op, std::vector<at::Tensor> outputs);
+  // `devices`: the devices of the outputs (empty for CPU tensors); the future is then a device
+  // future: completed with the stream that wrote the results current, it records an event there.
+  SwitchMLWork(int rank, c10d::OpType op, std::vector<at::Tensor> outputs, std::vector<c10::Device> devices = {});
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // Device works: wait() blocks the host until the results are enqueued back (the switch is a
+  // host-side operation), then makes the current stream wait for them (an event, no host sync).
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override;
   std::vector<at::Tensor> result() override { return outputs_; }
 
   // Called once, by whoever completes the call's last part (SwitchMLBackend::CompleteCall:
@@ -121,6 +135,7 @@ class SwitchMLWork : public c10d::Work {
 
  private:
   std::vector<at::Tensor> outputs_;
+  bool on_device_ = false;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -214,12 +229,30 @@ class SwitchMLBackend : public c10d::Backend {
   // first tensor's dtype SwitchML lacks.
   std::vector<std::pair<std::string, uint64_t>> FallbackCounts() const;
 
+  // Tests only (Python: _test_staging_*): from now on, SwitchML all-reduces of CPU tensors take
+  // the device staging path (chunks of `chunk_bytes`, a staging thread, copies back) with
+  // FakeDeviceOps standing in for the device; a chunk's "device copy" not done within
+  // `mark_timeout` fails its call. Call before any all-reduce, on every rank alike.
+  void EnableTestStaging(int64_t chunk_bytes, std::chrono::milliseconds mark_timeout);
+  void SetTestStagingTimeout(std::chrono::milliseconds mark_timeout) { mark_timeout_ms_ = mark_timeout.count(); }
+  FakeDeviceOps* test_staging() const { return fake_ops_.get(); }
+
  private:
   // The bytes a tensor's elements may occupy: [first element, last element + 1) for
   // non-negative strides (exact for contiguous tensors and views, a superset for strided ones).
-  struct Span {
-    uintptr_t begin = 0;
-    uintptr_t end = 0;
+  using Span = DeviceSpan;
+
+  // The chunk calls of one staged (device) all-reduce: the work completes when the last chunk's
+  // result was enqueued back (StagedPartDone).
+  struct Staged {
+    c10::intrusive_ptr<SwitchMLWork> work;
+    DeviceOps* ops = nullptr;
+    c10::Device device{c10::kCPU};
+    std::vector<Span> spans;
+    std::function<void()> finish;  // on the staging stream, after every chunk succeeded
+    std::atomic<size_t> parts{0};  // chunk calls not completed, + 1 while being queued
+    std::mutex mu;                 // guards error
+    std::exception_ptr error;      // the first failed chunk
   };
 
   // One all-reduce call, in the group's call-ordered queue from the call until its work is
@@ -264,6 +297,23 @@ class SwitchMLBackend : public c10d::Backend {
     std::atomic<size_t> parts{0};  // handles + Gloo works not finished, + 1 while being armed
     std::mutex part_mu;            // guards part_error
     std::exception_ptr part_error; // the first failed handle or Gloo work
+    // Device calls (staging.h). A staged chunk is not `ready` (guarded by mu_) until the staging
+    // thread saw its device→host copy done; until then it holds back the calls after it.
+    bool ready = true;
+    DeviceOps* ops = nullptr;          // non-CPU tensors: how to reach their device
+    c10::Device device{c10::kCPU};
+    std::shared_ptr<Staged> staged;    // a chunk of this staged call
+  };
+  // A chunk waiting for its device→host copy, in the staging thread's FIFO.
+  struct StageItem {
+    std::shared_ptr<Call> call;
+    std::unique_ptr<DeviceMark> mark;
+    std::string name;
+  };
+  // What one staged item reduces: the sum of `inputs` (same dtype and shape), written to `outputs`.
+  struct StageTensors {
+    std::vector<at::Tensor> inputs;
+    std::vector<at::Tensor> outputs;
   };
 
   // What SwitchML cannot do for a call: empty = SwitchML; otherwise the fallback reason key
@@ -299,6 +349,16 @@ class SwitchMLBackend : public c10d::Backend {
   // does not hold: that thread may be the one the pending calls need.
   void WaitLocked(std::unique_lock<std::mutex>& lock, const std::function<bool()>& ready, const std::string& what);
   void CountFallback(const Route& route, const char* collective);
+  // The device ops that stage tensors of `device`: CUDA's, or the test fake for CPU tensors when
+  // enabled; null for CPU tensors otherwise (the CPU path).
+  DeviceOps* StagingOps(const c10::Device& device) const;
+  // Stages a SwitchML all-reduce of device tensors (staging.h): chunk calls queued in call order,
+  // device→host copies enqueued now, the staging thread releases each chunk when its copy is done.
+  c10::intrusive_ptr<c10d::Work> StageCall(c10d::OpType op, const std::vector<at::Tensor>& tensors,
+                                           std::vector<StageTensors> items, bool avg, const char* collective,
+                                           DeviceOps* ops);
+  void StagedPartDone(const std::shared_ptr<Staged>& s, std::exception_ptr error);
+  void StagingThread();
   std::string ResolveControllerAddress(const c10::intrusive_ptr<c10d::Store>& store,
                                        const std::string& own);
 
@@ -320,6 +380,18 @@ class SwitchMLBackend : public c10d::Backend {
   size_t jobs_in_flight_ = 0;  // guarded by mu_: SwitchML jobs of started, uncompleted calls
   int completing_ = 0;    // guarded by mu_: calls out of the queue whose work is being completed
   bool closing_ = false;  // guarded by mu_: destructor running; calls not started fail
+
+  // Device staging (staging.h).
+  int64_t chunk_bytes_ = kDefaultStagingChunkBytes;
+  std::atomic<int64_t> mark_timeout_ms_;  // a chunk's device→host copy must finish within it
+  mutable std::mutex ops_mu_;
+  mutable std::unique_ptr<DeviceOps> cuda_ops_;  // guarded by ops_mu_ (made on first use)
+  std::unique_ptr<FakeDeviceOps> fake_ops_;     // tests only; set before any call
+  std::mutex stage_mu_;
+  std::condition_variable stage_cv_;
+  std::deque<StageItem> stage_queue_;           // guarded by stage_mu_; call order
+  std::atomic<bool> stage_stop_{false};
+  std::thread stage_thread_;                    // started by the first staged call (under stage_mu_)
 
   mutable std::mutex fallback_mu_;
   uint64_t fallback_total_ = 0;                                     // guarded by fallback_mu_

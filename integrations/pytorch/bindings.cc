@@ -45,6 +45,8 @@ PYBIND11_DECLARE_HOLDER_TYPE(T, switchml::pytorch::NoGilHolder<T>, true);
 namespace switchml::pytorch {
 namespace {
 
+using switchml::pytorch::SwitchMLBackend;
+
 py::dict StatsToDict(const switchml::Stats& s) {
   py::dict d;
   d["calls_submitted"] = s.calls_submitted;
@@ -64,10 +66,16 @@ py::dict StatsToDict(const switchml::Stats& s) {
   return d;
 }
 
+switchml::pytorch::FakeDeviceOps& FakeOps(SwitchMLBackend& pg) {
+  TORCH_CHECK(pg.test_staging() != nullptr, "switchml: call _test_staging_enable() first");
+  return *pg.test_staging();
+}
+
 }  // namespace
 }  // namespace switchml::pytorch
 
 PYBIND11_MODULE(_torch, m) {
+  using switchml::pytorch::FakeOps;
   using switchml::pytorch::SwitchMLBackend;
   using switchml::pytorch::SwitchMLConfig;
   m.doc() = "SwitchML backend for torch.distributed (use `import switchml.torch`).";
@@ -86,7 +94,8 @@ PYBIND11_MODULE(_torch, m) {
       .def_readwrite("bind_ip", &SwitchMLConfig::bind_ip)
       .def_readwrite("advertise_ip", &SwitchMLConfig::advertise_ip)
       .def_readwrite("job_id", &SwitchMLConfig::job_id)
-      .def_readwrite("job_token", &SwitchMLConfig::job_token);
+      .def_readwrite("job_token", &SwitchMLConfig::job_token)
+      .def_readwrite("staging_chunk_bytes", &SwitchMLConfig::staging_chunk_bytes);
 
   py::class_<SwitchMLBackend, c10d::Backend, switchml::pytorch::NoGilHolder<SwitchMLBackend>>(
       m, "SwitchMLBackend")
@@ -109,5 +118,24 @@ PYBIND11_MODULE(_torch, m) {
            "The SwitchML client library's counters for this group (calls_submitted/completed/failed, "
            "packets, retransmissions; jobs_* are deprecated aliases of calls_*), and "
            "the all-reduce calls sent to the inner Gloo group: fallback_allreduces (total) and one "
-           "fallback_<reason> per reason (fallback_op_max, ..., fallback_dtype_float64, ...).");
+           "fallback_<reason> per reason (fallback_op_max, ..., fallback_dtype_float64, ...).")
+      // Tests only: CPU all-reduces take the device staging path with a fake device (staging.h).
+      .def("_test_staging_enable",
+           [](SwitchMLBackend& pg, int64_t chunk_bytes, std::chrono::milliseconds mark_timeout) {
+             pg.EnableTestStaging(chunk_bytes, mark_timeout);
+           },
+           py::arg("chunk_bytes"), py::arg("mark_timeout"))
+      .def("_test_staging_timeout",
+           [](SwitchMLBackend& pg, std::chrono::milliseconds mark_timeout) { pg.SetTestStagingTimeout(mark_timeout); })
+      .def("_test_staging_hold", [](SwitchMLBackend& pg) { FakeOps(pg).Hold(); })
+      .def("_test_staging_unhold", [](SwitchMLBackend& pg) { FakeOps(pg).Unhold(); })
+      .def("_test_staging_release", [](SwitchMLBackend& pg) { FakeOps(pg).Release(); })
+      .def("_test_staging_counts", [](SwitchMLBackend& pg) {
+        switchml::pytorch::FakeDeviceOps& ops = FakeOps(pg);
+        py::dict d;
+        d["copies_to_host"] = ops.copies_to_host.load();
+        d["copies_to_device"] = ops.copies_to_device.load();
+        d["calls_done"] = ops.calls_done.load();
+        return d;
+      });
 }

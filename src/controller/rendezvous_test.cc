@@ -193,8 +193,10 @@ TEST_F(RendezvousTest, NobodyListeningIsUnavailableForBothKinds) {
 TEST_F(RendezvousTest, FailureExplanationAsksAboutTheJobOnlyForTimeouts) {
   auto session = ConnectRendezvous(address_, 0, "", 3s);
   ASSERT_TRUE(session.ok()) << session.status();
-  EXPECT_FALSE((*session)->failure_explainer());
+  // Job 0 has no job state: its explanation only says whether the controller still answers.
+  ASSERT_TRUE((*session)->failure_explainer());
   EXPECT_EQ((*session)->ExplainFailure(DeadlineExceededError("no result")).text, "");
+  EXPECT_FALSE((*session)->ExplainFailure(DeadlineExceededError("no result")).switch_unreachable);
 
   const JobInfo job = CreateJob(1);
   Rendezvous::FailureExplainer explain;
@@ -223,6 +225,10 @@ TEST_F(RendezvousTest, FailureExplanationAsksAboutTheJobOnlyForTimeouts) {
   const control::FailureExplanation gone = explain(DeadlineExceededError("no result"));
   EXPECT_TRUE(gone.switch_unreachable);
   EXPECT_THAT(gone.text, HasSubstr("the controller at " + address_ + " does not answer either"));
+  const control::FailureExplanation session_gone =
+      (*session)->ExplainFailure(DeadlineExceededError("no result"));
+  EXPECT_TRUE(session_gone.switch_unreachable);
+  EXPECT_THAT(session_gone.text, HasSubstr("does not answer either"));
 }
 
 // What a timeout's explanation says of a live job's ranks: those the switch has not heard from

@@ -41,6 +41,15 @@ std::string SilentRanks(const control::JobInfo& job, uint32_t self) {
 
 namespace {
 
+// How long a timeout's explanation may wait for the controller (at most; rpc_timeout if less).
+constexpr std::chrono::milliseconds kExplainDeadline{2000};
+
+// The explanation when connecting to the controller at `address` failed with `why`.
+control::FailureExplanation ControllerGone(const std::string& address, const Status& why) {
+  return {"; the controller at " + address + " does not answer either (" + why.message() + ")",
+          true};
+}
+
 // Job 0: the reference Session service (Bootstrap). The session fixes no packet size in
 // advance (its workers agree on one among themselves), so the grant says 0 = any.
 class SessionRendezvous final : public Rendezvous {
@@ -58,7 +67,16 @@ class SessionRendezvous final : public Rendezvous {
     grant.state = control::JobState::kRunning;
     return grant;
   }
-  FailureExplainer failure_explainer() const override { return {}; }
+  // Job 0 has no job state to ask about; a timeout only learns whether the controller still
+  // answers (a switch's own controller dies with it: the switch is what failed).
+  FailureExplainer failure_explainer() const override {
+    return [address = address_](const Status& s) -> control::FailureExplanation {
+      if (s.code() != StatusCode::kDeadlineExceeded) return {};
+      auto client = JobClient::Connect(address, kExplainDeadline);
+      if (client.ok()) return {};
+      return ControllerGone(address, client.status());
+    };
+  }
   uint32_t job_id() const override { return control::kReferenceJobId; }
   const std::string& address() const override { return address_; }
 
@@ -96,15 +114,11 @@ class JobRendezvous final : public Rendezvous {
   // restarted), or the controller ended it because a switch of the job is lost (UNAVAILABLE).
   FailureExplainer failure_explainer() const override {
     return [address = address_, job_id = job_id_, token = token_, rank = rank_,
-            deadline = std::min<std::chrono::milliseconds>(rpc_timeout_, std::chrono::seconds(2))](
+            deadline = std::min(rpc_timeout_, kExplainDeadline)](
                const Status& s) -> control::FailureExplanation {
       if (s.code() != StatusCode::kDeadlineExceeded) return {};
       auto client = JobClient::Connect(address, deadline);
-      if (!client.ok()) {
-        return {"; the controller at " + address + " does not answer either (" +
-                    client.status().message() + ")",
-                true};
-      }
+      if (!client.ok()) return ControllerGone(address, client.status());
       auto info = (*client)->GetJob(job_id, token);
       if (!info.ok()) {
         const StatusCode c = info.status().code();

@@ -6,15 +6,19 @@
 #   - both backends finished, every rank of each ended with bit-identical parameters;
 #   - both reach a test accuracy above ACC_FLOOR (a trained model, not a broken one: chance is
 #     10%; this configuration measures ~80%);
-#   - the training losses of the first 20 steps equal gloo's within 1e-3;
+#   - the training losses of the first 10 steps equal gloo's within 1e-3;
 #   - switchml's test accuracy within ACC_TOL of gloo's and its final training loss (mean of
 #     the last 20 steps, over both ranks) within LOSS_TOL (relative) of gloo's.
 # Tolerances: switchml's float32 all-reduce is block-quantized (error ~2^-30 of each 256-element
-# block's largest value for 2 workers), so both runs follow the same trajectory: measured, the
-# first 20 losses differ by ~1e-7, and the curves agree to 3-4 decimals for ~100 steps. The
-# 1e-3 bound on the first 20 steps is the sharp check: measured offline on this model, doubled
-# gradients (a missing 1/N) move those losses by 1.7, and random noise of 1e-3 of each
-# tensor's largest gradient by 0.07. Later, rounding differences are amplified by SGD like any
+# block's largest value for 2 workers), so both runs follow the same trajectory at first: the
+# first 10-12 losses differ by 0 to ~1e-7. How long that lasts depends on the CPU: on one
+# machine the curves agreed to 3-4 decimals for ~100 steps, on another (AVX-512, torch 2.15)
+# a loss spike at steps 12-18 amplified the 1e-7 to 2e-3 within 6 steps, as it would any
+# perturbation. The 1e-3 bound on the first 10 steps is the sharp check: doubled gradients (a
+# missing 1/N; for SGD with momentum the same as doubling the learning rate, measured that way)
+# move the first 10 losses by up to 0.26 (0.009 at step 1), and random
+# noise of 1e-3 of each tensor's largest gradient by 0.07 over 20 steps. Later, rounding
+# differences are amplified by SGD like any
 # perturbation (reordering a float sum does the same) and the runs end as two near-equal
 # models: measured at 200 steps, |accuracy difference| 0.35-0.4 pp (7-8 of the 2000 test
 # images), final loss difference < 0.1%. ACC_TOL = 2 pp (40 images) and LOSS_TOL = 10% leave
@@ -61,8 +65,8 @@ rel = abs(s["final_train_loss"] - g["final_train_loss"]) / g["final_train_loss"]
 check(rel <= loss_tol, f"final training loss {s['final_train_loss']:.4f} vs {g['final_train_loss']:.4f}: "
       f"relative difference {100 * rel:.2f}% <= {100 * loss_tol:.0f}%")
 # The first steps must agree almost exactly (quantization error only, before chaos sets in).
-early = max(abs(a - b) for a, b in zip(s["loss"][:20], g["loss"][:20]))
-check(early < 1e-3, f"losses of the first 20 steps agree within 1e-3 (max difference {early:.2e})")
+early = max(abs(a - b) for a, b in zip(s["loss"][:10], g["loss"][:10]))
+check(early < 1e-3, f"losses of the first 10 steps agree within 1e-3 (max difference {early:.2e})")
 stats = s.get("switchml_stats", {})
 print(f"switchml stats: {stats}")
 sys.exit(1 if failures else 0)

@@ -1,10 +1,16 @@
 """SwitchML backend for torch.distributed (PyTorch 2.x).
 
-Importing this module registers the backend name ``"switchml"`` for CPU tensors::
+Importing this module registers the backend name ``"switchml"`` for CPU and CUDA tensors::
 
     import switchml.torch  # noqa: F401  (registers the backend)
     import torch.distributed as dist
     dist.init_process_group("switchml", ...)   # needs SWITCHML_CONTROLLER, at least on rank 0
+    # or one device only: dist.init_process_group("cpu:gloo,cuda:switchml", ...)
+
+CUDA tensors are staged through pinned host memory: a non-blocking device-to-host copy on the
+caller's current stream, the switch call once that copy is done (a staging thread, in call
+order), and a copy back on a staging stream; works and futures carry the device, so wait() and
+DDP's comm hooks make the consumer's stream wait on an event, not the host.
 
 All-reduce (SUM, AVG; float32, int32, float16, bfloat16) runs through the SwitchML switch;
 what SwitchML cannot aggregate (MAX, MIN, PRODUCT, bitwise ops; float64, int64, int8, uint8, bool)
@@ -30,9 +36,11 @@ Settings come from environment variables, read when a group is created:
   SWITCHML_JOB_ID, SWITCHML_JOB_TOKEN
                                  join a job made with `switchml jobs create` (default: the
                                  switch's reference session)
+  SWITCHML_STAGING_CHUNK_BYTES   CUDA tensors are staged in chunks of this many bytes (default
+                                 4194304 = 4 MiB), so that copies and switch traffic overlap
   GLOO_SOCKET_IFNAME             network interface(s) of the inner Gloo group (as for Gloo)
 
-The three window/packet settings must be equal on every rank.
+The three window/packet settings and the staging chunk size must be equal on every rank.
 """
 
 import datetime
@@ -89,19 +97,28 @@ def config_from_env(environ=None):
     config.advertise_ip = env.get("SWITCHML_ADVERTISE_IP", "").strip()
     config.job_id = _env_int(env, "SWITCHML_JOB_ID", 1)
     config.job_token = env.get("SWITCHML_JOB_TOKEN", "").strip()
+    config.staging_chunk_bytes = _env_int(env, "SWITCHML_STAGING_CHUNK_BYTES", 4)
     return config
 
 
-def backend(group=None):
-    """The SwitchMLBackend of `group` (default: the default group) for CPU tensors.
+def backend(group=None, device=None):
+    """The SwitchMLBackend of `group` (default: the default group) for `device` ("cpu" or
+    "cuda"; default: the first of the two that the group runs on switchml).
 
     Raises ValueError naming the backend the group uses instead, if it is not "switchml".
     """
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
-    b = pg._get_backend(torch.device("cpu"))
-    if not isinstance(b, SwitchMLBackend):
-        raise ValueError(f"the group's CPU backend is {type(b).__name__}, not switchml's SwitchMLBackend")
-    return b
+    found = []
+    for dev in ([device] if device is not None else ["cpu", "cuda"]):
+        try:
+            b = pg._get_backend(torch.device(dev))
+        except RuntimeError:  # no backend for that device in this group
+            found.append(f"none for {dev}")
+            continue
+        if isinstance(b, SwitchMLBackend):
+            return b
+        found.append(f"{type(b).__name__} for {dev}")
+    raise ValueError(f"the group has no switchml backend ({', '.join(found)})")
 
 
 def stats(group=None):
@@ -122,4 +139,6 @@ def _create_backend(store, rank, world_size, timeout):
 
 
 if BACKEND_NAME.upper() not in dist.Backend._plugins:
-    dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=["cpu"])
+    # One backend object serves both devices of a group made with "switchml"; with a device map
+    # ("cpu:gloo,cuda:switchml") it serves the devices mapped to it.
+    dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=["cpu", "cuda"])
