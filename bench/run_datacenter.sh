@@ -130,6 +130,7 @@ SCENARIO=datacenter
 SWITCH_IP="$CLUSTER_SWITCH_IP"
 on_switch_host() { exec "$CLUSTER" exec --name "$NAME" --host sw -- "$@"; }
 on_worker_host() { local r=$1; shift; exec "$CLUSTER" exec --name "$NAME" --host "w$r" -- "$@"; }
+drops_snapshot() { "$CLUSTER" drops --name "$NAME"; }
 rank_args() {  # every rank binds to its host's address; counters from its eth0
   printf '%s\n' --bind-ip "${WORKER_IPS[$1]}" --host "${WORKER_IPS[$1]}" --iface eth0
 }

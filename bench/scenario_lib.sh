@@ -17,6 +17,8 @@
 #   rank_args R             prints flags for rank R's allreduce_perf, one per line
 #   mpi_launch N            prints the mpirun launch flags for N ranks, one per line
 #   mpi_prefix CMD...       runs mpirun (CMD) where it must run
+#   drops_snapshot          (optional) prints per-host drop counters (`cluster.sh drops`); when
+#                           defined, each SwitchML run prints and logs what grew during it
 # Functions return non-zero when a run failed or found a wrong element. Sourcing it installs
 # the exit trap of scripts/lib.sh (sml_exit_trap): every process a run started is stopped at exit,
 # with its descendants; the caller adds its own cleanup with sml_at_exit.
@@ -48,6 +50,7 @@ run_switchml() {  # n [switch flags...]
   sml_start_switch --bind "$SWITCH_IP" --via on_switch_host --ready "$OUT/logs/$tag.switch.ready" \
       --log "$OUT/logs/$tag.switch.log" --deadline 20 -- "$@" || return 1
   port=$CTL_PORT
+  if declare -F drops_snapshot >/dev/null; then drops_snapshot >"$OUT/logs/$tag.drops.before" || true; fi
   for ((r = 0; r < n; r++)); do
     mapfile -t args < <(rank_args "$r")
     on_worker_host "$r" timeout "$TIMEOUT" "$PERF" --backend switchml --rank "$r" --workers "$n" \
@@ -59,7 +62,20 @@ run_switchml() {  # n [switch flags...]
   wait_ranks "${ranks[@]}" || rc=1
   sml_stop_switch 10 || true  # SIGTERM: it prints its counters
   show_logs "$tag" "$n" "$rc"
+  if declare -F drops_snapshot >/dev/null; then
+    drops_snapshot >"$OUT/logs/$tag.drops.after" || true
+    drops_grown "$OUT/logs/$tag.drops.before" "$OUT/logs/$tag.drops.after" | tee "$OUT/logs/$tag.drops"
+  fi
   return $rc
+}
+
+# drops_grown BEFORE AFTER: the counters of `cluster.sh drops` that grew between two snapshots,
+# one line ("# drops during the run: w1 tbf_in +12 ..." or "...: none").
+drops_grown() {
+  awk 'NR == FNR { for (i = 2; i <= NF; i++) { split($i, kv, "="); b[$1 " " kv[1]] = kv[2] } next }
+       { for (i = 2; i <= NF; i++) { split($i, kv, "="); d = kv[2] - b[$1 " " kv[1]]
+                                    if (d > 0) out = out " " $1 " " kv[1] " +" d } }
+       END { print "# drops during the run:" (out == "" ? " none" : out) }' "$1" "$2"
 }
 
 run_gloo() {  # n

@@ -44,6 +44,7 @@ Usage:
   $PROG loss --name PREFIX [--to-switch P] [--from-switch P]
   $PROG exec --name PREFIX --host w<i>|sw|sw<j>|br -- COMMAND [ARGS...]
   $PROG info --name PREFIX
+  $PROG drops --name PREFIX
   $PROG list
 
 Emulated cluster: one network namespace per worker host (PREFIX-w0 .. PREFIX-w<N-1>), one per
@@ -61,6 +62,11 @@ Commands:
   exec    Run COMMAND inside a host's namespace (w3 = worker 3; sw or sw0 = switch host 0,
           sw2 = switch host 2; br = bridge).
   info    Print the state file (shell variables, see below).
+  drops   Print, per host, where datagrams were dropped since the cluster came up, one line
+          each: `HOST udp_rcvbuf=N udp_in_errors=N tbf_out=N tbf_in=N` (UDP receive-buffer
+          overflows and all UDP receive errors of the host's namespace, /proc/net/snmp; packets
+          the tbf qdisc dropped on the host's side of its link and on the bridge's side, i.e.
+          towards the host). Counters only grow: take the difference of two calls.
   list    Show the clusters that exist (including leftovers of crashed runs).
 
 Options:
@@ -403,6 +409,40 @@ do_exec() {
   exec ip netns exec "$ns" "$@"
 }
 
+# qdisc_drops NS DEV: packets the qdiscs on DEV in namespace NS dropped (0 without a qdisc).
+qdisc_drops() {
+  tc -n "$1" -s qdisc show dev "$2" 2>/dev/null |
+    awk '/dropped/ { gsub(",", ""); for (i = 1; i < NF; i++) if ($i ~ /dropped$/) s += $(i + 1) } END { print s + 0 }'
+}
+
+do_drops() {
+  while (($#)); do
+    case "$1" in
+      --name) NAME=${2-}; shift 2 || die "--name needs a value" ;;
+      *) die "drops: unknown option '$1' (see --help)" ;;
+    esac
+  done
+  check_name
+  load_state
+  local i host ns port snmp
+  local -a hosts=() nss=() ports=()
+  for ((i = 0; i < WORKERS; i++)); do hosts+=("w$i"); nss+=("$NAME-w$i"); ports+=("w$i"); done
+  i=0
+  for ns in $SWITCH_NS; do
+    if ((i == 0)); then hosts+=(sw); ports+=(sw); else hosts+=("sw$i"); ports+=("sw$i"); fi
+    nss+=("$ns"); i=$((i + 1))
+  done
+  for i in "${!hosts[@]}"; do
+    host=${hosts[i]} ns=${nss[i]} port=${ports[i]}
+    # The Udp: header line names the columns; the next Udp: line holds the values.
+    snmp=$(ip netns exec "$ns" awk '$1 == "Udp:" { if (seen) { for (i = 2; i <= NF; i++) v[h[i]] = $i
+                                       print v["RcvbufErrors"] + 0, v["InErrors"] + 0; exit }
+                                     split($0, h); seen = 1 }' /proc/net/snmp)
+    read -r rcvbuf inerr <<<"${snmp:-0 0}"
+    echo "$host udp_rcvbuf=$rcvbuf udp_in_errors=$inerr tbf_out=$(qdisc_drops "$ns" eth0) tbf_in=$(qdisc_drops "$NAME-br" "$port")"
+  done
+}
+
 do_list() {
   local prefixes p sf
   prefixes=$( {
@@ -447,6 +487,7 @@ case "$cmd" in
     [[ "${1:-}" == --name ]] && NAME=${2:-}
     check_name
     cat "$(state_file "$NAME")" 2>/dev/null || die "cluster '$NAME' does not exist" ;;
+  drops) do_drops "$@" ;;
   list) do_list ;;
   -h|--help|help) usage ;;
   *) echo "$PROG: unknown command '$cmd'" >&2; usage >&2; exit 2 ;;

@@ -71,3 +71,40 @@ EOF
 
 measure w0 sw "$CLUSTER_SWITCH_IP" worker0-to-switch
 measure sw w1 "${ips[1]}" switch-to-worker1
+
+# `cluster.sh drops` finds where datagrams were lost: worker 1 holds a UDP socket with the
+# smallest receive buffer and never reads it; 300 datagrams from the switch host overflow it
+# (udp_rcvbuf and udp_in_errors of w1 grow) and nothing else moves: worker 0's counters and the
+# tbf drops of worker 1's link stay as they were.
+drops() { "$CLUSTER_SH" drops --name "$NAME" > "$WORK/drops-$1.txt" || fail "cluster.sh drops failed"; }
+field() { sed -n "s/^$2 .*$3=\([0-9]*\).*/\1/p" "$WORK/drops-$1.txt"; }
+drops before
+cx w1 "$PYTHON" -c "
+import os, socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)  # the kernel's minimum
+s.bind(('0.0.0.0', 0))
+open(sys.argv[1] + '.tmp', 'w').write(str(s.getsockname()[1]))
+os.rename(sys.argv[1] + '.tmp', sys.argv[1])
+time.sleep(120)  # never reads the socket; the test kills it (sml_track: also on failure)
+" "$WORK/sink-port" &
+sink=$!
+sml_track "$sink"
+sml_wait_file "$WORK/sink-port" 20 "the never-reading sink's port file" || fail "the sink did not start"
+cx sw "$PYTHON" -c "
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(300):
+    s.sendto(b'x' * 1000, (sys.argv[1], int(sys.argv[2])))
+" "${ips[1]}" "$(cat "$WORK/sink-port")" || fail "sending to the sink failed"
+sleep 0.5  # let the last datagrams arrive (the counters are read after, not timed)
+drops after
+kill "$sink" 2>/dev/null || true
+grow=$(( $(field after w1 udp_rcvbuf) - $(field before w1 udp_rcvbuf) ))
+((grow > 0)) || { cat "$WORK"/drops-*.txt; fail "a full receive buffer on worker 1 shows no udp_rcvbuf drops"; }
+for host_counter in "w0 udp_rcvbuf" "w0 tbf_in" "w0 tbf_out" "w1 tbf_in" "w1 tbf_out"; do
+  # shellcheck disable=SC2086
+  [ "$(field after $host_counter)" = "$(field before $host_counter)" ] ||
+    { cat "$WORK"/drops-*.txt; fail "cluster.sh drops: $host_counter moved although nothing was lost there"; }
+done
+pass "cluster.sh drops: $grow of 300 datagrams to a full socket on worker 1 counted as udp_rcvbuf there, other counters unchanged"
