@@ -66,7 +66,8 @@ bool IntegralDtype(at::ScalarType t) { return at::isIntegralType(t, /*includeBoo
 // The fallback reasons, in the order stats() lists them (key = "fallback_" + reason).
 constexpr const char* kFallbackReasons[] = {"op_max",         "op_min",        "op_product",   "op_band",
                                             "op_bor",         "op_bxor",       "dtype_float64", "dtype_int64",
-                                            "dtype_int8",     "dtype_uint8",   "dtype_bool"};
+                                            "dtype_int8",     "dtype_uint8",   "dtype_bool",
+                                            "dtype_float16",  "dtype_bfloat16"};
 
 // The dtype SwitchML reduces a tensor of dtype `t` in: itself for float32/int32, float32 for
 // the 16-bit floats.
@@ -158,6 +159,7 @@ SwitchMLBackend::SwitchMLBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   TORCH_CHECK_VALUE(config.staging_chunk_bytes >= 0, "switchml: the staging chunk size must not be negative, got ",
                     config.staging_chunk_bytes);
   if (config.staging_chunk_bytes > 0) chunk_bytes_ = config.staging_chunk_bytes;
+  half_via_switch_ = config.half_via_switch;
   if (switchml::Status s = options.Validate(); !s.ok()) {
     TORCH_CHECK_VALUE(false, "switchml: invalid backend settings: ", s.message());
   }
@@ -250,7 +252,8 @@ SwitchMLBackend::Route SwitchMLBackend::CheckTensors(const std::vector<at::Tenso
                       " is not supported (the mean of integers is not an integer); use SUM and divide");
     TORCH_CHECK_VALUE(!(bitwise && !IntegralDtype(type)), "switchml: ", collective, ": tensor ", i, ": ",
                       ReduceOpName(op), " needs an integer dtype, got ", DtypeName(type));
-    if (route.reason.empty() && !SwitchMLDtype(type)) {
+    const bool half = type == at::kHalf || type == at::kBFloat16;
+    if (route.reason.empty() && (!SwitchMLDtype(type) || (half && !half_via_switch_))) {
       route.reason = "dtype_" + DtypeName(type);
       route.words = "of " + DtypeName(type);
     }

@@ -18,10 +18,12 @@
 //
 // What goes where:
 //   allreduce, allreduce_coalesced  → SwitchML (SUM, AVG) for float32 and int32 directly, and for
-//                                     float16 / bfloat16 through a float32 host copy.
+//                                     float16 / bfloat16 through a float32 host copy when
+//                                     SwitchMLConfig::half_via_switch (default: Gloo, below).
 //                                   → the inner Gloo group for what SwitchML cannot aggregate:
 //                                     ops MAX, MIN, PRODUCT, BAND, BOR, BXOR (any dtype Gloo
-//                                     takes) and dtypes float64, int64, int8, uint8, bool (SUM,
+//                                     takes) and dtypes float64, int64, int8, uint8, bool,
+//                                     float16 and bfloat16 unless half_via_switch (SUM,
 //                                     and AVG of float64 as a Gloo SUM divided here). Counted in
 //                                     FallbackCounts() (Python: stats()), logged once per reason.
 //   broadcast, allgather(_coalesced), gather, scatter, reduce, reduce_scatter, alltoall,
@@ -110,6 +112,11 @@ struct SwitchMLConfig {
   // CUDA tensors are staged through pinned host memory in chunks of this many bytes (0: 4 MiB;
   // see staging.h). Must be equal on every rank (it decides how many SwitchML calls a tensor is).
   int64_t staging_chunk_bytes = 0;
+  // float16/bfloat16 SUM/AVG through the switch, widened to float32 (true), or on the inner Gloo
+  // group (false, the default): the switch carries 4 bytes per element whatever the dtype, a
+  // Gloo ring 2 × 2(n−1)/n, so on bandwidth-bound links Gloo is faster for half precision
+  // (measured: docs/training.md). Must be equal on every rank.
+  bool half_via_switch = false;
 };
 
 // The Work returned by allreduce: completes when every SwitchML job (or Gloo fallback) of the
@@ -380,6 +387,8 @@ class SwitchMLBackend : public c10d::Backend {
   size_t jobs_in_flight_ = 0;  // guarded by mu_: SwitchML jobs of started, uncompleted calls
   int completing_ = 0;    // guarded by mu_: calls out of the queue whose work is being completed
   bool closing_ = false;  // guarded by mu_: destructor running; calls not started fail
+
+  bool half_via_switch_ = false;  // SwitchMLConfig::half_via_switch
 
   // Device staging (staging.h).
   int64_t chunk_bytes_ = kDefaultStagingChunkBytes;

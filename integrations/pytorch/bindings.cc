@@ -95,7 +95,8 @@ PYBIND11_MODULE(_torch, m) {
       .def_readwrite("advertise_ip", &SwitchMLConfig::advertise_ip)
       .def_readwrite("job_id", &SwitchMLConfig::job_id)
       .def_readwrite("job_token", &SwitchMLConfig::job_token)
-      .def_readwrite("staging_chunk_bytes", &SwitchMLConfig::staging_chunk_bytes);
+      .def_readwrite("staging_chunk_bytes", &SwitchMLConfig::staging_chunk_bytes)
+      .def_readwrite("half_via_switch", &SwitchMLConfig::half_via_switch);
 
   py::class_<SwitchMLBackend, c10d::Backend, switchml::pytorch::NoGilHolder<SwitchMLBackend>>(
       m, "SwitchMLBackend")

@@ -120,6 +120,9 @@ def base_env(pythonpath):
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"  # two workers + a switch share 2 cores
+    # The suites check the switch path for float16/bfloat16 too (off by default: the torchrun
+    # test checks that default, where they go to Gloo).
+    env["SWITCHML_HALF_VIA_SWITCH"] = "1"
     return env
 
 
@@ -312,6 +315,7 @@ def run_torchrun(args, tmpdir, controller):
     me = os.path.abspath(__file__)
     env = base_env(args.pythonpath)
     env["SWITCHML_CONTROLLER"] = controller
+    env.pop("SWITCHML_HALF_VIA_SWITCH")  # the default: float16/bfloat16 go to Gloo
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1",
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
            me, "worker-torchrun", *pythonpath_args(args)]
@@ -401,6 +405,11 @@ def worker_suite(args):
         c.check(False, "disagreeing SWITCHML_JOB_TIMEOUT_MS and SWITCHML_CALL_TIMEOUT_MS raise")
     except ValueError as e:
         c.check("disagree" in str(e), f"disagreeing SWITCHML_JOB_TIMEOUT_MS and SWITCHML_CALL_TIMEOUT_MS raise ({e})")
+    c.check(not switchml_torch.config_from_env({}).half_via_switch
+            and switchml_torch.config_from_env({"SWITCHML_HALF_VIA_SWITCH": "1"}).half_via_switch,
+            "SWITCHML_HALF_VIA_SWITCH: off by default, 1 turns it on")
+    c.raises(lambda: switchml_torch.config_from_env({"SWITCHML_HALF_VIA_SWITCH": "yes"}), ValueError,
+             "SWITCHML_HALF_VIA_SWITCH must be 0 or 1", "SWITCHML_HALF_VIA_SWITCH=yes is refused, naming it")
 
     F32_TOL = 1e-5  # |x| < 16: quantization error ~2^-26, plus float32 rounding of the sum
 
@@ -844,6 +853,18 @@ def worker_torchrun(args):
     dist.all_reduce(x, op=dist.ReduceOp.AVG)
     e = max_err(x, exact_sum(world, 70000, torch.float32, 81) / world)
     c.check(e <= 1e-5, f"torchrun: float32 AVG (max error {e:.3g})")
+    # By default float16/bfloat16 go to the inner Gloo group (faster for them than the switch's
+    # 4 bytes per element), counted per dtype; small integers are exact in both.
+    before = switchml.torch.stats()
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.full((5000,), float(rank + 1), dtype=dtype)
+        dist.all_reduce(x)
+        c.check(torch.equal(x, torch.full((5000,), 3.0, dtype=dtype)), f"torchrun: {dtype} allreduce exact (Gloo)")
+    after = switchml.torch.stats()
+    c.check(after["fallback_dtype_float16"] == before["fallback_dtype_float16"] + 1
+            and after["fallback_dtype_bfloat16"] == before["fallback_dtype_bfloat16"] + 1
+            and after["calls_submitted"] == before["calls_submitted"],
+            "torchrun: float16 and bfloat16 went to the inner Gloo group by default, counted, no SwitchML call")
     params, initial = ddp_train(rank, None, steps=5)
     flat = torch.cat([p.flatten() for p in params])
     gathered = [torch.empty_like(flat) for _ in range(world)]

@@ -38,9 +38,14 @@ Settings come from environment variables, read when a group is created:
                                  switch's reference session)
   SWITCHML_STAGING_CHUNK_BYTES   CUDA tensors are staged in chunks of this many bytes (default
                                  4194304 = 4 MiB), so that copies and switch traffic overlap
+  SWITCHML_HALF_VIA_SWITCH       1: float16/bfloat16 SUM/AVG go through the switch, widened to
+                                 float32; 0 (default): to the inner Gloo group, which is faster
+                                 for them on bandwidth-bound links (the switch carries 4 bytes
+                                 per element, a ring 2 x 2(n-1)/n)
   GLOO_SOCKET_IFNAME             network interface(s) of the inner Gloo group (as for Gloo)
 
-The three window/packet settings and the staging chunk size must be equal on every rank.
+The three window/packet settings, the staging chunk size and SWITCHML_HALF_VIA_SWITCH must be
+equal on every rank.
 """
 
 import datetime
@@ -56,6 +61,13 @@ from ._torch import SwitchMLBackend, SwitchMLConfig
 __all__ = ["BACKEND_NAME", "SwitchMLBackend", "SwitchMLConfig", "backend", "config_from_env", "stats"]
 
 BACKEND_NAME = "switchml"
+
+
+def _env_bool(env, name):
+    raw = env.get(name, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{name} must be 0 or 1, got {raw!r}")
+    return raw == "1"
 
 
 def _env_int(env, name, minimum):
@@ -98,6 +110,7 @@ def config_from_env(environ=None):
     config.job_id = _env_int(env, "SWITCHML_JOB_ID", 1)
     config.job_token = env.get("SWITCHML_JOB_TOKEN", "").strip()
     config.staging_chunk_bytes = _env_int(env, "SWITCHML_STAGING_CHUNK_BYTES", 4)
+    config.half_via_switch = _env_bool(env, "SWITCHML_HALF_VIA_SWITCH")
     return config
 
 
