@@ -444,9 +444,9 @@ void SwitchMLBackend::CountFallback(const Route& route, const char* collective) 
   }
   if (first) {
     std::fprintf(stderr,
-                 "switchml: rank %d: %s %s goes to the inner Gloo group (SwitchML aggregates float32 and int32, "
-                 "and float16/bfloat16 as float32, with SUM and AVG only); stats()[\"fallback_%s\"] counts "
-                 "these calls; this message is printed once\n",
+                 "switchml: rank %d: %s %s goes to the inner Gloo group (SwitchML aggregates float32 and int32 "
+                 "with SUM and AVG only; float16/bfloat16 too, as float32, with SWITCHML_HALF_VIA_SWITCH=1); "
+                 "stats()[\"fallback_%s\"] counts these calls; this message is printed once\n",
                  getRank(), collective, route.words.c_str(), route.reason.c_str());
   }
 }
