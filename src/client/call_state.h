@@ -21,6 +21,8 @@ namespace switchml::client {
 
 struct CallState {
   uint64_t id = 0;
+  DataType type = DataType::kInt32;  // set by Submit (for recovery)
+  size_t num_elements = 0;           // likewise
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;

@@ -316,6 +316,11 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
   if (broken()) {
     // Nothing pairs up any more: no round for this call either.
     if (!invalid.ok()) return Failed(invalid);
+    if (recovered_.load(std::memory_order_acquire)) {
+      return Failed(FailedPreconditionError(
+          "context recovered onto the host path after the switch failed (" + broken_status().ToString() +
+          "); run this all-reduce on the host path"));
+    }
     return Failed(FailedPreconditionError("context unusable after an earlier failure: " + broken_status().ToString()));
   }
   auto call = std::make_shared<CallState>();
@@ -343,12 +348,15 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
   std::lock_guard lock(submit_mu_);
   if (Status st = WaitForInflightRoom(); !st.ok()) return Failed(invalid.ok() ? st : invalid);
   bool reads_pending_output = false;
+  // Finished calls leave. A call that failed because the context broke stays (recovery finishes
+  // it): the context is marked broken before such a call is marked done (OnSliceDone), so it is
+  // seen here.
+  std::erase_if(pending_, [this](const std::shared_ptr<CallState>& j) {
+    std::lock_guard l(j->mu);
+    return j->done && !broken();
+  });
   if (invalid.ok()) {
     // Stream semantics: depend on every unfinished earlier call whose buffers conflict with ours.
-    std::erase_if(pending_, [](const std::shared_ptr<CallState>& j) {
-      std::lock_guard l(j->mu);
-      return j->done;
-    });
     auto overlaps = [](uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) { return a0 < b1 && b0 < a1; };
     for (const auto& p : pending_) {
       const bool raw = overlaps(call->in_begin, call->in_end, p->out_begin, p->out_end);
@@ -376,12 +384,16 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
     call->rejected_at_submit = true;
   }
   call->id = next_call_id_++;
+  call->type = type;
+  call->num_elements = n;
   call->remaining_slices = int(threads);
   {
     std::lock_guard l(inflight_mu_);
     ++inflight_;
   }
-  if (invalid.ok()) pending_.push_back(call);
+  // Rejected calls too (recovery must know that this worker rejected it); their empty byte
+  // ranges overlap nothing.
+  pending_.push_back(call);
   for (uint32_t t = 0; t < threads; ++t) {
     const size_t len = t < rem ? base + 1 : base;
     const size_t offset = t < rem ? t * (base + 1) : t * base + rem;

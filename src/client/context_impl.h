@@ -32,6 +32,7 @@
 
 #include "client/engine.h"
 #include "client/call_state.h"
+#include "client/host_path.h"
 #include "client/worker.h"
 #include "switchml/context.h"
 #include "control/job_layout.h"
@@ -96,6 +97,26 @@ class ContextImpl {
   Status broken_status() const;
 
   static AllReduceHandle MakeHandle(std::shared_ptr<CallState> s) { return AllReduceHandle(std::move(s)); }
+  static ContextImpl& Of(Context& c) { return *c.impl_; }
+
+  // Finishes, on the host path, every call the switch did not finish after the context broke
+  // (docs/reliability.md, "Surviving a failing switch"). Every rank of the job calls it, each after
+  // its own context broke; it waits until this context's calls have stopped, then, with
+  // collectives on `host`: (1) all-gathers every slot's shadow copy (which packet its last
+  // completed round belongs to) and how far each thread got; (2) for a packet some ranks
+  // completed and others not (they are one round behind on its slot), the lowest rank that has
+  // it broadcasts its shadow payload and the others complete the packet from it as a result
+  // from the switch would (int32 converted, float32 dequantized with the same scale); (3) packets
+  // no rank completed are all-reduced on the host path from their inputs, which are intact (a
+  // packet's output is written only at its completion), range by range; (4) the handles of the
+  // calls submitted on every rank then report OK (or the failure every rank agrees on: a call
+  // some rank rejected, calls whose element counts or types differ). Every rank ends with
+  // identical results for every element. Afterwards the context refuses new calls
+  // (FAILED_PRECONDITION naming the recovery); the caller runs them on the host path.
+  // Errors: FAILED_PRECONDITION (the context has not failed, or was already recovered), the
+  // host path's errors, INTERNAL (the ranks' states contradict the protocol). Not to be called
+  // from a completion callback.
+  StatusOr<RecoveryReport> Recover(HostPath& host);
 
  private:
   ContextImpl(const Options& options, transport::Endpoint switch_endpoint);
@@ -116,6 +137,8 @@ class ContextImpl {
   std::condition_variable inflight_cv_;
   uint32_t inflight_ = 0;    // calls queued or running (guarded by inflight_mu_)
   std::atomic<bool> broken_{false};
+  std::atomic<bool> recovered_{false};  // Recover ran (or runs): new calls are refused
+  std::mutex recover_mu_;
   mutable std::mutex broken_mu_;
   Status broken_status_;
   FailureExplainer explain_failure_;  // may be empty

@@ -51,7 +51,39 @@ SliceEngine::SliceEngine(const EngineConfig& config) : config_(config) {
   size_code_ = wire::SizeCodeForElements(config_.elements_per_packet).value_or(0);
   queue_.resize(config_.window);
   held_.assign(size_t{config_.window} * 4 * config_.elements_per_packet, 0);
+  shadow_.assign(size_t{config_.window} * 4 * config_.elements_per_packet, 0);
   rto_ = config_.initial_rto;
+}
+
+SliceLayout SliceLayout::Of(uint64_t num_elements, DataType type, bool send_descriptor, uint32_t window,
+                            uint32_t elements_per_packet) {
+  SliceLayout l;
+  l.blocks = (num_elements + elements_per_packet - 1) / elements_per_packet;
+  l.float_layout = type == DataType::kFloat32 && l.blocks > 0;
+  if (l.float_layout) {
+    // The descriptor rides in packet 0, an exponent-only packet.
+    l.batch = uint32_t(std::min<uint64_t>(window, l.blocks));
+    l.data_offset = l.batch;
+    l.total = l.blocks + l.batch;
+  } else {
+    l.data_offset = send_descriptor ? 1 : 0;  // one descriptor-only packet leads
+    l.total = l.blocks + l.data_offset;
+    l.batch = uint32_t(std::min<uint64_t>(window, l.total));
+  }
+  return l;
+}
+
+SlotShadow SliceEngine::shadow(uint32_t i) const {
+  SlotShadow sh;
+  const Slot& s = slots_.at(i);
+  if (!s.shadow_valid) return sh;
+  sh.valid = true;
+  sh.call_id = s.shadow_call;
+  sh.packet = s.shadow_packet;
+  sh.exp0 = s.shadow_exp0;
+  if (s.shadow_has_payload)
+    sh.payload = {shadow_.data() + size_t{i} * 4 * config_.elements_per_packet, 4 * size_t{config_.elements_per_packet}};
+  return sh;
 }
 
 uint32_t SliceEngine::BlockLength(uint64_t block) const {
@@ -63,18 +95,14 @@ void SliceEngine::Begin(const SliceSpec& slice, TimePoint now) {
   slice_ = slice;
   job_number_ = uint8_t(slice.call_id & 0xFF);
   const uint64_t n = config_.elements_per_packet;
-  blocks_ = (slice.num_elements + n - 1) / n;
-  float_layout_ = slice.type == DataType::kFloat32 && blocks_ > 0;
-  if (float_layout_) {
-    // The descriptor rides in packet 0, an exponent-only packet.
-    batch_ = uint32_t(std::min<uint64_t>(config_.window, blocks_));
-    data_offset_ = batch_;
-    total_ = blocks_ + batch_;
-  } else {
-    data_offset_ = slice.send_descriptor ? 1 : 0;  // one descriptor-only packet leads
-    total_ = blocks_ + data_offset_;
-    batch_ = uint32_t(std::min<uint64_t>(config_.window, total_));
-  }
+  const SliceLayout layout =
+      SliceLayout::Of(slice.num_elements, slice.type, slice.send_descriptor, config_.window, config_.elements_per_packet);
+  blocks_ = layout.blocks;
+  float_layout_ = layout.float_layout;
+  batch_ = layout.batch;
+  data_offset_ = layout.data_offset;
+  total_ = layout.total;
+  begun_ = true;
   completed_ = 0;
   queue_head_ = queue_size_ = 0;
   next_timer_ = TimePoint::max();
@@ -342,7 +370,14 @@ void SliceEngine::Complete(uint32_t i, const uint8_t* payload, int8_t exp0, Time
   Slot& s = slots_[i];
   const uint32_t p = s.packet;
   const uint32_t n = config_.elements_per_packet;
+  // The shadow copy: the last round this slot completed, as received.
+  s.shadow_valid = true;
+  s.shadow_call = slice_.call_id;
+  s.shadow_packet = p;
+  s.shadow_exp0 = exp0;
+  s.shadow_has_payload = p >= data_offset_;
   if (p >= data_offset_) {
+    std::memcpy(ShadowPayload(i), payload, 4 * size_t{n});
     const uint64_t block = p - data_offset_;
     if (float_layout_) {
       quant::DequantizeFromBE(payload, BlockLength(block), s.scale, static_cast<float*>(slice_.out) + block * n);

@@ -53,6 +53,14 @@
 // pairs with the next call everywhere. A round trip per slice is the cost; on the common path
 // results come back in order and nothing waits (packet 0 is sent first on every worker).
 //
+// Shadow copies (docs/reliability.md, "Surviving a failing switch"): every slot keeps the last
+// round it completed, as received: the call number, the packet index within that call's slice,
+// the result's exponent field and, for a packet that carries data, its wire payload (one memcpy
+// of the payload at completion; window x 4 x elements_per_packet bytes in all). A result that
+// was accepted but held (before the verdict) or never arrived is not recorded. Since a worker
+// sends round r+1 of a slot only after completing round r, the workers' shadows of a slot differ
+// by at most one round; recovery (ContextImpl::Recover) completes the laggards from them.
+//
 // Not thread-safe: used by its worker thread only (stats are copied out by that thread).
 #pragma once
 
@@ -102,6 +110,29 @@ struct SliceSpec {
   // flag, and ends in step with `rejection` as its result. Requires send_descriptor.
   bool rejected = false;
   Status rejection{};
+};
+
+// How a slice of `num_elements` elements maps onto packets and slots (SliceEngine::Begin): the
+// same on every worker for the same call, so recovery can recompute it.
+struct SliceLayout {
+  uint64_t blocks = 0;       // M: data packets
+  uint32_t batch = 0;        // B: slots in use (packet p on slot p mod B)
+  uint64_t data_offset = 0;  // packet that carries block 0 (B for float32, else 0 or 1)
+  uint64_t total = 0;        // packets in all
+  bool float_layout = false; // float32 with data: B exponent packets lead
+  static SliceLayout Of(uint64_t num_elements, DataType type, bool send_descriptor, uint32_t window,
+                        uint32_t elements_per_packet);
+};
+
+// The last round a slot completed (SliceEngine::shadow).
+struct SlotShadow {
+  bool valid = false;        // some round completed on this slot since the engine was built
+  uint64_t call_id = 0;      // SliceSpec::call_id of its slice
+  uint32_t packet = 0;       // its packet index in that slice
+  int8_t exp0 = 0;           // the result's exponent field (float32: the switch-wide max exponent)
+  // The result's wire payload (big-endian, 4 x elements_per_packet bytes) when the packet carries
+  // data (packet >= the slice's data_offset); empty otherwise.
+  std::span<const uint8_t> payload;
 };
 
 struct EngineStats {
@@ -158,6 +189,15 @@ class SliceEngine {
   Duration current_rto() const { return rto_; }
   // The set the next new packet on slot `slot_base + i` will use (tests).
   uint8_t next_set(uint32_t i) const { return slots_[i].next_set; }
+  const EngineConfig& config() const { return config_; }
+
+  // For recovery, valid when !active(): the shadow copy of slot `slot_base + i` (i < window);
+  // the payload stays valid until the next Begin.
+  SlotShadow shadow(uint32_t i) const;
+  // Whether a slice was ever begun, and the call number of the last one (its result() and
+  // ended_in_step() say how it ended).
+  bool begun() const { return begun_; }
+  uint64_t last_call_id() const { return slice_.call_id; }
 
  private:
   static constexpr uint32_t kIdle = UINT32_MAX;
@@ -172,6 +212,12 @@ class SliceEngine {
     bool sent_once = false;    // sent_at is valid
     bool held = false;         // result accepted before the verdict; processed once it is known
     int8_t held_exp0 = 0;      // that result's exponent field
+    // Shadow copy of the last completed round (its payload: shadow_ at i).
+    bool shadow_valid = false;
+    bool shadow_has_payload = false;
+    int8_t shadow_exp0 = 0;
+    uint32_t shadow_packet = 0;
+    uint64_t shadow_call = 0;
     quant::Scale scale;        // float32: scale of the block this slot carries next
     int8_t max_exp = 0;        // float32: the switch-wide exponent behind `scale`
     Duration rto{};
@@ -192,12 +238,14 @@ class SliceEngine {
   uint8_t* Buffer(uint32_t i) { return buffers_.data() + size_t{i} * buffer_stride_; }
   const uint8_t* Buffer(uint32_t i) const { return buffers_.data() + size_t{i} * buffer_stride_; }
   uint8_t* HeldPayload(uint32_t i) { return held_.data() + size_t{i} * 4 * config_.elements_per_packet; }
+  uint8_t* ShadowPayload(uint32_t i) { return shadow_.data() + size_t{i} * 4 * config_.elements_per_packet; }
   uint32_t BlockLength(uint64_t block) const;
 
   EngineConfig config_;
   std::vector<Slot> slots_;
   std::vector<uint8_t> buffers_;
   std::vector<uint8_t> held_;  // int32 payloads of first-round results held until the verdict
+  std::vector<uint8_t> shadow_;  // per slot: the payload of the last completed data packet
   size_t buffer_stride_ = 0;
   uint8_t size_code_ = 0;
   std::vector<uint32_t> queue_;  // ring of slot indices, capacity W
@@ -205,6 +253,7 @@ class SliceEngine {
   size_t queue_size_ = 0;
 
   // Current slice.
+  bool begun_ = false;
   bool active_ = false;
   Status result_;
   SliceSpec slice_;

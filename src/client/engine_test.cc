@@ -19,6 +19,7 @@
 #include "quant/quantizer.h"
 #include "testing/exact_inputs.h"
 #include "wire/packet.h"
+#include "wire/payload.h"
 
 namespace switchml::client {
 namespace {
@@ -125,6 +126,7 @@ class Sim {
     deliver.swap(delivering_);
     delivering_.swap(in_flight_down_);
     for (auto& p : deliver) {
+      if (drop_all_to_rank0_ && p.to == WorkerEp(0)) continue;
       if (drop_first_result_of_slot0_to_rank0_ && !dropped_slot0_result_ && p.to == WorkerEp(0)) {
         wire::PacketView v;
         if (wire::Decode(p.bytes, &v) == wire::DecodeError::kOk && v.header.slot == 0) {
@@ -145,6 +147,7 @@ class Sim {
   double loss_up_, loss_down_;
   bool duplicate_up_ = false, duplicate_down_ = false;
   bool drop_first_result_of_slot0_to_rank0_ = false, dropped_slot0_result_ = false;
+  bool drop_all_to_rank0_ = false;  // every result to rank 0 is lost
   std::mt19937_64 rng_;
   std::optional<dataplane::SwitchCore> core_;
   std::vector<SliceEngine> engines_;
@@ -592,6 +595,135 @@ TEST(EngineTest, Float32TinyBlocksKeepTheirPrecision) {
         }
       }
     }
+  }
+}
+
+// Shadow copies (docs/reliability.md, "Surviving a failing switch"): after every slice, each
+// slot the slice used holds its last packet's result as received (int32: the payload is the
+// output block in wire order; float32: the payload dequantizes, with the scale of the switch-wide
+// max exponent of its block, to the output block), and the slots it did not use keep what an
+// earlier slice left; under loss, on every worker.
+TEST(EngineTest, ShadowHoldsTheLastCompletedRoundOfEverySlot) {
+  const uint32_t n = 3, W = 8, N = 64;
+  Sim sim(n, W, N, 0.05, 0.05, 4);
+  struct Expected { bool valid = false; uint64_t call = 0; uint32_t packet = 0; };
+  std::vector<Expected> expected(W);
+  uint64_t call = 100;
+  for (size_t blocks : {size_t{13}, size_t{3}, size_t{8}, size_t{1}, size_t{20}, size_t{5}}) {
+    for (DataType type : {DataType::kInt32, DataType::kFloat32}) {
+      SCOPED_TRACE("call " + std::to_string(call) + " blocks " + std::to_string(blocks));
+      const size_t count = blocks * N - (blocks % 2 ? 7 : 0);
+      std::vector<std::vector<int32_t>> in(n, std::vector<int32_t>(count)), out(n, std::vector<int32_t>(count));
+      std::vector<SliceSpec> specs;
+      for (uint32_t r = 0; r < n; ++r) {
+        if (type == DataType::kInt32) {
+          testing::FillInt32(r, call, in[r].data(), count);
+        } else {
+          testing::FillFloat32(r, call, reinterpret_cast<float*>(in[r].data()), count);
+        }
+        SliceSpec s{call, type, in[r].data(), out[r].data(), count};
+        s.send_descriptor = true;
+        s.call_elements = count;
+        specs.push_back(s);
+      }
+      const auto st = sim.Run(specs);
+      for (auto& s : st) ASSERT_TRUE(s.ok()) << s;
+      const SliceLayout l = SliceLayout::Of(count, type, true, W, N);
+      for (uint32_t i = 0; i < l.batch; ++i) {
+        const uint32_t last = uint32_t(i + l.batch * ((l.total - 1 - i) / l.batch));
+        expected[i] = {true, call, last};
+      }
+      for (uint32_t r = 0; r < n; ++r) {
+        for (uint32_t i = 0; i < W; ++i) {
+          const SlotShadow sh = sim.engines_[r].shadow(i);
+          ASSERT_EQ(sh.valid, expected[i].valid) << "rank " << r << " slot " << i;
+          if (!sh.valid) continue;
+          ASSERT_EQ(sh.call_id, expected[i].call) << "rank " << r << " slot " << i;
+          ASSERT_EQ(sh.packet, expected[i].packet) << "rank " << r << " slot " << i;
+          if (sh.call_id != call) continue;  // an earlier slice's, checked then
+          ASSERT_EQ(sh.payload.empty(), sh.packet < l.data_offset) << "rank " << r << " slot " << i;
+          if (sh.payload.empty()) continue;
+          ASSERT_EQ(sh.payload.size(), 4u * N);
+          const uint64_t block = sh.packet - l.data_offset;
+          const uint32_t len = uint32_t(std::min<uint64_t>(N, count - block * N));
+          std::vector<int32_t> got(len);
+          if (type == DataType::kInt32) {
+            wire::BEToInt32(sh.payload.data(), len, got.data());
+          } else {
+            int8_t e = -128;
+            for (uint32_t q = 0; q < n; ++q) {
+              int8_t eq = 0;
+              ASSERT_TRUE(quant::BlockExponent(reinterpret_cast<const float*>(&in[q][block * N]), len, &eq));
+              e = std::max(e, eq);
+            }
+            quant::DequantizeFromBE(sh.payload.data(), len, quant::ScaleForExponent(e, n),
+                                    reinterpret_cast<float*>(got.data()));
+          }
+          for (uint32_t k = 0; k < len; ++k)
+            ASSERT_EQ(got[k], out[r][block * N + k]) << "rank " << r << " slot " << i << " element " << k;
+        }
+        EXPECT_TRUE(sim.engines_[r].begun());
+        EXPECT_EQ(sim.engines_[r].last_call_id(), call);
+      }
+      ++call;
+    }
+  }
+  EXPECT_GT(sim.lost_up + sim.lost_down, 0u);
+}
+
+// A result that never arrives is not recorded, and the output (here in place: the input) of a
+// packet that did not complete is untouched: the other worker completes the first round and
+// is one round ahead on every slot.
+TEST(EngineTest, ShadowDoesNotRecordAResultThatNeverArrived) {
+  const uint32_t W = 4, N = 64;
+  Sim sim(2, W, N);
+  const size_t count = 10 * N;
+  std::vector<std::vector<int32_t>> in(2, std::vector<int32_t>(count)), out(2, std::vector<int32_t>(count));
+  auto specs_for = [&](uint64_t call, bool in_place) {
+    std::vector<SliceSpec> specs;
+    for (uint32_t r = 0; r < 2; ++r) {
+      testing::FillInt32(r, call, in[r].data(), count);
+      SliceSpec s{call, DataType::kInt32, in[r].data(), in_place ? in[r].data() : out[r].data(), count};
+      s.send_descriptor = true;
+      s.call_elements = count;
+      specs.push_back(s);
+    }
+    return specs;
+  };
+  for (auto& s : sim.Run(specs_for(1, false))) ASSERT_TRUE(s.ok()) << s;
+  std::vector<SlotShadow> before;
+  std::vector<std::vector<uint8_t>> before_payload;
+  for (uint32_t i = 0; i < W; ++i) {
+    before.push_back(sim.engines_[0].shadow(i));
+    before_payload.emplace_back(before.back().payload.begin(), before.back().payload.end());
+    ASSERT_TRUE(before.back().valid);
+    ASSERT_EQ(before.back().call_id, 1u);
+  }
+  const auto specs = specs_for(2, true);
+  const std::vector<int32_t> input0 = in[0];
+  sim.drop_all_to_rank0_ = true;
+  for (uint32_t r = 0; r < 2; ++r) sim.engines_[r].Begin(specs[r], sim.now_);
+  for (int k = 0; k < 400; ++k) sim.Step();  // 40 ms: many retransmissions of rank 0
+  ASSERT_TRUE(sim.engines_[0].active());
+  ASSERT_TRUE(sim.engines_[1].active());
+  EXPECT_GT(sim.engines_[0].stats().retransmissions, 0u);
+  for (uint32_t r = 0; r < 2; ++r) sim.engines_[r].Abort(CancelledError("test"));
+  EXPECT_FALSE(sim.engines_[0].ended_in_step());
+  for (uint32_t i = 0; i < W; ++i) {
+    const SlotShadow s0 = sim.engines_[0].shadow(i), s1 = sim.engines_[1].shadow(i);
+    EXPECT_EQ(s0.call_id, 1u) << "slot " << i;
+    EXPECT_EQ(s0.packet, before[i].packet) << "slot " << i;
+    EXPECT_TRUE(std::equal(s0.payload.begin(), s0.payload.end(), before_payload[i].begin(), before_payload[i].end()));
+    // Rank 1 completed packet i (the first round: the descriptor and blocks 0..2), nothing more.
+    ASSERT_TRUE(s1.valid);
+    EXPECT_EQ(s1.call_id, 2u) << "slot " << i;
+    EXPECT_EQ(s1.packet, i) << "slot " << i;
+  }
+  EXPECT_EQ(in[0], input0) << "rank 0's in-place buffer was written without a result";
+  for (size_t k = 0; k < count; ++k) {
+    const int32_t want = k < 3 * N ? int32_t(uint32_t(testing::Int32Input(0, 2 + k)) + uint32_t(testing::Int32Input(1, 2 + k)))
+                                   : testing::Int32Input(1, 2 + k);
+    ASSERT_EQ(in[1][k], want) << "rank 1, element " << k;
   }
 }
 

@@ -36,6 +36,9 @@ class Worker {
   // Asks the thread to stop: the running slice and queued slices fail with CANCELLED.
   void Stop();
   EngineStats stats() const;
+  // The engine, for recovery (ContextImpl::Recover): only while the thread runs no slice (every
+  // slice it was given has been reported).
+  const SliceEngine& engine() const { return engine_; }
   uint64_t send_stalls() const { return send_stalls_.load(std::memory_order_relaxed); }
 
  private:
