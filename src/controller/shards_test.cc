@@ -629,6 +629,16 @@ TEST_F(ShardsTest, AJobWhoseSwitchDiesIsRePlacedAndItsWorkersRegisterAgain) {
   auto old_shard = switches_[0]->GetJob(old_on_0);
   ASSERT_TRUE(old_shard.ok()) << old_shard.status();
   EXPECT_EQ(old_shard->state, JobState::kEnded);
+  // The old workers' calls fail: their shards are gone. UNAVAILABLE (the switch path is down)
+  // saying that the job was re-placed and they must register again.
+  const std::vector<Status> stale = AllReduce(ctx, 1000, 9);
+  for (size_t r = 0; r < stale.size(); ++r) {
+    EXPECT_EQ(stale[r].code(), StatusCode::kUnavailable) << "rank " << r << ": " << stale[r];
+    EXPECT_THAT(stale[r].message(), HasSubstr("re-placed job " + std::to_string(job->job_id) +
+                                              " on other switches (placement 2; this worker "
+                                              "registered into placement 1)"))
+        << "rank " << r;
+  }
   // The token still opens the job; a wrong one does not.
   EXPECT_TRUE(Jobs()->GetJob(job->job_id, job->token).ok());
   EXPECT_EQ(Jobs()->GetJob(job->job_id, "wrong-token-123").status().code(),
