@@ -33,6 +33,7 @@ struct ControllerArgs {
   std::string listen = "0.0.0.0:50099";
   std::vector<std::string> switches;
   uint32_t rpc_timeout_ms = 5000;
+  uint32_t health_interval_ms = 1000;
   std::string ready_file;
   OperatorTokenFlag operator_token;
   std::string switch_operator_token_file;
@@ -69,8 +70,19 @@ int Run(const ControllerArgs& a) {
     switch_token = sc->token;
   }
   auto remote = controller::RemoteSwitches::Connect(
-      a.switches, std::chrono::milliseconds(a.rpc_timeout_ms), switch_token);
+      a.switches, std::chrono::milliseconds(a.rpc_timeout_ms), switch_token,
+      std::chrono::milliseconds(a.health_interval_ms));
   if (!remote.ok()) return fail(remote.status().ToString());
+  {
+    const std::vector<control::SwitchHealth> health = (*remote)->Health();
+    for (size_t i = 0; i < health.size(); ++i) {
+      if (!health[i].up) {
+        std::cerr << "switchml controller: warning: switch " << i << " (" << health[i].address
+                  << ") is down: " << health[i].last_error
+                  << " (it gets no jobs until it answers again)\n";
+      }
+    }
+  }
   controller::ServerOptions so;
   so.listen_address = a.listen;
   so.operator_token = cred->token;
@@ -106,6 +118,11 @@ Runner AddControllerCommand(CLI::App& app) {
                  "a job goes to one of them, or to K with `jobs create --switches K`")
       ->required();
   app.add_option("--rpc-timeout-ms", a->rpc_timeout_ms, "Deadline of each call to a switch")
+      ->capture_default_str();
+  app.add_option("--health-interval-ms", a->health_interval_ms,
+                 "How often every switch is probed; a job with a shard on a switch found down "
+                 "(or restarted) is re-placed on healthy switches (0 = no probing: a lost shard "
+                 "is found by the next call about its job)")
       ->capture_default_str();
   app.add_option("--ready-file", a->ready_file,
                  "Write {\"controller_port\"} as JSON to FILE once serving");

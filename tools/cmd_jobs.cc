@@ -82,6 +82,7 @@ nlohmann::json ToJson(const control::JobInfo& j) {
           {"idle_ms", j.idle_for.count()},
           {"end_reason", j.end_reason},
           {"switch_lost", j.switch_lost},
+          {"placement", j.assignment.placement},
           {"barrier_waiters", j.barrier_waiters},
           {"broadcast_waiters", j.broadcast_waiters},
           {"workers", workers},
@@ -103,6 +104,9 @@ nlohmann::json ToJson(const control::JobInfo& j) {
 void PrintJobLine(const control::JobInfo& j, bool reference = false) {
   std::string what = j.state == control::JobState::kEnded ? j.end_reason : j.spec.name;
   if (j.spec.switches > 1) what += " [on " + std::to_string(j.spec.switches) + " switches]";
+  if (j.assignment.placement > 1) {
+    what += " [re-placed: placement " + std::to_string(j.assignment.placement) + "]";
+  }
   // Job 0 before any rank 0 registered has no session at all.
   const char* state = reference && j.spec.num_workers == 0 ? "no_session"
                                                             : control::JobStateName(j.state);
@@ -206,6 +210,17 @@ int Run(const std::string& cmd, const JobsArgs& a) {
                          {"largest_free_range", list->largest_free_range},
                          {"jobs", jobs},
                          {"switch_counters", sw}};
+      if (!list->switches.empty()) {
+        nlohmann::json health = nlohmann::json::array();
+        for (const auto& h : list->switches) {
+          health.push_back({{"address", h.address},
+                            {"up", h.up},
+                            {"for_ms", h.for_ms.count()},
+                            {"last_error", h.last_error},
+                            {"jobs_replaced", h.jobs_replaced}});
+        }
+        out["switches"] = health;
+      }
       if (list->reference_session) out["reference_session"] = ToJson(*list->reference_session);
       std::cout << out.dump(2) << "\n";
       return 0;
@@ -225,9 +240,23 @@ int Run(const std::string& cmd, const JobsArgs& a) {
       }
       std::printf("\n");
     }
-    // A standalone controller reports "switch<i>.reachable"; the jobs of a switch that did
-    // not answer are missing above.
+    // A standalone controller reports each switch's health (an older one only
+    // "switch<i>.reachable"); the jobs of a switch that did not answer are missing above.
+    for (size_t i = 0; i < list->switches.size(); ++i) {
+      const auto& h = list->switches[i];
+      if (h.up) {
+        std::printf("switch%zu (%s): up for %.1f s, %llu job(s) re-placed away from it\n", i,
+                    h.address.c_str(), h.for_ms.count() / 1000.0,
+                    (unsigned long long)h.jobs_replaced);
+      } else {
+        std::printf("switch%zu: UNREACHABLE (its jobs and counters are not listed): %s down for "
+                    "%.1f s, %llu job(s) re-placed away from it; last error: %s\n",
+                    i, h.address.c_str(), h.for_ms.count() / 1000.0,
+                    (unsigned long long)h.jobs_replaced, h.last_error.c_str());
+      }
+    }
     for (const auto& [name, v] : counters) {
+      if (!list->switches.empty()) break;
       if (v == 0 && name.size() > 10 && name.compare(name.size() - 10, 10, ".reachable") == 0) {
         std::printf("%s: UNREACHABLE (its jobs and counters are not listed)\n",
                     name.substr(0, name.size() - 10).c_str());

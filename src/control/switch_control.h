@@ -164,6 +164,14 @@ struct ShardAssignment {
   // One random id shared by the shards of one job, kept by each switch and listed with it, so
   // that a restarted controller finds the job's shards again. 0 = placed by no controller.
   uint64_t shard_group = 0;
+  // The job's placement (generation), from 1: the controller re-places a job whose switch died
+  // on healthy switches (controller/remote_switches.h), every shard anew, with the same group
+  // and placement + 1; a restarted controller keeps only a group's newest placement. 0 = not
+  // sent (a controller that does not re-place: the same as 1).
+  uint32_t placement = 0;
+  // The controller's id of the job, which stays when a re-placement moves shard 0 to another
+  // switch. 0 = not sent: the id the controller derives from shard 0 (its first placement).
+  uint32_t job_id = 0;
   bool operator==(const ShardAssignment&) const = default;
 };
 
@@ -240,6 +248,17 @@ struct JobInfo {
   uint32_t broadcast_waiters = 0;
 };
 
+// A standalone controller's view of one of its switches (RemoteSwitches health checks).
+struct SwitchHealth {
+  std::string address;
+  bool up = true;
+  // Since the switch was last seen changing state (up or down), or since the controller
+  // started; at the last probe.
+  std::chrono::milliseconds for_ms{0};
+  std::string last_error;      // of the last failed probe ("" if none failed yet)
+  uint64_t jobs_replaced = 0;  // jobs re-placed away from this switch
+};
+
 struct JobList {
   std::vector<JobInfo> jobs;  // live jobs, then recently ended ones (JobService jobs only)
   // Job 0, the reference session of a switch (spec.name "reference session"; num_workers 0
@@ -249,6 +268,8 @@ struct JobList {
   uint32_t pool_slots = 0;
   uint32_t free_slots = 0;
   uint32_t largest_free_range = 0;
+  // A standalone controller's switches, in --switch order (empty from a switch).
+  std::vector<SwitchHealth> switches;
 };
 
 struct JobRegistration {
@@ -270,6 +291,10 @@ struct JobWorkerGrant {
   uint32_t num_workers = 0;
   uint32_t elements_per_packet = 0;
   JobState state = JobState::kWaitingForWorkers;  // after this registration
+  // A standalone controller's job: the placement this registration went into
+  // (ShardAssignment::placement, from 1). After a re-placement every worker registers again;
+  // a grant of an older placement is stale. 0 = a switch's own answer.
+  uint32_t placement = 0;
 };
 
 // One (slot, set) of a job's aggregation state, for diagnostics (like the reference CLI's
@@ -376,6 +401,7 @@ using control::JobDataType;
 using control::JobDataTypeName;
 using control::JobInfo;
 using control::JobList;
+using control::SwitchHealth;
 using control::JobRegistration;
 using control::JobSpec;
 using control::JobState;

@@ -53,6 +53,8 @@ void ToProto(const JobInfo& j, v1::JobInfo* out) {
   spec->set_shard(j.assignment.shard);
   spec->set_num_shards(j.assignment.num_shards);
   spec->set_shard_group(j.assignment.shard_group);
+  spec->set_placement(j.assignment.placement);
+  spec->set_controller_job_id(j.assignment.job_id);
   out->set_state(ToProto(j.state));
   out->set_slot_base(j.slot_base);
   out->set_num_registered(j.num_registered);
@@ -151,7 +153,9 @@ class JobService::Impl final : public JobServiceBase {
     // (a standalone controller itself) refuses it naming the field.
     const control::ShardAssignment assignment{.shard = p.shard(),
                                               .num_shards = std::max<uint32_t>(1, p.num_shards()),
-                                              .shard_group = p.shard_group()};
+                                              .shard_group = p.shard_group(),
+                                              .placement = p.placement(),
+                                              .job_id = p.controller_job_id()};
     StatusOr<JobInfo> job = assignment == control::ShardAssignment{}
                                 ? sink_->CreateJob(spec)
                                 : sink_->CreateJobShard(spec, assignment);
@@ -201,6 +205,14 @@ class JobService::Impl final : public JobServiceBase {
     response->set_pool_slots(list.pool_slots);
     response->set_free_slots(list.free_slots);
     response->set_largest_free_range(list.largest_free_range);
+    for (const SwitchHealth& h : list.switches) {
+      v1::SwitchHealth* out = response->add_switches();
+      out->set_address(h.address);
+      out->set_up(h.up);
+      out->set_for_ms(static_cast<uint64_t>(h.for_ms.count()));
+      out->set_last_error(h.last_error);
+      out->set_jobs_replaced(h.jobs_replaced);
+    }
     for (const auto& [name, value] : sink_->CounterValues()) {
       (*response->mutable_switch_counters())[name] = value;
     }
@@ -256,6 +268,7 @@ class JobService::Impl final : public JobServiceBase {
       response->add_switch_thread_shards(r.shard);
     }
     response->set_switch_shards(grant->switch_info.num_shards);
+    response->set_placement(grant->placement);
     return grpc::Status::OK;
   }
 

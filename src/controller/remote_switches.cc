@@ -25,11 +25,17 @@ uint32_t HostIpv4(const std::string& address) {
   return ntohl(a.s_addr);
 }
 
+// Whether a call's failure says the switch is down (it does not answer), rather than refusing
+// the call.
+bool Down(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<RemoteSwitches>> RemoteSwitches::Connect(
     const std::vector<std::string>& switch_addresses, std::chrono::milliseconds rpc_timeout,
-    const std::string& operator_token) {
+    const std::string& operator_token, std::chrono::milliseconds health_interval) {
   if (switch_addresses.empty()) {
     return InvalidArgumentError("a standalone controller needs at least one switch address");
   }
@@ -43,31 +49,57 @@ StatusOr<std::unique_ptr<RemoteSwitches>> RemoteSwitches::Connect(
         std::string(kOperatorTokenHelp));
   }
   std::unique_ptr<RemoteSwitches> r(new RemoteSwitches());
+  HealthState initial;
+  initial.since = std::chrono::steady_clock::now();
+  r->health_.assign(switch_addresses.size(), initial);
+  Status first_down;
   for (size_t i = 0; i < switch_addresses.size(); ++i) {
     Switch s;
     s.address = switch_addresses[i];
-    auto jobs = JobClient::Connect(s.address, rpc_timeout);
+    // A switch that is down now is kept (and reported down): a controller restarted while one
+    // of its switches is down must still serve the jobs on the others (and re-place the rest).
+    auto jobs = JobClient::Connect(s.address, rpc_timeout, /*require_connected=*/false);
     if (!jobs.ok()) return jobs.status().WithContext("switch " + Str(i));
-    auto session = SessionClient::Connect(s.address, rpc_timeout);
+    auto session = SessionClient::Connect(s.address, rpc_timeout, /*require_connected=*/false);
     if (!session.ok()) return session.status().WithContext("switch " + Str(i));
     s.jobs = std::move(*jobs);
     s.session = std::move(*session);
     s.jobs->set_operator_token(operator_token);
-    // Fail now, naming the switch, rather than on every operator's call later.
-    auto check = s.jobs->ListJobs();
-    if (!check.ok()) {
-      return check.status().WithContext("switch " + Str(i) + " (" + s.address +
-                                        ") refuses this controller");
-    }
     // A switch that is down must not stall calls for the others (ListJobs asks every switch)
     // nor hold an operator's call past its own deadline: fail fast, and let gRPC reconnect
     // in the background (within a second of the switch coming back, grpc_client.cc).
     s.jobs->set_wait_for_ready(false);
     s.session->set_wait_for_ready(false);
+    // Fail now, naming the switch, rather than on every operator's call later.
+    auto check = s.jobs->ListJobs();
+    r->Note(i, check.status());
+    if (!check.ok() && !Down(check.status())) {
+      return check.status().WithContext("switch " + Str(i) + " (" + s.address +
+                                        ") refuses this controller");
+    }
+    if (!check.ok() && first_down.ok()) {
+      first_down = check.status().WithContext("switch " + Str(i) + " (" + s.address + ")");
+    }
     r->switches_.push_back(std::move(s));
   }
+  bool any_up = false;
+  for (const HealthState& h : r->health_) any_up = any_up || h.up;
+  if (!any_up) return first_down.WithContext("no switch reachable");
   r->Adopt();
+  if (health_interval.count() > 0) {
+    RemoteSwitches* self = r.get();
+    r->health_thread_ = std::thread([self, health_interval] { self->HealthLoop(health_interval); });
+  }
   return r;
+}
+
+RemoteSwitches::~RemoteSwitches() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (health_thread_.joinable()) health_thread_.join();
 }
 
 Status RemoteSwitches::SwitchError(const Switch& s, const Status& status) const {
@@ -142,6 +174,18 @@ StatusOr<JobWorkerGrant> RemoteSwitches::RegisterJobWorker(const JobRegistration
   if (reg.job_id == control::kReferenceJobId) return RegisterInReferenceSession(reg);
   if (std::shared_ptr<Job> job = Find(reg.job_id)) {
     SWITCHML_RETURN_IF_ERROR(CheckAccess(*job, reg.token));
+    uint32_t placement = 0;
+    (void)ShardsOf(*job, &placement);
+    StatusOr<JobWorkerGrant> grant = Register(*job, reg);
+    if (grant.ok() || (grant.status().code() != StatusCode::kUnavailable &&
+                       grant.status().code() != StatusCode::kNotFound)) {
+      return grant;
+    }
+    // A shard lost under the registration: Describe re-places the job (or ends it); then the
+    // registration goes into the new placement.
+    const JobInfo info = Describe(*job);
+    if (info.state == JobState::kEnded || info.assignment.placement == placement) return grant;
+    SWITCHML_RETURN_IF_ERROR(CheckAccess(*job, reg.token));
     return Register(*job, reg);
   }
   SWITCHML_ASSIGN_OR_RETURN(auto route, Route(reg.job_id));
@@ -171,15 +215,18 @@ JobList RemoteSwitches::ListJobs() const {
   // A job of this controller is listed once, merged (Describe), in place of its shard 0.
   std::map<uint32_t, std::shared_ptr<Job>> jobs;
   std::map<std::pair<size_t, uint32_t>, uint32_t> shard_of;  // (switch, local id) -> job id
+  std::map<uint32_t, std::pair<size_t, uint32_t>> shard0;    // job id -> its shard 0
   {
     std::lock_guard<std::mutex> lock(jobs_mu_);
     jobs = jobs_;
-  }
-  for (const auto& [id, job] : jobs) {
-    for (const auto& shard : job->shards) shard_of[shard] = id;
+    for (const auto& [id, job] : jobs) {
+      for (const auto& shard : job->shards) shard_of[shard] = id;
+      shard0[id] = job->shards[0];
+    }
   }
   for (size_t i = 0; i < switches_.size(); ++i) {
     auto list = switches_[i].jobs->ListJobs();
+    Note(i, list.status());
     if (!list.ok()) continue;
     for (JobInfo& j : list->jobs) {
       const auto it = shard_of.find({i, j.job_id});
@@ -189,12 +236,13 @@ JobList RemoteSwitches::ListJobs() const {
         continue;
       }
       Job& job = *jobs.at(it->second);
-      if (job.shards[0] == std::make_pair(i, j.job_id)) all.jobs.push_back(Describe(job));
+      if (shard0.at(it->second) == std::make_pair(i, j.job_id)) all.jobs.push_back(Describe(job));
     }
     all.pool_slots += list->pool_slots;
     all.free_slots += list->free_slots;
     all.largest_free_range = std::max(all.largest_free_range, list->largest_free_range);
   }
+  all.switches = Health();
   return all;
 }
 
@@ -205,10 +253,11 @@ StatusOr<std::vector<SlotInfo>> RemoteSwitches::InspectSlots(uint32_t job_id,
     // Each shard holds its own share of the job's slots (control::JobLayout::ShardSlots) and
     // answers only for those: the shards' answers, in shard order, are the slots asked for.
     std::vector<SlotInfo> merged;
-    for (size_t shard = 0; shard < job->shards.size(); ++shard) {
-      const auto& [index, local_id] = job->shards[shard];
+    const Shards shards = ShardsOf(*job);
+    for (size_t shard = 0; shard < shards.size(); ++shard) {
+      const auto& [index, local_id] = shards[shard];
       auto slots = switches_[index].jobs->InspectSlots(local_id, first_slot, count);
-      if (!slots.ok()) return slots.status().WithContext(ShardName(*job, shard));
+      if (!slots.ok()) return slots.status().WithContext(ShardName(shards, shard));
       merged.insert(merged.end(), slots->begin(), slots->end());
     }
     return merged;
@@ -229,7 +278,9 @@ std::vector<std::pair<std::string, uint64_t>> RemoteSwitches::CounterValues() co
   std::vector<std::pair<std::string, uint64_t>> out;
   for (size_t i = 0; i < switches_.size(); ++i) {
     std::vector<std::pair<std::string, uint64_t>> counters;
-    const bool reachable = switches_[i].jobs->ListJobs(&counters).ok();
+    const Status st = switches_[i].jobs->ListJobs(&counters).status();
+    Note(i, st);
+    const bool reachable = st.ok();
     out.emplace_back("switch" + Str(i) + ".reachable", reachable ? 1 : 0);
     for (auto& [name, value] : counters) out.emplace_back("switch" + Str(i) + "." + name, value);
   }
@@ -264,6 +315,7 @@ std::vector<std::pair<uint32_t, size_t>> RemoteSwitches::ByFreeRange(Status* fir
   std::vector<std::pair<uint32_t, size_t>> out;
   for (size_t i = 0; i < switches_.size(); ++i) {
     auto list = switches_[i].jobs->ListJobs();
+    Note(i, list.status());
     if (!list.ok()) {
       if (first_error->ok()) *first_error = SwitchError(switches_[i], list.status());
       continue;
@@ -280,10 +332,16 @@ std::shared_ptr<RemoteSwitches::Job> RemoteSwitches::Find(uint32_t job_id) const
   return it == jobs_.end() ? nullptr : it->second;
 }
 
-std::string RemoteSwitches::ShardName(const Job& job, size_t shard) const {
-  const size_t index = job.shards[shard].first;
-  return "shard " + Str(shard) + " of " + Str(job.shards.size()) + " (switch " + Str(index) +
+std::string RemoteSwitches::ShardName(const Shards& shards, size_t shard) const {
+  const size_t index = shards[shard].first;
+  return "shard " + Str(shard) + " of " + Str(shards.size()) + " (switch " + Str(index) +
          " at " + switches_[index].address + ")";
+}
+
+RemoteSwitches::Shards RemoteSwitches::ShardsOf(const Job& job, uint32_t* placement) const {
+  std::lock_guard<std::mutex> lock(jobs_mu_);
+  if (placement != nullptr) *placement = job.placement;
+  return job.shards;
 }
 
 namespace {
@@ -318,9 +376,10 @@ Status RemoteSwitches::CheckAccess(Job& job, const std::string& token) const {
     }
   } else {
     // Found again after a restart: shard 0 checks the token (every shard has the same one).
-    const auto& [index, local_id] = job.shards[0];
+    const Shards shards = ShardsOf(job);
+    const auto& [index, local_id] = shards[0];
     StatusOr<JobInfo> info = switches_[index].jobs->GetJob(local_id, token);
-    if (!info.ok()) return info.status().WithContext(ShardName(job, 0));
+    if (!info.ok()) return info.status().WithContext(ShardName(shards, 0));
     std::lock_guard<std::mutex> lock(jobs_mu_);
     job.token = token;
   }
@@ -336,8 +395,16 @@ Status RemoteSwitches::CheckAccess(Job& job, const std::string& token) const {
 }
 
 void RemoteSwitches::Adopt() {
-  std::map<uint64_t, std::vector<std::pair<size_t, uint32_t>>> groups;  // shard -> (switch, id)
-  std::map<uint64_t, bool> broken;
+  // Per shard group, the shards of its newest placement (a switch that was cut off during a
+  // re-placement may still hold shards of an older one).
+  struct Group {
+    uint32_t placement = 0;
+    Shards shards;
+    bool broken = false;
+    JobInfo first;  // shard 0's record: the spec to re-create the job with
+    uint32_t job_id = 0;
+  };
+  std::map<uint64_t, Group> groups;
   constexpr auto kMissing = std::make_pair(SIZE_MAX, uint32_t{0});
   for (size_t i = 0; i < switches_.size(); ++i) {
     auto list = switches_[i].jobs->ListJobs();
@@ -345,42 +412,50 @@ void RemoteSwitches::Adopt() {
     for (const JobInfo& j : list->jobs) {
       const control::ShardAssignment& a = j.assignment;
       if (j.state == JobState::kEnded || a.shard_group == 0 || a.num_shards < 1) continue;
-      auto& g = groups[a.shard_group];
-      if (g.empty()) g.assign(a.num_shards, kMissing);
-      if (g.size() != a.num_shards || a.shard >= g.size() || g[a.shard] != kMissing) {
-        broken[a.shard_group] = true;  // inconsistent: leave it alone
+      Group& g = groups[a.shard_group];
+      const uint32_t placement = std::max<uint32_t>(1, a.placement);
+      if (placement < g.placement) continue;  // stale: a newer placement exists
+      if (placement > g.placement) {
+        g = Group{};
+        g.placement = placement;
+      }
+      if (g.shards.empty()) g.shards.assign(a.num_shards, kMissing);
+      if (g.shards.size() != a.num_shards || a.shard >= g.shards.size() ||
+          g.shards[a.shard] != kMissing) {
+        g.broken = true;  // inconsistent: leave it alone
         continue;
       }
-      g[a.shard] = {i, j.job_id};
+      g.shards[a.shard] = {i, j.job_id};
+      if (a.shard == 0) {
+        g.first = j;
+        g.job_id = a.job_id;
+      }
     }
   }
   std::lock_guard<std::mutex> lock(jobs_mu_);
-  for (const auto& [group, shards] : groups) {
-    if (broken.count(group) != 0 ||
-        std::find(shards.begin(), shards.end(), kMissing) != shards.end()) {
+  for (const auto& [group, g] : groups) {
+    if (g.broken || std::find(g.shards.begin(), g.shards.end(), kMissing) != g.shards.end()) {
       continue;
     }
     auto job = std::make_shared<Job>();
-    job->shards = shards;
-    job->job_id = GlobalId(shards[0].first, shards[0].second);
+    job->shards = g.shards;
+    job->shard_group = group;
+    job->placement = g.placement;
+    job->job_id = g.job_id != 0 ? g.job_id : GlobalId(g.shards[0].first, g.shards[0].second);
+    job->spec = g.first.spec;
+    job->spec.switches = uint32_t(g.shards.size());
+    // As listed, 0 is "never": what the switches must be sent for it.
+    if (job->spec.idle_timeout.count() == 0) job->spec.idle_timeout = JobClient::kNoIdleTimeout;
     jobs_[job->job_id] = job;
   }
 }
 
-StatusOr<JobInfo> RemoteSwitches::Place(const JobSpec& spec) {
+StatusOr<RemoteSwitches::Shards> RemoteSwitches::CreateShards(const JobSpec& spec,
+                                                              const std::string& token,
+                                                              uint64_t group, uint32_t placement,
+                                                              uint32_t job_id,
+                                                              JobInfo* first) const {
   const uint32_t k = spec.switches;
-  // (num_slots 0: the switch names that field.)
-  const uint32_t max_k = spec.num_slots == 0
-                             ? control::JobLayout::kMaxShards
-                             : std::min(control::JobLayout::kMaxShards, spec.num_slots);
-  if (k == 0 || k > max_k) {
-    return InvalidArgumentError("switches must be in [1, " + Str(max_k) +
-                                "] (at most one per slot of the job), got " + Str(k));
-  }
-  if (k > switches_.size()) {
-    return InvalidArgumentError("switches=" + Str(k) + " but this controller drives " +
-                                Str(switches_.size()) + " switch(es) (--switch)");
-  }
   // The K reachable switches with the largest free ranges (ties: the first), each of which
   // must hold its shard's share of the job's slots (control::JobLayout::ShardSlots; shard 0's
   // is the largest). An unreachable switch gets no new jobs.
@@ -402,18 +477,11 @@ StatusOr<JobInfo> RemoteSwitches::Place(const JobSpec& spec) {
     if (!first_error.ok()) return first_error.WithContext(msg);
     return ResourceExhaustedError(msg + "; delete a job or ask for fewer slots or switches");
   }
-  auto job = std::make_shared<Job>();
-  job->token = spec.token.empty() ? control::RandomToken() : spec.token;
   JobSpec remote = spec;
-  remote.token = job->token;
-  // Our JobService already applied its default: 0 here means "none"
-  // (control/switch_control.h), which the switch's JobService must not read as "its default".
-  if (remote.idle_timeout.count() == 0) remote.idle_timeout = JobClient::kNoIdleTimeout;
-  control::ShardAssignment assignment{.num_shards = k};
-  do {
-    assignment.shard_group = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
-  } while (assignment.shard_group == 0);
-  JobInfo first;
+  remote.token = token;
+  control::ShardAssignment assignment{
+      .num_shards = k, .shard_group = group, .placement = placement, .job_id = job_id};
+  Shards shards;
   for (uint32_t shard = 0; shard < k; ++shard) {
     const size_t index = candidates[shard].second;
     assignment.shard = shard;
@@ -424,39 +492,88 @@ StatusOr<JobInfo> RemoteSwitches::Place(const JobSpec& spec) {
                             " >= 2^24, which this controller cannot route");
     }
     if (!error.ok()) {
-      for (const auto& [i, local] : job->shards) (void)switches_[i].jobs->DeleteJob(local, job->token);
+      for (const auto& [i, local] : shards) (void)switches_[i].jobs->DeleteJob(local, token);
       return k == 1 ? error : error.WithContext("creating shard " + Str(shard) + " of " + Str(k));
     }
-    job->shards.push_back({index, created->job_id});
-    if (shard == 0) first = std::move(*created);
+    shards.push_back({index, created->job_id});
+    if (shard == 0 && first != nullptr) *first = std::move(*created);
   }
-  job->job_id = GlobalId(job->shards[0].first, job->shards[0].second);
-  {
+  return shards;
+}
+
+StatusOr<JobInfo> RemoteSwitches::Place(const JobSpec& spec) {
+  const uint32_t k = spec.switches;
+  // (num_slots 0: the switch names that field.)
+  const uint32_t max_k = spec.num_slots == 0
+                             ? control::JobLayout::kMaxShards
+                             : std::min(control::JobLayout::kMaxShards, spec.num_slots);
+  if (k == 0 || k > max_k) {
+    return InvalidArgumentError("switches must be in [1, " + Str(max_k) +
+                                "] (at most one per slot of the job), got " + Str(k));
+  }
+  if (k > switches_.size()) {
+    return InvalidArgumentError("switches=" + Str(k) + " but this controller drives " +
+                                Str(switches_.size()) + " switch(es) (--switch)");
+  }
+  auto job = std::make_shared<Job>();
+  job->token = spec.token.empty() ? control::RandomToken() : spec.token;
+  job->spec = spec;
+  job->spec.token.clear();
+  // Our JobService already applied its default: 0 here means "none"
+  // (control/switch_control.h), which the switch's JobService must not read as "its default".
+  if (job->spec.idle_timeout.count() == 0) job->spec.idle_timeout = JobClient::kNoIdleTimeout;
+  do {
+    job->shard_group = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+  } while (job->shard_group == 0);
+  JobInfo first;
+  // The job's id is its shard 0's global id, unless a live job re-placed away from that id's
+  // switch (which restarted and repeats its ids) still has it: then create again (new ids).
+  for (int attempt = 0;; ++attempt) {
+    StatusOr<Shards> shards =
+        CreateShards(job->spec, job->token, job->shard_group, /*placement=*/1, 0, &first);
+    if (!shards.ok()) return shards.status();
+    const uint32_t id = GlobalId((*shards)[0].first, (*shards)[0].second);
     std::lock_guard<std::mutex> lock(jobs_mu_);
-    jobs_[job->job_id] = job;
+    const auto it = jobs_.find(id);
+    if (it == jobs_.end() || !it->second->end_reason.empty() || attempt == 8) {
+      if (it != jobs_.end() && it->second->end_reason.empty()) {
+        for (const auto& [i, local] : *shards) (void)switches_[i].jobs->DeleteJob(local, job->token);
+        return InternalError("job id " + Str(id) + " is still used by a re-placed job");
+      }
+      job->shards = std::move(*shards);
+      job->job_id = id;
+      jobs_[id] = job;
+      break;
+    }
+    for (const auto& [i, local] : *shards) (void)switches_[i].jobs->DeleteJob(local, job->token);
   }
   first.job_id = job->job_id;
   first.assignment.shard = 0;
+  first.assignment.placement = 1;
   first.held_slots = control::SlotRange{0, first.spec.num_slots};  // all shards together
   first.token = job->token;
   return first;
 }
 
 StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistration& reg) {
-  const size_t k = job.shards.size();
+  std::lock_guard<std::mutex> lock(job.register_mu);
+  // Under the registration lock the placement cannot change (Replace takes it too): the
+  // registration goes wholly into this one.
+  uint32_t placement = 0;
+  const Shards shards = ShardsOf(job, &placement);
+  const size_t k = shards.size();
   if (k > 1 && reg.worker.udp_ports.empty()) {
     return InvalidArgumentError("job " + Str(job.job_id) + " is served by " + Str(k) +
                                 " switches: its workers must register a UDP port per worker "
                                 "thread (reference-mode workers cannot join it)");
   }
-  std::lock_guard<std::mutex> lock(job.register_mu);
   std::vector<JobWorkerGrant> grants;
   for (size_t shard = 0; shard < k; ++shard) {
-    const auto& [index, local_id] = job.shards[shard];
+    const auto& [index, local_id] = shards[shard];
     JobRegistration local = reg;
     local.job_id = local_id;
     StatusOr<JobWorkerGrant> reply = switches_[index].jobs->RegisterWorker(local);
-    if (!reply.ok()) return reply.status().WithContext(ShardName(job, shard));
+    if (!reply.ok()) return reply.status().WithContext(ShardName(shards, shard));
     // A switch listening on every interface reports 0.0.0.0; workers must not read that as
     // "where the controller is" (we are not on the switch's host): use the switch's address.
     if (reply->switch_info.ipv4 == 0) reply->switch_info.ipv4 = HostIpv4(switches_[index].address);
@@ -464,6 +581,7 @@ StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistratio
   }
   JobWorkerGrant grant = grants[0];
   grant.job_id = reg.job_id;
+  grant.placement = placement;
   for (const JobWorkerGrant& g : grants) {
     if (g.state != JobState::kRunning) grant.state = g.state;
   }
@@ -479,10 +597,12 @@ StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistratio
 
 void RemoteSwitches::End(Job& job, const std::string& reason, bool switch_lost) const {
   std::string token;
+  Shards shards;
   {
     std::lock_guard<std::mutex> lock(jobs_mu_);
     if (!job.end_reason.empty()) return;
     token = job.token;
+    shards = job.shards;
     job.end_reason = reason;
     job.switch_lost = switch_lost;
     job.ended_seq = ++ended_seq_;
@@ -497,64 +617,239 @@ void RemoteSwitches::End(Job& job, const std::string& reason, bool switch_lost) 
   // Without the token (a job found again after a restart that no call has presented it for)
   // the shards cannot be deleted: they end by their idle timeout.
   if (token.empty()) return;
-  for (const auto& [index, local_id] : job.shards) {
+  for (const auto& [index, local_id] : shards) {
     (void)switches_[index].jobs->DeleteJob(local_id, token);
   }
 }
 
-JobInfo RemoteSwitches::Describe(Job& job) const {
-  const size_t k = job.shards.size();
-  std::optional<JobInfo> merged;
-  std::string lost;
-  bool switch_lost = false;  // `lost` is a shard that does not answer or forgot the job
-  for (size_t shard = 0; shard < k; ++shard) {
-    const auto& [index, local_id] = job.shards[shard];
-    StatusOr<JobInfo> info = switches_[index].jobs->GetJob(local_id);
-    if (!info.ok()) {
-      if (lost.empty()) {
-        lost = ShardName(job, shard) + (info.status().code() == StatusCode::kNotFound
-                                            ? " no longer knows the job (restarted?): "
-                                            : " is unreachable: ") +
-               info.status().message();
-        switch_lost = true;
+void RemoteSwitches::Replace(Job& job, uint32_t placement, const std::string& lost) const {
+  std::lock_guard<std::mutex> register_lock(job.register_mu);  // no registration in flight
+  std::string token;
+  Shards old;
+  JobSpec spec;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    // Already re-placed (or ended) by another caller that saw the same loss.
+    if (!job.end_reason.empty() || job.placement != placement) return;
+    token = job.token;
+    old = job.shards;
+    spec = job.spec;
+  }
+  if (token.empty()) {
+    End(job,
+        lost + "; this controller restarted and no call has presented the job's token since, "
+               "so it cannot re-place the job",
+        /*switch_lost=*/true);
+    return;
+  }
+  // Every shard anew: the survivors' registrations belong to the old placement.
+  for (const auto& [index, local_id] : old) (void)switches_[index].jobs->DeleteJob(local_id, token);
+  StatusOr<Shards> shards =
+      CreateShards(spec, token, job.shard_group, placement + 1, job.job_id, nullptr);
+  if (!shards.ok()) {
+    End(job, lost + "; no healthy switch could take the job: " + shards.status().message(),
+        /*switch_lost=*/true);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    job.shards = std::move(*shards);
+    job.placement = placement + 1;
+    job.live_until = {};  // the next access check asks the new shards
+  }
+  std::lock_guard<std::mutex> lock(health_mu_);
+  std::vector<bool> counted(switches_.size(), false);
+  for (const auto& [index, local_id] : old) {
+    // The switches whose shard was lost (down, or no longer holding it).
+    if (!counted[index] && (!health_[index].up || lost.find("(switch " + Str(index) + " at") !=
+                                                      std::string::npos)) {
+      counted[index] = true;
+      ++health_[index].jobs_replaced;
+    }
+  }
+}
+
+void RemoteSwitches::Note(size_t i, const Status& status) const {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  HealthState& h = health_[i];
+  // Only an unreachable switch is down; any other error is the call's.
+  const bool up = !Down(status);
+  if (!status.ok()) h.last_error = status.message();
+  if (up != h.up) {
+    h.up = up;
+    h.since = std::chrono::steady_clock::now();
+  }
+}
+
+std::vector<SwitchHealth> RemoteSwitches::Health() const {
+  std::vector<SwitchHealth> out;
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(health_mu_);
+  for (size_t i = 0; i < switches_.size(); ++i) {
+    const HealthState& h = health_[i];
+    out.push_back({.address = switches_[i].address,
+                   .up = h.up,
+                   .for_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - h.since),
+                   .last_error = h.last_error,
+                   .jobs_replaced = h.jobs_replaced});
+  }
+  return out;
+}
+
+void RemoteSwitches::ProbeAll() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    for (const auto& [id, job] : jobs_) {
+      if (job->end_reason.empty()) jobs.push_back(job);
+    }
+  }
+  struct Seen {
+    std::shared_ptr<Job> job;
+    Shards shards;
+    uint32_t placement = 0;
+    std::string token;
+  };
+  for (size_t i = 0; i < switches_.size(); ++i) {
+    // The jobs' shards before asking the switch: a re-placement meanwhile (placement + 1) makes
+    // Replace below a no-op instead of taking its new shards, not yet listed, for lost ones.
+    std::vector<Seen> seen;
+    {
+      std::lock_guard<std::mutex> lock(jobs_mu_);
+      for (const std::shared_ptr<Job>& job : jobs) {
+        seen.push_back({job, job->shards, job->placement, job->token});
       }
-      continue;
     }
-    if (info->state == JobState::kEnded && lost.empty()) {
-      lost = ShardName(job, shard) + " ended: " + info->end_reason;
-    }
-    if (!merged) {
-      merged = std::move(*info);
-      continue;
-    }
-    const JobInfo& j = *info;
-    if (j.state != JobState::kRunning) merged->state = j.state;
-    merged->num_registered = std::min(merged->num_registered, j.num_registered);
-    merged->counters += j.counters;
-    merged->idle_for = std::min(merged->idle_for, j.idle_for);
-    for (JobWorkerInfo& w : merged->workers) {
-      for (const JobWorkerInfo& o : j.workers) {
-        if (o.rank == w.rank) {
-          w.received += o.received;
-          w.idle_for = std::min(w.idle_for, o.idle_for);
+    StatusOr<JobList> list = switches_[i].jobs->ListJobs();
+    Note(i, list.status());
+    for (const Seen& s : seen) {
+      Job& job = *s.job;
+      const Shards& shards = s.shards;
+      for (size_t shard = 0; shard < shards.size(); ++shard) {
+        if (shards[shard].first != i) continue;
+        if (!list.ok()) {
+          if (!Down(list.status())) break;  // it answered (refusing the call): not lost
+          Replace(job, s.placement,
+                  ShardName(shards, shard) + " is unreachable: " + list.status().message());
+          break;
+        }
+        const auto it = std::find_if(list->jobs.begin(), list->jobs.end(), [&](const JobInfo& j) {
+          return j.job_id == shards[shard].second;
+        });
+        if (it == list->jobs.end() || it->assignment.shard_group != job.shard_group) {
+          Replace(job, s.placement,
+                  ShardName(shards, shard) + " no longer knows the job (restarted?)");
+          break;
+        }
+        // A shard the switch ended (idle timeout): Describe ends the job, as a call would.
+        if (it->state == JobState::kEnded) {
+          (void)Describe(job);
+          break;
+        }
+      }
+      // Shards of an older placement of the job still live here (the switch was cut off when
+      // the job was re-placed): delete them.
+      if (!list.ok() || s.token.empty()) continue;
+      for (const JobInfo& j : list->jobs) {
+        if (j.state != JobState::kEnded && j.assignment.shard_group == job.shard_group &&
+            std::max<uint32_t>(1, j.assignment.placement) < s.placement) {
+          (void)switches_[i].jobs->DeleteJob(j.job_id, s.token);
         }
       }
     }
   }
-  if (!lost.empty()) End(job, lost, switch_lost);
-  if (!merged) merged.emplace();  // no shard answered: what this controller knows
-  merged->job_id = job.job_id;
-  merged->spec.switches = uint32_t(k);
-  merged->assignment.shard = 0;
-  merged->assignment.num_shards = uint32_t(k);
-  merged->held_slots = control::SlotRange{0, merged->spec.num_slots};  // all shards together
-  std::lock_guard<std::mutex> lock(jobs_mu_);
-  if (!job.end_reason.empty()) {
-    merged->state = JobState::kEnded;
-    merged->end_reason = job.end_reason;
-    merged->switch_lost = job.switch_lost;
+}
+
+void RemoteSwitches::HealthLoop(std::chrono::milliseconds interval) {
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  while (!stop_cv_.wait_for(lock, interval, [this] { return stop_; })) {
+    lock.unlock();
+    ProbeAll();
+    lock.lock();
   }
-  return *merged;
+}
+
+JobInfo RemoteSwitches::Describe(Job& job) const {
+  // A lost shard re-places the job (Replace); the new placement is then described. Bounded:
+  // each round either ends the job or moves it to a newer placement.
+  for (int round = 0;; ++round) {
+    uint32_t placement = 0;
+    const Shards shards = ShardsOf(job, &placement);
+    const size_t k = shards.size();
+    std::optional<JobInfo> merged;
+    std::string lost;
+    bool switch_lost = false;  // `lost` is a shard that does not answer or forgot the job
+    for (size_t shard = 0; shard < k; ++shard) {
+      const auto& [index, local_id] = shards[shard];
+      StatusOr<JobInfo> info = switches_[index].jobs->GetJob(local_id);
+      if (info.ok() && info->assignment.shard_group != job.shard_group) {
+        // The switch restarted and gave the id to another job.
+        info = NotFoundError("job " + Str(local_id) + " is another job now");
+      }
+      if (!info.ok()) {
+        if (Down(info.status())) Note(index, info.status());
+        if (lost.empty()) {
+          lost = ShardName(shards, shard) + (info.status().code() == StatusCode::kNotFound
+                                                 ? " no longer knows the job (restarted?): "
+                                                 : " is unreachable: ") +
+                 info.status().message();
+          switch_lost = true;
+        }
+        continue;
+      }
+      if (info->state == JobState::kEnded && lost.empty()) {
+        lost = ShardName(shards, shard) + " ended: " + info->end_reason;
+      }
+      if (!merged) {
+        merged = std::move(*info);
+        continue;
+      }
+      const JobInfo& j = *info;
+      if (j.state != JobState::kRunning) merged->state = j.state;
+      merged->num_registered = std::min(merged->num_registered, j.num_registered);
+      merged->counters += j.counters;
+      merged->idle_for = std::min(merged->idle_for, j.idle_for);
+      for (JobWorkerInfo& w : merged->workers) {
+        for (const JobWorkerInfo& o : j.workers) {
+          if (o.rank == w.rank) {
+            w.received += o.received;
+            w.idle_for = std::min(w.idle_for, o.idle_for);
+          }
+        }
+      }
+    }
+    if (!lost.empty()) {
+      // A re-placement in progress (it deletes the old shards first) finishes first: the loss
+      // seen may be its doing.
+      std::unique_lock<std::mutex> register_lock(job.register_mu);
+      uint32_t now = 0;
+      (void)ShardsOf(job, &now);
+      if (now != placement && round < 4) continue;  // re-placed meanwhile: describe the new one
+      if (switch_lost && round < 4) {
+        register_lock.unlock();
+        Replace(job, placement, lost);
+        (void)ShardsOf(job, &now);
+        std::lock_guard<std::mutex> lock(jobs_mu_);
+        if (job.end_reason.empty() && now != placement) continue;  // describe the new one
+      }
+      End(job, lost, switch_lost);
+    }
+    if (!merged) merged.emplace();  // no shard answered: what this controller knows
+    merged->job_id = job.job_id;
+    merged->spec.switches = uint32_t(k);
+    merged->assignment.shard = 0;
+    merged->assignment.num_shards = uint32_t(k);
+    merged->assignment.shard_group = job.shard_group;
+    merged->assignment.placement = placement;
+    merged->held_slots = control::SlotRange{0, merged->spec.num_slots};  // all shards together
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    if (!job.end_reason.empty()) {
+      merged->state = JobState::kEnded;
+      merged->end_reason = job.end_reason;
+      merged->switch_lost = job.switch_lost;
+    }
+    return *merged;
+  }
 }
 
 }  // namespace switchml::controller

@@ -30,17 +30,38 @@
 //   that fails on shard i > 0 stays on shards < i (the rank cannot register again; the job is
 //   lost).
 // - GetJob and ListJobs merge the shards (counters summed; running when every shard is).
-// - A shard that is unreachable, no longer knows the job (its switch restarted) or whose job
-//   ended ends the job: the first GetJob, ListJobs or access check (CheckJobAccess asks the
-//   shards at most every 200 ms per job; the JobService's barrier watch and sweep call it) that
-//   sees it deletes the job on the other shards and reports it ended with a reason naming the
-//   shard and its switch; workers meanwhile fail by their job timeout naming the shard.
-//   DeleteJob ends it on every shard.
-// - Every shard keeps the job's shard group, so a controller that restarts finds its jobs
-//   again at Connect (the complete groups among the switches' live jobs, K = 1 included). It
+// - A shard that is unreachable or no longer knows the job (its switch restarted) re-places
+//   the job (below), or, where that cannot be done, ends it (switch_lost); a shard whose job
+//   ended (idle timeout, deleted at the switch) ends the job. The health probe, or the first
+//   GetJob, ListJobs, registration or access check (CheckJobAccess asks the shards at most
+//   every 200 ms per job; the JobService's barrier watch and sweep call it) that sees it acts,
+//   deleting the job on the other shards; an ended job's reason names the shard and its
+//   switch. Workers meanwhile fail by their job timeout naming the shard. DeleteJob ends it on
+//   every shard.
+// - Every shard keeps the job's shard group, placement and id, so a controller that restarts
+//   finds its jobs again at Connect (the groups whose newest placement is complete among the
+//   switches' live jobs, K = 1 included), under the same ids, and they keep running. It
 //   learns such a job's token from the first call that presents the right one (checked by
-//   shard 0), and until then cannot delete the other shards of a job whose shard is lost (they
-//   end by their idle timeout).
+//   shard 0), and until then can neither re-place a job whose shard is lost (it ends, saying
+//   so) nor delete its other shards (they end by their idle timeout).
+//
+// Health and re-placement (docs/operations.md "Health checks and re-placement"): a thread
+// probes every switch every `health_interval` (one ListJobs with the rpc deadline) and keeps
+// its health (up/down, since when, the last error), which ListJobs reports
+// (JobList::switches). A switch found down (unreachable), or up but no longer holding a shard
+// (it restarted: the shard's id is gone or names another group), loses its shards: each job
+// with a shard there is re-placed instead of ended. Re-placement deletes every shard of the
+// job (the survivors' registrations are stale) and creates all K anew, same spec, token and
+// shard group, on the K reachable switches with room (the same rule as CreateJob, the
+// survivors' freed slots counted), with placement + 1 and the job's id in the assignment, so
+// the job keeps its id and token and waits for workers again; every worker registers again
+// (RegisterWorker answers the placement it went into; GetJob shows it). It happens under the
+// job's registration lock, so a registration goes wholly into one placement. A job that no K
+// switches can take, or an adopted job whose token this controller has not learned yet (it
+// cannot create shards without it), ends as before (switch_lost), the reason saying why. The
+// same re-placement happens when a call (GetJob, an access check, a registration) finds the
+// shard lost first. A switch that comes back holding a shard of an older placement has it
+// deleted at the next probe.
 //
 // Jobs this controller did not create (created on a switch directly, or whose shard group is
 // incomplete at Connect) are still visible and usable through it, statelessly: the controller
@@ -60,10 +81,12 @@
 //
 // Calls to a switch fail fast (Unavailable, prefixed "switch <i> (<address>)", or "shard s of
 // K (switch <i> at <address>)" for a job of this controller) while it is down instead of
-// waiting for it, so one switch that is down stalls nothing else: ListJobs leaves it out
-// (CounterValues reports switch<i>.reachable = 0), CreateJob places jobs on the reachable
-// ones, and a job of this controller with a shard there ends when first noticed (above). A
-// switch that comes back is used again within about a second.
+// waiting for it, so one switch that is down stalls nothing else: ListJobs leaves its jobs
+// out and reports it down (JobList::switches; CounterValues reports switch<i>.reachable = 0),
+// CreateJob places jobs on the reachable ones, and a job of this controller with a shard
+// there is re-placed when first noticed (above). A switch that comes back is used again
+// within about a second. A switch that is down when this controller starts is kept, reported
+// down, and used once it is back.
 //
 // Credentials: every call to a switch carries `operator_token`, the switches' operator
 // credential (operator_auth.h); Connect checks it with one ListJobs per switch. Workers'
@@ -78,6 +101,8 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
+#include <thread>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -108,12 +133,18 @@ class RemoteSwitches final : public SwitchControl {
   static constexpr std::chrono::milliseconds kAccessCacheFor{200};
 
   // Connects to every switch's controller address and checks the operator credential there.
-  // Errors: InvalidArgument (no address, more than kMaxSwitches, empty operator_token),
-  // Unavailable (a switch not reachable within rpc_timeout), Unauthenticated or
-  // PermissionDenied (a switch refuses the credential); each names the switch.
+  // A switch not reachable within rpc_timeout is kept and reported down (Health). Errors:
+  // InvalidArgument (no address, more than kMaxSwitches, empty operator_token), Unavailable
+  // (no switch reachable), Unauthenticated or PermissionDenied (a switch refuses the
+  // credential); each names the switch.
+  // health_interval: how often every switch is probed (above); 0 = no probing thread (health
+  // is then what the last call to each switch saw; lost shards are found by calls).
+  static constexpr std::chrono::milliseconds kDefaultHealthInterval{1000};
   static StatusOr<std::unique_ptr<RemoteSwitches>> Connect(
       const std::vector<std::string>& switch_addresses, std::chrono::milliseconds rpc_timeout,
-      const std::string& operator_token);
+      const std::string& operator_token,
+      std::chrono::milliseconds health_interval = kDefaultHealthInterval);
+  ~RemoteSwitches() override;
 
   // SwitchControl (routing as described above). RegisterJobWorker for job 0 is a UdpSession
   // to the first switch; its grant carries that switch's reply (an ipv4 of 0 replaced by the
@@ -135,6 +166,11 @@ class RemoteSwitches final : public SwitchControl {
   Status CheckJobAccess(uint32_t job_id, const std::string& token) const override;
 
   size_t num_switches() const { return switches_.size(); }
+  // Each switch's health as last probed (ListJobs carries it too).
+  std::vector<SwitchHealth> Health() const;
+  // Probes every switch once now and re-places the jobs of a lost switch (what the health
+  // thread does every interval).
+  void ProbeAll();
 
   // Ended jobs of this controller kept so that GetJob can say why (oldest forgotten first; a
   // forgotten one is shown as its switches show it).
@@ -147,9 +183,16 @@ class RemoteSwitches final : public SwitchControl {
     std::unique_ptr<SessionClient> session;
   };
   // A job this controller placed (or found again at Connect): K >= 1 shards.
+  using Shards = std::vector<std::pair<size_t, uint32_t>>;  // (switch index, its job id)
   struct Job {
     uint32_t job_id = 0;
-    std::vector<std::pair<size_t, uint32_t>> shards;  // (switch index, its job id), by shard
+    // Guarded by jobs_mu_ (re-placement replaces it; read it through ShardsOf): by shard.
+    Shards shards;
+    uint64_t shard_group = 0;
+    // What the shards are created with (token, placement and idle timeout as sent); its token
+    // field is unused (token below).
+    JobSpec spec;
+    uint32_t placement = 1;  // guarded by jobs_mu_
     // Guarded by jobs_mu_: empty for a job found again after a restart until a call presents
     // the right token (CheckAccess).
     std::string token;
@@ -186,7 +229,20 @@ class RemoteSwitches final : public SwitchControl {
   // switch_lost: because a shard's switch is unreachable or forgot the job (JobInfo).
   void End(Job& job, const std::string& reason, bool switch_lost = false) const;
   // "shard i of K (switch j at ADDRESS)".
-  std::string ShardName(const Job& job, size_t shard) const;
+  std::string ShardName(const Shards& shards, size_t shard) const;
+  // The job's shards and placement now.
+  Shards ShardsOf(const Job& job, uint32_t* placement = nullptr) const;
+  // Re-places the job (above) if it is still at `placement` and live; `lost` says which shard
+  // was lost and how (the start of the end reason if it cannot be re-placed).
+  void Replace(Job& job, uint32_t placement, const std::string& lost) const;
+  // Records a call's outcome at switch i (its health).
+  void Note(size_t i, const Status& status) const;
+  // The health thread.
+  void HealthLoop(std::chrono::milliseconds interval);
+  // Creates the K shards of `job` (spec, token, group, placement, the job's id unless
+  // new_job) on the best reachable switches; on failure deletes what it created.
+  StatusOr<Shards> CreateShards(const JobSpec& spec, const std::string& token, uint64_t group,
+                                uint32_t placement, uint32_t job_id, JobInfo* first) const;
   RemoteSwitches() = default;
   // The switch and its local id for a controller job id; NotFound if it names no switch.
   StatusOr<std::pair<Switch*, uint32_t>> Route(uint32_t job_id) const;
@@ -211,6 +267,19 @@ class RemoteSwitches final : public SwitchControl {
   mutable std::mutex jobs_mu_;
   mutable std::map<uint32_t, std::shared_ptr<Job>> jobs_;  // guarded by jobs_mu_
   mutable uint64_t ended_seq_ = 0;                         // guarded by jobs_mu_
+
+  struct HealthState {
+    bool up = true;
+    std::chrono::steady_clock::time_point since;
+    std::string last_error;
+    uint64_t jobs_replaced = 0;
+  };
+  mutable std::mutex health_mu_;
+  mutable std::vector<HealthState> health_;  // guarded by health_mu_; one per switch
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;  // guarded by stop_mu_
+  std::thread health_thread_;
 };
 
 }  // namespace switchml::controller

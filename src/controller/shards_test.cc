@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <future>
 #include <string>
 #include <thread>
@@ -160,19 +161,19 @@ class ShardsTest : public ::testing::Test {
       ASSERT_TRUE(sw.ok()) << sw.status();
       auto ctl = StartLocalControllerForTests(sw->get(), kOperatorToken);
       ASSERT_TRUE(ctl.ok()) << ctl.status();
+      addresses_.push_back("127.0.0.1:" + std::to_string((*ctl)->port()));
       switches_.push_back(std::move(*sw));
       controllers_.push_back(std::move(*ctl));
     }
     StartStandalone();
   }
-  // (Re)starts the standalone controller in front of every switch; address_ is its address.
+  // (Re)starts the standalone controller in front of every switch (dead ones included);
+  // address_ is its address. It probes its switches every 50 ms.
   void StartStandalone() {
     if (standalone_) standalone_->Shutdown();
     standalone_.reset();
     remote_.reset();
-    std::vector<std::string> addresses;
-    for (auto& c : controllers_) addresses.push_back("127.0.0.1:" + std::to_string(c->port()));
-    auto remote = RemoteSwitches::Connect(addresses, 3s, kOperatorToken);
+    auto remote = RemoteSwitches::Connect(addresses_, 3s, kOperatorToken, 50ms);
     ASSERT_TRUE(remote.ok()) << remote.status();
     remote_ = std::move(*remote);
     auto ctl = StartLocalControllerForTests(remote_.get(), kOperatorToken);
@@ -275,8 +276,37 @@ class ShardsTest : public ::testing::Test {
     return st;
   }
 
+  // The job's shards on switch i: (local id, assignment) of its live jobs of `group`.
+  std::vector<std::pair<uint32_t, control::ShardAssignment>> ShardsOn(size_t i, uint64_t group) {
+    std::vector<std::pair<uint32_t, control::ShardAssignment>> out;
+    for (const JobInfo& j : switches_[i]->ListJobs().jobs) {
+      if (j.state != JobState::kEnded && j.assignment.shard_group == group) {
+        out.push_back({j.job_id, j.assignment});
+      }
+    }
+    return out;
+  }
+  // GetJob through the controller until `done` holds (a hang guard of 30 s, not a bound).
+  JobInfo WaitForJob(uint32_t job_id, const std::function<bool(const JobInfo&)>& done) {
+    JobInfo last;
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto info = Jobs()->GetJob(job_id);
+      EXPECT_TRUE(info.ok()) << info.status();
+      if (!info.ok()) return last;
+      last = *info;
+      if (done(last)) return last;
+      std::this_thread::sleep_for(20ms);
+    }
+    ADD_FAILURE() << "job " << job_id << " never reached the expected state: state "
+                  << control::JobStateName(last.state) << ", placement "
+                  << last.assignment.placement << ", end reason " << last.end_reason;
+    return last;
+  }
+
   std::vector<std::unique_ptr<dataplane::SwitchServer>> switches_;
   std::vector<std::unique_ptr<ControllerServer>> controllers_;
+  std::vector<std::string> addresses_;  // each switch's controller
   std::unique_ptr<RemoteSwitches> remote_;
   std::unique_ptr<ControllerServer> standalone_;
   std::string address_;
@@ -367,6 +397,9 @@ TEST_F(ShardsTest, ADeadShardFailsEveryWorkerNamingItAndSparesOtherJobs) {
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->state, JobState::kEnded);
   EXPECT_THAT(info->end_reason, HasSubstr("shard 1 of 2"));
+  // Two switches for a job of two, one of them dead: nowhere to re-place it.
+  EXPECT_THAT(info->end_reason, HasSubstr("no healthy switch could take the job"));
+  EXPECT_TRUE(info->switch_lost);
   // Its shard on switch 0 is gone too (its slots are free for other jobs)...
   const control::JobList on0 = switches_[0]->ListJobs();
   EXPECT_EQ(on0.free_slots, kPool - kJobSlots);  // only `other` holds slots
@@ -543,6 +576,202 @@ TEST_F(ShardsTest, AJobOfOneSwitchEndedByItsSwitchIsReportedEndedNamingTheSwitch
   EXPECT_EQ(info->state, JobState::kEnded);
   EXPECT_THAT(info->end_reason, HasSubstr("shard 0 of 1 (switch 0 at"));
   EXPECT_EQ(info->spec.num_workers, 2u);  // the switch's record, merged
+}
+
+// A switch that dies under a job: the controller's health probe finds it down and re-places the
+// job on healthy switches with room (every shard anew: the job waits for its workers again),
+// same id and token, placement 2; the workers register again and get exact results. A job on a
+// healthy switch is untouched; the dead switch shows down in the controller's list.
+TEST_F(ShardsTest, AJobWhoseSwitchDiesIsRePlacedAndItsWorkersRegisterAgain) {
+  StartSwitches({1, 1, 1});
+  auto job = CreateJob(2, 2);  // switches 0 and 1 (ties: the first)
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto other = CreateJob(2, 1);  // switch 2: the most room
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_EQ(other->job_id >> RemoteSwitches::kLocalIdBits, 2u);
+  const uint64_t group = job->assignment.shard_group;
+  EXPECT_EQ(job->assignment.placement, 1u);
+  ASSERT_EQ(ShardsOn(0, group).size(), 1u);
+  ASSERT_EQ(ShardsOn(1, group).size(), 1u);
+  const uint32_t old_on_0 = ShardsOn(0, group)[0].first;
+  auto ctx = Join(*job, 2);
+  auto other_ctx = Join(*other, 2);
+  ASSERT_EQ(ctx.size(), 2u);
+  ASSERT_EQ(other_ctx.size(), 2u);
+  for (const Status& s : AllReduce(ctx, 1000, 1)) ASSERT_TRUE(s.ok()) << s;
+
+  Kill(1);
+  const JobInfo replaced = WaitForJob(job->job_id, [](const JobInfo& j) {
+    return j.assignment.placement >= 2 || j.state == JobState::kEnded;
+  });
+  ASSERT_NE(replaced.state, JobState::kEnded) << replaced.end_reason;
+  EXPECT_EQ(replaced.assignment.placement, 2u);
+  EXPECT_EQ(replaced.job_id, job->job_id);
+  EXPECT_EQ(replaced.assignment.shard_group, group);
+  EXPECT_EQ(replaced.spec.switches, 2u);
+  EXPECT_EQ(replaced.spec.num_slots, kJobSlots);
+  // Registrations reset: the job waits for every worker again.
+  EXPECT_EQ(replaced.state, JobState::kWaitingForWorkers);
+  EXPECT_EQ(replaced.num_registered, 0u);
+  // Its shards now: one on switch 0 (a new one: the old one, with the old registrations, is
+  // ended) and one on switch 2, each with placement 2 and the job's id.
+  const auto on0 = ShardsOn(0, group);
+  const auto on2 = ShardsOn(2, group);
+  ASSERT_EQ(on0.size(), 1u);
+  ASSERT_EQ(on2.size(), 1u);
+  EXPECT_NE(on0[0].first, old_on_0);
+  for (const auto& [local, a] : {on0[0], on2[0]}) {
+    EXPECT_EQ(a.placement, 2u);
+    EXPECT_EQ(a.job_id, job->job_id);
+    EXPECT_EQ(a.num_shards, 2u);
+  }
+  EXPECT_NE(on0[0].second.shard, on2[0].second.shard);
+  auto old_shard = switches_[0]->GetJob(old_on_0);
+  ASSERT_TRUE(old_shard.ok()) << old_shard.status();
+  EXPECT_EQ(old_shard->state, JobState::kEnded);
+  // The old workers' calls fail: their shards are gone. UNAVAILABLE (the switch path is down)
+  // saying that the job was re-placed and they must register again.
+  const std::vector<Status> stale = AllReduce(ctx, 1000, 9);
+  for (size_t r = 0; r < stale.size(); ++r) {
+    EXPECT_EQ(stale[r].code(), StatusCode::kUnavailable) << "rank " << r << ": " << stale[r];
+    EXPECT_THAT(stale[r].message(), HasSubstr("re-placed job " + std::to_string(job->job_id) +
+                                              " on other switches (placement 2; this worker "
+                                              "registered into placement 1)"))
+        << "rank " << r;
+  }
+  // The token still opens the job; a wrong one does not.
+  EXPECT_TRUE(Jobs()->GetJob(job->job_id, job->token).ok());
+  EXPECT_EQ(Jobs()->GetJob(job->job_id, "wrong-token-123").status().code(),
+            StatusCode::kPermissionDenied);
+
+  // The workers register again, same id and token, and get exact results from the new shards.
+  ctx = Join(*job, 2);
+  ASSERT_EQ(ctx.size(), 2u);
+  const uint64_t consumed2 = switches_[2]->counters().core.consumed;
+  for (const Status& s : AllReduce(ctx, 3000, 2)) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_GT(switches_[2]->counters().core.consumed, consumed2);
+  auto running = Jobs()->GetJob(job->job_id, job->token);
+  ASSERT_TRUE(running.ok()) << running.status();
+  EXPECT_EQ(running->state, JobState::kRunning);
+  EXPECT_EQ(running->assignment.placement, 2u);
+
+  // The job on the healthy switch is untouched (placement 1; its workers never re-registered).
+  for (const Status& s : AllReduce(other_ctx, 2000, 3)) EXPECT_TRUE(s.ok()) << s;
+  auto other_info = Jobs()->GetJob(other->job_id);
+  ASSERT_TRUE(other_info.ok());
+  EXPECT_EQ(other_info->assignment.placement, 1u);
+  EXPECT_EQ(other_info->state, JobState::kRunning);
+
+  // The controller's list shows each switch's health: switch 1 down, one job re-placed away.
+  auto list = Jobs()->ListJobs();
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->switches.size(), 3u);
+  EXPECT_TRUE(list->switches[0].up);
+  EXPECT_FALSE(list->switches[1].up);
+  EXPECT_EQ(list->switches[1].address, addresses_[1]);
+  EXPECT_FALSE(list->switches[1].last_error.empty());
+  EXPECT_EQ(list->switches[1].jobs_replaced, 1u);
+  EXPECT_TRUE(list->switches[2].up);
+  EXPECT_EQ(list->switches[2].jobs_replaced, 0u);
+  // A dead switch gets no new jobs: a job of two goes to switches 0 and 2.
+  auto later = CreateJob(2, 2);
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ(ShardsOn(1, later->assignment.shard_group).size(), 0u);
+}
+
+// A job of one switch whose switch dies, with no other switch having room: ended (UNAVAILABLE
+// for its workers: switch_lost), the reason naming the dead shard and why it could not move.
+TEST_F(ShardsTest, AJobThatNoHealthySwitchCanTakeEndsSayingSo) {
+  StartSwitches({1, 1});
+  JobSpec spec;
+  spec.num_workers = 2;
+  spec.num_slots = kPool - 8;  // only one such job fits on a switch
+  spec.elements_per_packet = 64;
+  auto big0 = Jobs()->CreateJob(spec);
+  auto big1 = Jobs()->CreateJob(spec);
+  ASSERT_TRUE(big0.ok() && big1.ok());
+  ASSERT_EQ(big1->job_id >> RemoteSwitches::kLocalIdBits, 1u);
+  Kill(1);
+  const JobInfo ended =
+      WaitForJob(big1->job_id, [](const JobInfo& j) { return j.state == JobState::kEnded; });
+  EXPECT_TRUE(ended.switch_lost);
+  EXPECT_THAT(ended.end_reason, HasSubstr("shard 0 of 1 (switch 1 at " + addresses_[1]));
+  EXPECT_THAT(ended.end_reason, HasSubstr("no healthy switch could take the job"));
+  const Status access = Jobs()->GetJob(big1->job_id, big1->token).status();
+  EXPECT_EQ(access.code(), StatusCode::kUnavailable) << access;
+  // The job on the live switch is untouched.
+  auto info0 = Jobs()->GetJob(big0->job_id, big0->token);
+  ASSERT_TRUE(info0.ok()) << info0.status();
+  EXPECT_EQ(info0->state, JobState::kWaitingForWorkers);
+  EXPECT_EQ(info0->assignment.placement, 1u);
+}
+
+// A restarted controller (Adopt) keeps running jobs of one and of two switches running (their
+// workers never need it), learns their tokens from the first call, re-places an adopted job
+// whose switch then dies, and a controller restarted after that (with the dead switch still
+// down) finds the re-placed job under its id and placement. An adopted job whose token it has
+// not learned cannot be re-placed: it ends saying so.
+TEST_F(ShardsTest, ControllerRestartsKeepJobsAndRePlaceAdoptedOnes) {
+  StartSwitches({1, 1, 1});
+  auto one = CreateJob(2, 1);  // switch 0
+  ASSERT_TRUE(one.ok()) << one.status();
+  auto two = CreateJob(2, 2);  // switches 1 and 2 (the most room)
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_EQ(one->job_id >> RemoteSwitches::kLocalIdBits, 0u);
+  ASSERT_EQ(ShardsOn(1, two->assignment.shard_group).size(), 1u);
+  auto ctx_one = Join(*one, 2);
+  auto ctx_two = Join(*two, 2);
+  ASSERT_EQ(ctx_one.size(), 2u);
+  ASSERT_EQ(ctx_two.size(), 2u);
+  for (const Status& s : AllReduce(ctx_one, 1000, 1)) ASSERT_TRUE(s.ok()) << s;
+  for (const Status& s : AllReduce(ctx_two, 1000, 2)) ASSERT_TRUE(s.ok()) << s;
+
+  StartStandalone();  // restart: the jobs keep running, under the same ids
+  for (const Status& s : AllReduce(ctx_one, 2000, 3)) EXPECT_TRUE(s.ok()) << s;
+  for (const Status& s : AllReduce(ctx_two, 2000, 4)) EXPECT_TRUE(s.ok()) << s;
+  for (const JobInfo* job : {&*one, &*two}) {
+    auto info = Jobs()->GetJob(job->job_id, job->token);  // teaches the token
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->state, JobState::kRunning);
+    EXPECT_EQ(info->assignment.placement, 1u);
+  }
+
+  Kill(1);  // serves shard 0 of `two`
+  const JobInfo replaced = WaitForJob(two->job_id, [](const JobInfo& j) {
+    return j.assignment.placement >= 2 || j.state == JobState::kEnded;
+  });
+  ASSERT_NE(replaced.state, JobState::kEnded) << replaced.end_reason;
+  EXPECT_EQ(replaced.job_id, two->job_id);
+  EXPECT_EQ(ShardsOn(0, two->assignment.shard_group).size(), 1u);
+  EXPECT_EQ(ShardsOn(2, two->assignment.shard_group).size(), 1u);
+  ctx_two = Join(*two, 2);
+  ASSERT_EQ(ctx_two.size(), 2u);
+  for (const Status& s : AllReduce(ctx_two, 3000, 5)) EXPECT_TRUE(s.ok()) << s;
+  for (const Status& s : AllReduce(ctx_one, 3000, 6)) EXPECT_TRUE(s.ok()) << s;  // untouched
+
+  // Restarted again, switch 1 still dead: the re-placed job is found under its id (not its
+  // new shard 0's), placement 2, and keeps running.
+  StartStandalone();
+  auto list = Jobs()->ListJobs();
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->switches.size(), 3u);
+  EXPECT_FALSE(list->switches[1].up);
+  auto info = Jobs()->GetJob(two->job_id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->assignment.placement, 2u);
+  EXPECT_EQ(info->state, JobState::kRunning);
+  EXPECT_EQ(info->spec.switches, 2u);
+  for (const Status& s : AllReduce(ctx_two, 2000, 7)) EXPECT_TRUE(s.ok()) << s;
+  size_t listed = 0;
+  for (const JobInfo& j : list->jobs) listed += j.job_id == two->job_id || j.job_id == one->job_id;
+  EXPECT_EQ(listed, 2u);
+
+  // Switch 0 dies before any call presented the adopted jobs' tokens to this controller.
+  Kill(0);
+  const JobInfo lost =
+      WaitForJob(one->job_id, [](const JobInfo& j) { return j.state == JobState::kEnded; });
+  EXPECT_TRUE(lost.switch_lost);
+  EXPECT_THAT(lost.end_reason, HasSubstr("no call has presented the job's token"));
 }
 
 TEST_F(ShardsTest, BadPlacementsAreRefusedWithTheReason) {

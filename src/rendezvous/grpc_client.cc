@@ -5,7 +5,8 @@
 namespace switchml::rendezvous {
 
 StatusOr<ControllerConnection> ControllerConnection::Open(const std::string& address,
-                                                          std::chrono::milliseconds timeout, const char* who) {
+                                                          std::chrono::milliseconds timeout, const char* who,
+                                                          bool require_connected) {
   if (address.empty()) return InvalidArgumentError(std::string(who) + ": controller_address is empty");
   if (timeout <= std::chrono::milliseconds::zero()) {
     return InvalidArgumentError(std::string(who) + ": rpc_timeout must be > 0 ms, got " +
@@ -21,7 +22,7 @@ StatusOr<ControllerConnection> ControllerConnection::Open(const std::string& add
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   c.channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-  if (!c.channel->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
+  if (!c.channel->WaitForConnected(std::chrono::system_clock::now() + timeout) && require_connected) {
     return UnavailableError("controller " + address + " unreachable (Connect): not connected within " +
                             c.TimeoutText());
   }

@@ -27,9 +27,11 @@ struct ControllerConnection {
 
   // Validates the arguments and waits up to `timeout` for the connection. `who` names the
   // caller in argument errors ("SessionClient::Connect"). Errors: InvalidArgument,
-  // Unavailable ("controller H:P unreachable (Connect): not connected within N ms").
+  // Unavailable ("controller H:P unreachable (Connect): not connected within N ms"), unless
+  // require_connected is false: then the connection is returned anyway (gRPC keeps trying to
+  // connect; calls fail fast or wait as wait_for_ready says).
   static StatusOr<ControllerConnection> Open(const std::string& address, std::chrono::milliseconds timeout,
-                                             const char* who);
+                                             const char* who, bool require_connected = true);
 
   // Every RPC: deadline = now + timeout; by default wait_for_ready, so that a controller that
   // is (re)starting is retried until the deadline instead of failing on the first refusal.

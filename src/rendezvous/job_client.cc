@@ -39,6 +39,8 @@ JobInfo FromProto(const v1::JobInfo& p) {
   j.assignment.shard = p.spec().shard();
   j.assignment.num_shards = std::max<uint32_t>(1, p.spec().num_shards());
   j.assignment.shard_group = p.spec().shard_group();
+  j.assignment.placement = p.spec().placement();
+  j.assignment.job_id = p.spec().controller_job_id();
   j.state = FromProto(p.state());
   j.slot_base = p.slot_base();
   j.num_registered = p.num_registered();
@@ -101,9 +103,11 @@ struct JobClient::Impl : ControllerConnection {
 };
 
 StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const std::string& controller_address,
-                                                        std::chrono::milliseconds rpc_timeout) {
+                                                        std::chrono::milliseconds rpc_timeout,
+                                                        bool require_connected) {
   SWITCHML_ASSIGN_OR_RETURN(ControllerConnection connection,
-                            ControllerConnection::Open(controller_address, rpc_timeout, "JobClient::Connect"));
+                            ControllerConnection::Open(controller_address, rpc_timeout,
+                                                       "JobClient::Connect", require_connected));
   auto impl = std::make_unique<Impl>();
   static_cast<ControllerConnection&>(*impl) = std::move(connection);
   impl->stub = v1::JobService::NewStub(impl->channel);
@@ -147,6 +151,8 @@ StatusOr<JobInfo> JobClient::CreateJobShard(const JobSpec& spec,
   p->set_shard(assignment.shard);
   p->set_num_shards(assignment.num_shards == 1 ? 0 : assignment.num_shards);
   p->set_shard_group(assignment.shard_group);
+  p->set_placement(assignment.placement);
+  p->set_controller_job_id(assignment.job_id);
   v1::CreateJobResponse response;
   grpc::ClientContext context;
   impl_->Prepare(&context);
@@ -193,6 +199,13 @@ StatusOr<JobList> JobClient::ListJobs(
   list.pool_slots = response.pool_slots();
   list.free_slots = response.free_slots();
   list.largest_free_range = response.largest_free_range();
+  for (const v1::SwitchHealth& h : response.switches()) {
+    list.switches.push_back({.address = h.address(),
+                             .up = h.up(),
+                             .for_ms = std::chrono::milliseconds(h.for_ms()),
+                             .last_error = h.last_error(),
+                             .jobs_replaced = h.jobs_replaced()});
+  }
   if (switch_counters != nullptr) {
     switch_counters->assign(response.switch_counters().begin(),
                             response.switch_counters().end());
@@ -263,6 +276,7 @@ StatusOr<JobWorkerGrant> JobClient::RegisterWorker(const JobRegistration& reg) {
   grant.num_workers = response.num_workers();
   grant.elements_per_packet = response.elements_per_packet();
   grant.state = FromProto(response.state());
+  grant.placement = response.placement();
   return grant;
 }
 

@@ -47,9 +47,11 @@ class JobClient {
   static constexpr std::chrono::milliseconds kNoIdleTimeout = std::chrono::milliseconds::max();
 
   // Errors: InvalidArgument (empty address, rpc_timeout <= 0), Unavailable (no connection
-  // within rpc_timeout). Blocks.
+  // within rpc_timeout; with require_connected false the client is returned anyway, its
+  // calls failing until the server is reachable). Blocks.
   static StatusOr<std::unique_ptr<JobClient>> Connect(const std::string& controller_address,
-                                                      std::chrono::milliseconds rpc_timeout);
+                                                      std::chrono::milliseconds rpc_timeout,
+                                                      bool require_connected = true);
   ~JobClient();
   JobClient(const JobClient&) = delete;
   JobClient& operator=(const JobClient&) = delete;

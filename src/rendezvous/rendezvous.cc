@@ -102,7 +102,9 @@ class JobRendezvous final : public Rendezvous {
     jr.token = token_;
     jr.worker = reg;
     rank_ = reg.rank;
-    return JobBootstrap(*client_, jr);
+    StatusOr<control::JobWorkerGrant> grant = JobBootstrap(*client_, jr);
+    if (grant.ok()) placement_ = grant->placement;
+    return grant;
   }
 
   // When a worker times out, asks the controller whether the job still exists, so that a job
@@ -111,10 +113,12 @@ class JobRendezvous final : public Rendezvous {
   // rank that died or did not make the call: SilentRanks); and whether the switch is what
   // failed (control::FailureExplanation::switch_unreachable): the controller does not answer
   // (a switch's own controller dies with it), the job's switch forgot it (NOT_FOUND: it
-  // restarted), or the controller ended it because a switch of the job is lost (UNAVAILABLE).
+  // restarted), the controller ended it because a switch of the job is lost (UNAVAILABLE), or
+  // the controller re-placed the job on other switches since this worker registered (a newer
+  // placement: the worker must register again; UNAVAILABLE).
   FailureExplainer failure_explainer() const override {
     return [address = address_, job_id = job_id_, token = token_, rank = rank_,
-            deadline = std::min(rpc_timeout_, kExplainDeadline)](
+            placement = placement_, deadline = std::min(rpc_timeout_, kExplainDeadline)](
                const Status& s) -> control::FailureExplanation {
       if (s.code() != StatusCode::kDeadlineExceeded) return {};
       auto client = JobClient::Connect(address, deadline);
@@ -129,6 +133,14 @@ class JobRendezvous final : public Rendezvous {
         // ended: <reason>") both explain the timeout; anything else says nothing about it.
         if (c != StatusCode::kNotFound && c != StatusCode::kFailedPrecondition) return {};
         return {"; the controller says: " + info.status().message(), c == StatusCode::kNotFound};
+      }
+      if (info->state != control::JobState::kEnded && placement != 0 &&
+          info->assignment.placement > placement) {
+        return {"; the controller re-placed job " + std::to_string(job_id) +
+                    " on other switches (placement " + std::to_string(info->assignment.placement) +
+                    "; this worker registered into placement " + std::to_string(placement) +
+                    "): every worker must register again, with the same job id and token",
+                true};
       }
       if (info->state != control::JobState::kEnded) return {SilentRanks(*info, rank), false};
       return {"; job " + std::to_string(job_id) + " has ended: " + info->end_reason,
@@ -145,6 +157,7 @@ class JobRendezvous final : public Rendezvous {
   const std::chrono::milliseconds rpc_timeout_;
   std::unique_ptr<JobClient> client_;
   uint32_t rank_ = 0;  // this worker's, set by Join
+  uint32_t placement_ = 0;  // the job's placement Join registered into (0: not a controller's)
 };
 
 }  // namespace

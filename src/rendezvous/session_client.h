@@ -52,9 +52,10 @@ class SessionClient {
  public:
   // Creates the channel and waits up to rpc_timeout for it to connect. Errors:
   // InvalidArgument (empty address, rpc_timeout <= 0), Unavailable (no connection within
-  // rpc_timeout). Blocks.
+  // rpc_timeout; with require_connected false the client is returned anyway). Blocks.
   static StatusOr<std::unique_ptr<SessionClient>> Connect(const std::string& controller_address,
-                                                          std::chrono::milliseconds rpc_timeout);
+                                                          std::chrono::milliseconds rpc_timeout,
+                                                          bool require_connected = true);
   ~SessionClient();
   SessionClient(const SessionClient&) = delete;
   SessionClient& operator=(const SessionClient&) = delete;

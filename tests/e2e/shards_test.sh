@@ -4,7 +4,8 @@
 # three workers with four threads each get exact int32 and verified float32 results, and both
 # switches aggregate a share (nothing misrouted). Then one switch is SIGKILLed: every worker's
 # all-reduce fails naming that shard, the controller reports the job ended for that reason, and
-# the surviving switch has ended it too (its slots are free).
+# the surviving switch has ended it too (its slots are free). Last, a job whose switch dies is
+# re-placed by a controller with another switch that has room, and its workers register again.
 source "$(dirname "$0")/lib.sh"
 unset SWITCHML_JOB_ID SWITCHML_JOB_TOKEN  # set by new_job below
 start_switch_on 0 0 switch0.log --io-threads 2
@@ -110,4 +111,34 @@ jobs list --controller "$SW0_CTL" --json > "$WORK/sw0-after.json"
 [ "$(json_get "$WORK/sw0-after.json" "[x['state'] for x in j['jobs'] if x['name'] == 'doomed']")" = "['ended']" ] ||
     { cat "$WORK/sw0-after.json"; fail "the surviving shard did not end the job"; }
 pass "the controller ended the job: $(json_get "$WORK/show.json" "j['end_reason']" | cut -c1-100); so did switch 0"
+sml_stop "$C_PID" 10 controller || true
+
+# Re-placement (docs/operations.md "Health checks and re-placement"): a controller driving a new
+# switch 2 and switch 0, in that order, so that a job of one switch goes to switch 2 (ties: the
+# first). Switch 2's host dies: the controller's health probe finds it down and re-places the
+# job on switch 0, same id and token, placement 2; `jobs list` shows switch 2 down; the workers
+# register again with the same id and token and get exact results.
+start_switch_on 0 0 switch2.log
+SW2_PID=$SW_PID SW2_CTL=127.0.0.1:$CTL_PORT
+sml_start_controller --log "$WORK/controller-2.log" --ready "$WORK/controller-2-ready" --deadline 10 -- \
+    --switch "$SW2_CTL" --switch "$SW0_CTL" --rpc-timeout-ms 3000 --health-interval-ms 200 ||
+    fail "second standalone controller did not start"
+CTL=127.0.0.1:$C_PORT
+out=$(jobs create --controller "$CTL" --workers 3 --slots 256 --name moving) || fail "jobs create: $out"
+eval "$out"
+(( SWITCHML_JOB_ID >> 24 == 0 )) || fail "job $SWITCHML_JOB_ID was not placed on switch 2 (index 0)"
+{ kill -9 "$SW2_PID"; wait "$SW2_PID"; } 2>/dev/null || true
+replaced() { jobs show "$SWITCHML_JOB_ID" --controller "$CTL" > "$WORK/moved.json" 2>/dev/null &&
+               [ "$(json_get "$WORK/moved.json" "j['placement']")" = 2 ]; }
+sml_wait_for 30 "the job to be re-placed" replaced || { cat "$WORK/moved.json"; fail "the job was not re-placed"; }
+[ "$(json_get "$WORK/moved.json" "j['state']")" = waiting_for_workers ] ||
+    { cat "$WORK/moved.json"; fail "the re-placed job does not wait for its workers"; }
+listed=$(jobs list --controller "$CTL")
+grep -q "switch0: UNREACHABLE" <<<"$listed" || { echo "$listed"; fail "jobs list does not show switch 2 down"; }
+grep -q "switch1 ($SW0_CTL): up" <<<"$listed" || { echo "$listed"; fail "jobs list does not show switch 0 up"; }
+grep -q "moving \[re-placed: placement 2\]" <<<"$listed" || { echo "$listed"; fail "jobs list does not show the re-placement"; }
+run_ranks moved- int32 1000,65537
+for p in "${PIDS[@]}"; do wait "$p" || { tail -n 5 "$WORK"/moved-*.log; fail "a worker of the re-placed job failed"; }; done
+for r in 0 1 2; do [ "$(json_get "$WORK/moved-$r.json" "j['ok']")" = True ] || fail "re-placed job, rank $r: not ok"; done
+pass "switch 2 killed: job $SWITCHML_JOB_ID re-placed on switch 0 (placement 2), its workers registered again: exact"
 sml_stop "$C_PID" 10 controller || true
