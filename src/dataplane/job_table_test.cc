@@ -280,7 +280,8 @@ TEST(JobTableTest, EachRankReportsHowLongTheSwitchHasNotHeardFromIt) {
   }
   const auto ranks = [&](TimePoint now) {
     std::vector<int64_t> idle;
-    for (const JobWorkerInfo& w : x.t->List(now).jobs.at(0).workers) idle.push_back(w.idle_for.count());
+    const JobList list = x.t->List(now);  // (a range-for over the temporary's member would dangle)
+    for (const JobWorkerInfo& w : list.jobs.at(0).workers) idle.push_back(w.idle_for.count());
     return idle;
   };
   EXPECT_EQ(ranks(kT0 + 2000ms), (std::vector<int64_t>{1100, 1100, 1990}));
