@@ -663,8 +663,11 @@ def worker_stream(args):
     return finish_worker(c)
 
 
-def ddp_train(rank, group, steps):
-    """Trains a small MLP with DDP over `group` (None = default group); returns (final, initial) params."""
+def ddp_train(rank, group, steps, hook=None, state=None, first_bucket_bytes=1024):
+    """Trains a small MLP with DDP over `group` (None = default group), with comm hook `hook`
+    (and its state) if given; returns (final, initial) params. first_bucket_bytes: DDP's first
+    bucket (it reads its size from a module attribute, set for the whole process; None: leave
+    it), with tiny buckets after it: several allreduces in flight per step."""
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -672,19 +675,13 @@ def ddp_train(rank, group, steps):
     torch.manual_seed(1234)  # same initial model everywhere (DDP also broadcasts it)
     model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
     initial = [p.detach().clone() for p in model.parameters()]
-    # Tiny buckets (DDP reads the first bucket's size from this attribute): several allreduces
-    # in flight per step.
-    dist._DEFAULT_FIRST_BUCKET_BYTES = 1024
+    if first_bucket_bytes is not None:
+        dist._DEFAULT_FIRST_BUCKET_BYTES = first_bucket_bytes
     ddp = DDP(model, process_group=group, bucket_cap_mb=0.001)
+    if hook is not None:
+        ddp.register_comm_hook(state, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.5)
-    g = torch.Generator().manual_seed(99 + rank)  # different data on each rank
-    for _ in range(steps):
-        x = torch.randn(8, 16, generator=g)
-        y = torch.randn(8, 4, generator=g)
-        opt.zero_grad()
-        loss = ((ddp(x) - y) ** 2).mean()
-        loss.backward()
-        opt.step()
+    train_steps(rank, ddp, opt, steps, seed=99)  # different data on each rank
     return [p.detach().clone() for p in model.parameters()], initial
 
 
@@ -1039,23 +1036,7 @@ def sml_close(x, y, dtype):
 
 def hook_train(rank, group, hook, state, steps=10):
     """A small MLP trained with DDP over `group` (None = default) with comm hook `hook`."""
-    import torch
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    torch.manual_seed(1234)
-    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
-    initial = [p.detach().clone() for p in model.parameters()]
-    ddp = DDP(model, process_group=group, bucket_cap_mb=0.001)
-    ddp.register_comm_hook(state, hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.5)
-    g = torch.Generator().manual_seed(99 + rank)
-    for _ in range(steps):
-        x = torch.randn(8, 16, generator=g)
-        y = torch.randn(8, 4, generator=g)
-        opt.zero_grad()
-        ((ddp(x) - y) ** 2).mean().backward()
-        opt.step()
-    return [p.detach().clone() for p in model.parameters()], initial
+    return ddp_train(rank, group, steps, hook, state, first_bucket_bytes=None)
 
 
 def identical_on_all_ranks(params, gloo):
@@ -1110,9 +1091,10 @@ def small_model():
     return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
 
 
-def train_steps(rank, model, opt, steps):
+def train_steps(rank, model, opt, steps, seed=77):
+    """`steps` SGD steps of model (16 -> 4) on random data of this rank (seed + rank)."""
     import torch
-    g = torch.Generator().manual_seed(77 + rank)
+    g = torch.Generator().manual_seed(seed + rank)
     for _ in range(steps):
         x = torch.randn(8, 16, generator=g)
         y = torch.randn(8, 4, generator=g)
