@@ -153,7 +153,7 @@ def kill_between_calls(args, tmpdir, mode, world, env, kill, what):
     killed = all(os.path.exists(f) for f in done)
     if killed:
         kill(procs)
-        print(f"parent: {what} killed after every rank finished call {DEATH_CALLS - 1}")
+        print(f"parent: killed {what} after every rank finished call {DEATH_CALLS - 1}")
     else:
         print(f"parent: FAIL the ranks did not all finish the calls before the kill of {what}")
     open(os.path.join(tmpdir, "killed"), "w").close()
@@ -203,20 +203,22 @@ def run_rank_death(args, tmpdir, how):
     ok = False
     try:
         env = base_env(args.pythonpath)
-        env.pop("SWITCHML_OPERATOR_TOKEN", None)
+        for key in ("SWITCHML_OPERATOR_TOKEN", "SWITCHML_JOB_ID", "SWITCHML_JOB_TOKEN"):
+            env.pop(key, None)
         env["SWITCHML_CONTROLLER"] = controller
         env["SWITCHML_CALL_TIMEOUT_MS"] = str(DEATH_CALL_TIMEOUT_MS)
         if how == "job":
             r = subprocess.run([args.switchml, "jobs", "create", "--controller", controller, "--workers",
                                 str(RANK_DEATH_WORLD), "--window", "256"], env=switch_env,
                                capture_output=True, text=True, timeout=60)
-            print(f"parent: switchml jobs create: exit {r.returncode}: {r.stdout.strip()} {r.stderr.strip()}")
-            if r.returncode != 0:
-                return False
             for line in r.stdout.splitlines():
                 key, _, value = line.partition("=")
                 if key in ("SWITCHML_JOB_ID", "SWITCHML_JOB_TOKEN"):
                     env[key] = value
+            print(f"parent: switchml jobs create: exit {r.returncode}, job {env.get('SWITCHML_JOB_ID')} "
+                  f"{r.stderr.strip()}")
+            if r.returncode != 0 or "SWITCHML_JOB_TOKEN" not in env:
+                return False
         else:
             env["SWITCHML_OPERATOR_TOKEN"] = operator_token
         victim = RANK_DEATH_WORLD - 1
