@@ -4,7 +4,8 @@ hang guard, their report) and the worker side (joining the group, checks, test d
 
   # parent
   def parent(args):
-      return parent_main(args, "switchml_x_", lambda tmpdir: run_with_switch(args, tmpdir, __file__, "worker"))
+      return parent_main(args, "switchml_x_",
+                         lambda tmpdir: run_with_switch(args, tmpdir, __file__, "worker", "x"))
   # worker
   def worker(args):
       c = init_worker(args)                 # sys.path, init_process_group("switchml"), a Checker
