@@ -532,13 +532,21 @@ std::shared_ptr<const JobTable> JobTable::ExpireIdle(const JobTable& current, Ti
                                                      std::vector<uint32_t>* expired) {
   std::shared_ptr<const JobTable> table;
   const JobTable* cur = &current;
-  for (const Job& j : current.jobs()) {
-    if (j.state == JobState::kEnded) continue;
+  // When each rank was last heard from (Describe: workers[].idle_for). A rank not seen by a
+  // sweep yet counts from this one (job 0's session registrations carry no time).
+  auto track_ranks = [now](const Job& j) {
     JobRuntime::Activity& a = j.runtime->activity;
     for (uint32_t r = 0; r < a.ranks.size(); ++r) {
       const uint64_t rank_rx = j.runtime->RankReceived(r);
-      if (rank_rx != a.ranks[r].seen) a.ranks[r] = {rank_rx, now};
+      if (rank_rx != a.ranks[r].seen || a.ranks[r].last_active == TimePoint{}) a.ranks[r] = {rank_rx, now};
     }
+  };
+  // Job 0 never expires, but its ranks' idle times are reported like any job's.
+  if (current.reference().runtime) track_ranks(current.reference());
+  for (const Job& j : current.jobs()) {
+    if (j.state == JobState::kEnded) continue;
+    JobRuntime::Activity& a = j.runtime->activity;
+    track_ranks(j);
     const uint64_t rx = j.runtime->Received();
     if (rx != a.seen) {
       a.seen = rx;

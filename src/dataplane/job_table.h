@@ -290,8 +290,10 @@ class JobTable {
 
   // Updates each live service job's activity from its received counter and ends every job
   // with an idle_timeout that has received nothing for longer than it (reason "idle for X ms
-  // ..."). Returns the new table, or nullptr when no job expired; appends expired ids to
-  // *expired. Must be called by the table writer (it updates JobRuntime::activity).
+  // ..."). Job 0's per-rank activity is updated too (workers[].idle_for; a rank's clock starts
+  // at the first sweep that sees it), and job 0 never ends. Returns the new table, or nullptr
+  // when no job expired; appends expired ids to *expired. Must be called by the table writer
+  // (it updates JobRuntime::activity).
   static std::shared_ptr<const JobTable> ExpireIdle(const JobTable& current, TimePoint now,
                                                     std::vector<uint32_t>* expired);
 

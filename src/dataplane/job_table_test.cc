@@ -295,6 +295,33 @@ TEST(JobTableTest, EachRankReportsHowLongTheSwitchHasNotHeardFromIt) {
   EXPECT_EQ(ranks(kT0 + 2500ms).at(2), 100);
 }
 
+TEST(JobTableTest, Job0RanksReportHowLongTheSwitchHasNotHeardFromThem) {
+  Tables x;
+  for (uint32_t r = 0; r < 3; ++r) {
+    WorkerRegistration w;
+    w.rank = r;
+    w.num_workers = 3;
+    w.ipv4 = 10 + r;
+    w.udp_ports = {1};
+    ASSERT_TRUE(x.RegisterSession(w).ok());
+  }
+  JobRuntime& rt = *x.t->reference().runtime;
+  std::vector<uint32_t> expired;
+  // The first sweep starts every rank's clock; ranks 0 and 1 send until 900 ms, rank 2 never.
+  EXPECT_EQ(JobTable::ExpireIdle(*x.t, kT0 + 10ms, &expired), nullptr);
+  for (auto t : {100ms, 500ms, 900ms}) {
+    Bump(rt.rank_received_of(0)[0]);
+    Bump(rt.rank_received_of(0)[1]);
+    EXPECT_EQ(JobTable::ExpireIdle(*x.t, kT0 + t, &expired), nullptr);
+  }
+  const JobList list = x.t->List(kT0 + 2000ms);
+  ASSERT_TRUE(list.reference_session.has_value());
+  std::vector<int64_t> idle;
+  for (const JobWorkerInfo& w : list.reference_session->workers) idle.push_back(w.idle_for.count());
+  EXPECT_EQ(idle, (std::vector<int64_t>{1100, 1100, 1990}));
+  EXPECT_TRUE(expired.empty());  // job 0 never expires
+}
+
 TEST(JobTableTest, OnlyTheNewestEndedJobsAreRemembered) {
   Tables x;
   uint32_t first = 0;

@@ -1,9 +1,11 @@
 #include "rendezvous/rendezvous.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include "rendezvous/job_client.h"
+#include "rendezvous/operator_auth.h"
 #include "rendezvous/session_client.h"
 
 namespace switchml::rendezvous {
@@ -58,6 +60,7 @@ class SessionRendezvous final : public Rendezvous {
       : address_(std::move(address)), client_(std::move(client)) {}
 
   StatusOr<control::JobWorkerGrant> Join(const control::WorkerRegistration& reg) override {
+    rank_ = reg.rank;
     SWITCHML_ASSIGN_OR_RETURN(control::SwitchInfo info, Bootstrap(*client_, reg));
     control::JobWorkerGrant grant;
     grant.switch_info = std::move(info);
@@ -67,14 +70,24 @@ class SessionRendezvous final : public Rendezvous {
     grant.state = control::JobState::kRunning;
     return grant;
   }
-  // Job 0 has no job state to ask about; a timeout only learns whether the controller still
-  // answers (a switch's own controller dies with it: the switch is what failed).
+  // A timeout learns whether the controller still answers (a switch's own controller dies
+  // with it: the switch is what failed). Job 0 has no token, and its per-rank state is the
+  // operator's to read (ListJobs): only a worker whose environment holds the operator
+  // credential (SWITCHML_OPERATOR_TOKEN, read when the explainer is made) also learns which
+  // ranks the switch has not heard from (SilentRanks), as a JobService job's workers do with
+  // their job's token. Without it, or if the controller refuses it, nothing more is said.
   FailureExplainer failure_explainer() const override {
-    return [address = address_](const Status& s) -> control::FailureExplanation {
+    const char* env = std::getenv(kOperatorTokenEnv);
+    return [address = address_, rank = rank_, operator_token = std::string(env ? env : "")](
+               const Status& s) -> control::FailureExplanation {
       if (s.code() != StatusCode::kDeadlineExceeded) return {};
       auto client = JobClient::Connect(address, kExplainDeadline);
-      if (client.ok()) return {};
-      return ControllerGone(address, client.status());
+      if (!client.ok()) return ControllerGone(address, client.status());
+      if (operator_token.empty()) return {};
+      (*client)->set_operator_token(operator_token);
+      auto list = (*client)->ListJobs();
+      if (!list.ok() || !list->reference_session) return {};
+      return {SilentRanks(*list->reference_session, rank), false};
     };
   }
   uint32_t job_id() const override { return control::kReferenceJobId; }
@@ -83,6 +96,7 @@ class SessionRendezvous final : public Rendezvous {
  private:
   const std::string address_;
   std::unique_ptr<SessionClient> client_;
+  uint32_t rank_ = 0;  // this worker's, set by Join
 };
 
 // Any other job: the JobService (JobBootstrap), with the job's token.

@@ -50,7 +50,9 @@ class Rendezvous {
   // A function that asks the controller, when a worker's operation times out
   // (DeadlineExceeded), whether the job still exists and why not; it opens its own connection
   // (deadline min(rpc_timeout, 2 s)) and holds none in between, so it may outlive this object.
-  // Empty for job 0, which has no state to ask about.
+  // Job 0's asks only whether the controller answers, and, when this process's environment
+  // holds the operator credential (SWITCHML_OPERATOR_TOKEN), which ranks the switch has not
+  // heard from (its per-rank state is the operator's to read: ListJobs).
   virtual FailureExplainer failure_explainer() const = 0;
 
   // The job this rendezvous joins (0 = the reference session).

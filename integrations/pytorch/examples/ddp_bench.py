@@ -53,12 +53,13 @@ import argparse
 import copy
 import datetime
 import functools
-import json
 import math
 import os
 import statistics
 import sys
 import time
+
+from example_util import non_negative, positive, write_json
 
 # name -> (description, batch size per process); the builders are in make_model().
 MODELS = {
@@ -498,9 +499,7 @@ def run(args):
                "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                "ok": all_ok, "results": results}
         if args.json:
-            with open(args.json + ".tmp", "w") as f:
-                json.dump(doc, f)
-            os.replace(args.json + ".tmp", args.json)
+            write_json(args.json, doc)
         print(flush=True)
         print(f"DDP step time, {world} processes{', ' + args.label if args.label else ''}: median / p90 of "
               f"{args.steps} timed steps per backend (each the slowest rank's), speedup = gloo median / "
@@ -514,21 +513,11 @@ def run(args):
         print(f"ddp_bench: {'PASS' if all_ok else 'FAIL'}", flush=True)
     dist.barrier(group=gloo_pg)
     dist.destroy_process_group()
-    return 0 if all_ok else 3
-
-
-def positive(v):
-    n = int(v)
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return n
-
-
-def non_negative(v):
-    n = int(v)
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return n
+    # Leave without the interpreter's finalization, where torch 2.15's Gloo sometimes aborts
+    # ("terminate called without an active exception"), as in fashion_mnist_ddp.py.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if all_ok else 3)
 
 
 def model_list(v):

@@ -35,6 +35,8 @@ import statistics
 import sys
 import time
 
+from example_util import non_negative, positive, write_json
+
 DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
 # Mean and standard deviation of the FashionMNIST training pixels (in [0, 1]).
 PIXEL_MEAN, PIXEL_STD = 0.2860, 0.3530
@@ -257,9 +259,7 @@ def train(args):
                 result["switchml_stats"] = {k: v for k, v in dict(switchml.torch.stats()).items()}
             except Exception as e:  # stats are informative only
                 result["switchml_stats"] = {"error": str(e)}
-        with open(args.out + ".tmp", "w") as f:
-            json.dump(result, f)
-        os.replace(args.out + ".tmp", args.out)
+        write_json(args.out, result)
         print(f"{tag} done: {step} steps in {train_s:.1f} s, mean step {1000 * result['mean_step_time_s']:.1f} ms, "
               f"test accuracy {100 * acc:.2f}% (test loss {test_loss:.4f}), parameters identical on all "
               f"ranks: {identical}", flush=True)
@@ -318,28 +318,12 @@ def compare(args):
         combined = {"runs": {name_a: a, name_b: b}, "accuracy_difference_pp": acc_diff_pp,
                     "final_train_loss_difference": a["final_train_loss"] - b["final_train_loss"],
                     "label": args.label, "switch_cpu_s": args.switch_cpu_s}
-        with open(args.out + ".tmp", "w") as f:
-            json.dump(combined, f)
-        os.replace(args.out + ".tmp", args.out)
+        write_json(args.out, combined)
         print(f"wrote {args.out}")
     return 0
 
 
 # ---------------------------------------------------------------- main
-
-def positive(v):
-    n = int(v)
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return n
-
-
-def non_negative(v):
-    n = int(v)
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return n
-
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

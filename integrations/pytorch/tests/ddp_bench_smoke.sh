@@ -15,15 +15,11 @@
 #      gradient check failed (error 0.5) while the replicas stayed identical: the check can fail.
 # Usage: ddp_bench_smoke.sh BUILD_DIR   (exit 77 = skipped: no torch / no backend built)
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../../../scripts/lib.sh"
-BUILD=${1:?usage: ddp_bench_smoke.sh BUILD_DIR}
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh" "$@"  # BUILD, HERE, PYTHON
 RUN="$HERE/../examples/run_ddp_bench.sh"
-PYTHON=${PYTHON:-${SWITCHML_VENV:-$HERE/../../../.venv}/bin/python}
 
-"$PYTHON" -c "import torch" 2>/dev/null || skip "$PYTHON cannot import torch"
-[[ -d "$BUILD/python/switchml" ]] || skip "$BUILD/python/switchml not built"
-[[ -x "$BUILD/switchml" ]] || skip "$BUILD/switchml not built"
+pt_skip_unless_imports torch
+pt_skip_unless_built python/switchml switchml
 
 sml_work_dir switchml-ddpbench-smoke  # kept (with the JSON) when the test fails
 sml_deadline 280 "ddp_bench smoke (hang guard, below the CTest TIMEOUT of 300 s)"

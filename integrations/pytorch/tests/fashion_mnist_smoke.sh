@@ -26,17 +26,14 @@
 # not train the same model.
 # Usage: fashion_mnist_smoke.sh BUILD_DIR   (exit 77 = skipped: no torch / no backend built)
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../../../scripts/lib.sh"
-BUILD=${1:?usage: fashion_mnist_smoke.sh BUILD_DIR}
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh" "$@"  # BUILD, HERE, PYTHON
 RUN="$HERE/../examples/run_fashion_mnist.sh"
-PYTHON=${PYTHON:-${SWITCHML_VENV:-$HERE/../../../.venv}/bin/python}
 ACC_FLOOR=0.70
 ACC_TOL_PP=2.0
 LOSS_TOL=0.10
 
-"$PYTHON" -c "import torch, numpy" 2>/dev/null || skip "$PYTHON cannot import torch and numpy"
-[[ -d "$BUILD/python/switchml" ]] || skip "$BUILD/python/switchml not built"
+pt_skip_unless_imports "torch, numpy"
+pt_skip_unless_built python/switchml
 [[ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] || skip "dataset-fashion-mnist is not installed"
 
 sml_work_dir switchml-fmnist-smoke  # kept (with the JSON) when the test fails

@@ -5,7 +5,8 @@
   test_backend.py matrix   --switchml BUILD/switchml --pythonpath BUILD/python
   test_backend.py torchrun --switchml BUILD/switchml --pythonpath BUILD/python
 
-Each mode starts its own switch (`switchml switch` on free ports) and two worker processes:
+Each mode starts its own switch (`switchml switch` on free ports) and two worker processes
+(harness.py: what this script shares with test_staging.py and test_cuda.py):
   suite:    init_process_group("switchml") over a FileStore; SWITCHML_CONTROLLER is given to
             rank 0 only (rank 1 reads it from the store). Checks int32 bit-exact sums (with
             wrap-around), float32 within the quantization tolerance, AVG, float16/bfloat16,
@@ -19,136 +20,37 @@ Each mode starts its own switch (`switchml switch` on free ports) and two worker
             comm hooks; ZeroRedundancyOptimizer, FSDP and FSDP2 against the same runs over
             Gloo; the parent checks each fallback reason was logged once. Then 2 ranks on a
             switch of their own that the parent kills between two calls: every rank's next
-            all-reduces fail naming the cause, Gloo collectives still work, clean exit.
+            all-reduces fail naming the cause, Gloo collectives still work, clean exit. Then,
+            twice (a JobService job; job 0 with the operator credential in the ranks'
+            environment), 3 ranks of which the parent kills rank 2 between two calls: the next
+            all-reduce of ranks 0 and 1 raises a RuntimeError naming rank 2, clean exit.
   torchrun: the same package launched by `python -m torch.distributed.run --nproc_per_node 2`
             (env:// rendezvous through torchrun's TCPStore): allreduce and a few DDP steps.
 Exit code 77 (CTest: skipped) when this interpreter cannot import torch.
 """
 
-import argparse
 import datetime
 import json
 import os
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 
-SKIP = 77
-WORKER_TIMEOUT_S = 100
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # harness.py
+from harness import (WORKER_TIMEOUT_S, Checker, arg_parser, base_env, collect, dispatch, exact_sum,
+                     finish_worker, free_port, init_worker, max_err, parent_main, print_switch_log,
+                     pythonpath_args, rank_data, report, run_processes, run_with_switch, spawn, start_switch,
+                     stop_switch, use_pythonpath, worker_cmd)
+
 MATRIX_TIMEOUT_S = 240  # hang guard of the matrix workers (several minutes of work on a loaded machine)
-DEATH_CALLS = 4  # the switch is killed after call DEATH_CALLS - 1 ...
+DEATH_CALLS = 4  # the switch (a rank) is killed after call DEATH_CALLS - 1 ...
 DEATH_CALL_TIMEOUT_MS = 3000  # ... and SwitchML calls fail after this long (SWITCHML_CALL_TIMEOUT_MS)
+RANK_DEATH_WORLD = 3  # the rank-death runs: 3 ranks, the last one is killed
 
 
 # ---------------------------------------------------------------- parent side
 
-def start_switch(binary, tmpdir):
-    ready = os.path.join(tmpdir, "switch.json")
-    log = open(os.path.join(tmpdir, "switch.log"), "w")
-    proc = subprocess.Popen([binary, "switch", "--bind", "127.0.0.1", "--port", "0",
-                             "--controller-port", "0", "--ready-file", ready],
-                            stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"switch exited with {proc.returncode}: "
-                               + open(log.name).read())
-        if os.path.exists(ready):  # written atomically (rename)
-            with open(ready) as f:
-                info = json.load(f)
-            return proc, f"127.0.0.1:{info['controller_port']}"
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("switch did not become ready within 30 s")
-
-
-def stop_switch(proc):
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def stack_dump(pid):
-    """The C++ stacks of every thread of a hung process (gdb, if installed), for the log."""
-    import shutil
-    if not shutil.which("gdb"):
-        return "(no gdb: no stack dump)"
-    try:
-        r = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
-                           capture_output=True, text=True, timeout=120)
-        return "\n".join(ln for ln in r.stdout.splitlines() if ln.startswith(("#", "Thread")))
-    except (subprocess.TimeoutExpired, OSError) as e:
-        return f"(gdb failed: {e})"
-
-
-def run_processes(cmds_envs, tmpdir, timeout_s, tag):
-    """Runs the commands concurrently; returns [(returncode, output)] (None = timed out)."""
-    procs = []
-    for i, (cmd, env) in enumerate(cmds_envs):
-        out = open(os.path.join(tmpdir, f"{tag}_{i}.log"), "w+")
-        procs.append((subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT), out))
-    deadline = time.time() + timeout_s
-    results = []
-    for proc, out in procs:
-        dump = ""
-        try:
-            rc = proc.wait(timeout=max(1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            dump = "\n----- stacks of the hung process\n" + stack_dump(proc.pid)
-            proc.kill()
-            proc.wait()
-            rc = None
-        out.seek(0)
-        results.append((rc, out.read() + dump))
-        out.close()
-    return results
-
-
-def pythonpath_args(args):
-    """The --pythonpath to pass on to worker processes (none: the installed package)."""
-    return ["--pythonpath", args.pythonpath] if args.pythonpath else []
-
-
-def base_env(pythonpath):
-    env = dict(os.environ)
-    env.pop("SWITCHML_CONTROLLER", None)
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
-    env["OMP_NUM_THREADS"] = "1"  # two workers + a switch share 2 cores
-    # The suites check the switch path for float16/bfloat16 too (off by default: the torchrun
-    # test checks that default, where they go to Gloo).
-    env["SWITCHML_HALF_VIA_SWITCH"] = "1"
-    return env
-
-
-def report(results, tag):
-    ok = True
-    for i, (rc, out) in enumerate(results):
-        status = "timed out" if rc is None else f"exit {rc}"
-        print(f"----- {tag} process {i}: {status}")
-        print(out.rstrip())
-        ok = ok and rc == 0
-    return ok
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def parent(args):
-    try:
-        import torch  # noqa: F401
-    except ImportError as e:
-        print(f"skipped: {sys.executable} cannot import torch ({e})")
-        return SKIP
-    with tempfile.TemporaryDirectory(prefix="switchml_pytorch_") as tmpdir:
+    def body(tmpdir):
         switch, controller = start_switch(args.switchml, tmpdir)
         try:
             if args.mode == "suite":
@@ -160,69 +62,48 @@ def parent(args):
         finally:
             stop_switch(switch)
         if not ok:
-            print("----- switch log")
-            print(open(os.path.join(tmpdir, "switch.log")).read().rstrip())
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+            print_switch_log(tmpdir)
+        return ok
+    return parent_main(args, "switchml_pytorch_", body)
 
 
 def run_suite(args, tmpdir, controller):
-    me = os.path.abspath(__file__)
     init = "file://" + os.path.join(tmpdir, "store")
     cmds = []
     for rank in range(2):
         env = base_env(args.pythonpath)
         if rank == 0:  # rank 1 must get the address through the store
             env["SWITCHML_CONTROLLER"] = controller
-        cmds.append(([sys.executable, me, "worker-suite", "--rank", str(rank), "--world", "2",
-                      "--init", init, *pythonpath_args(args)], env))
+        cmds.append((worker_cmd(__file__, "worker-suite", rank, 2, init, args), env))
     ok = report(run_processes(cmds, tmpdir, WORKER_TIMEOUT_S, "suite"), "suite worker")
 
     # Stream semantics: 3 ranks, chained async all-reduces on one tensor, on a switch of their own.
-    ok = run_stream(args, os.path.join(tmpdir, "stream"), world=3) and ok
+    stream_dir = os.path.join(tmpdir, "stream")
+    os.makedirs(stream_dir)
+    ok = run_with_switch(args, stream_dir, __file__, "worker-stream", "stream", world=3,
+                         log_label="stream ") and ok
 
     # No controller address anywhere: a clear error, not a hang or a crash.
     init1 = "file://" + os.path.join(tmpdir, "store1")
-    cmd = ([sys.executable, me, "worker-no-controller", "--init", init1,
-            *pythonpath_args(args)], base_env(args.pythonpath))
+    cmd = (worker_cmd(__file__, "worker-no-controller", 0, 1, init1, args), base_env(args.pythonpath))
     ok = report(run_processes([cmd], tmpdir, 60, "nocontroller"), "no-controller") and ok
-    return ok
-
-
-def run_stream(args, tmpdir, world):
-    os.makedirs(tmpdir)
-    me = os.path.abspath(__file__)
-    init = "file://" + os.path.join(tmpdir, "store")
-    switch, controller = start_switch(args.switchml, tmpdir)
-    try:
-        env = base_env(args.pythonpath)
-        env["SWITCHML_CONTROLLER"] = controller
-        cmds = [([sys.executable, me, "worker-stream", "--rank", str(rank), "--world", str(world),
-                  "--init", init, *pythonpath_args(args)], env) for rank in range(world)]
-        ok = report(run_processes(cmds, tmpdir, WORKER_TIMEOUT_S, "stream"), "stream worker")
-    finally:
-        stop_switch(switch)
-    if not ok:
-        print("----- stream switch log")
-        print(open(os.path.join(tmpdir, "switch.log")).read().rstrip())
     return ok
 
 
 def run_matrix(args, tmpdir, controller):
     """Mode `matrix`: comm hooks, the collective/dtype/op matrix, ZeRO and FSDP over 2 ranks on
-    the parent's switch; then the switch-death run on a switch of its own."""
-    me = os.path.abspath(__file__)
+    the parent's switch; then the switch-death run and the rank-death runs, each on a switch of
+    its own."""
     init = "file://" + os.path.join(tmpdir, "store_matrix")
-    cmds = []
-    for rank in range(2):
-        env = base_env(args.pythonpath)
-        env["SWITCHML_CONTROLLER"] = controller
-        cmds.append(([sys.executable, me, "worker-matrix", "--rank", str(rank), "--world", "2",
-                      "--init", init, *pythonpath_args(args)], env))
+    env = base_env(args.pythonpath)
+    env["SWITCHML_CONTROLLER"] = controller
+    cmds = [(worker_cmd(__file__, "worker-matrix", rank, 2, init, args), env) for rank in range(2)]
     results = run_processes(cmds, tmpdir, MATRIX_TIMEOUT_S, "matrix")
     ok = report(results, "matrix worker")
     ok = check_fallback_log_once(results) and ok
     ok = run_switch_death(args, os.path.join(tmpdir, "death")) and ok
+    for how in ("job", "session"):
+        ok = run_rank_death(args, os.path.join(tmpdir, f"rank_death_{how}"), how) and ok
     return ok
 
 
@@ -254,133 +135,132 @@ def check_fallback_log_once(results):
     return ok
 
 
-def run_switch_death(args, tmpdir):
-    """2 ranks make all-reduce calls; after both finished call DEATH_CALLS - 1 (files tell the
-    parent), the parent kills the switch (SIGKILL) and tells the ranks (a file): every later
-    SwitchML call must fail on every rank with an error naming the cause, and the processes exit
-    cleanly. No timing matters: the kill happens between two calls, by construction."""
-    os.makedirs(tmpdir)
-    me = os.path.abspath(__file__)
+def kill_between_calls(args, tmpdir, mode, world, env, kill, what):
+    """Starts `world` workers of `mode` (a file:// store in tmpdir). Once every rank has created
+    done.rank<R> in tmpdir (it finished the calls that come before the kill), kill() runs, then
+    the file `killed` tells the ranks (it also releases them if the kill did not happen: the
+    run then fails). No timing matters: the kill happens between two calls, by construction.
+    Returns (whether kill() ran, [(returncode, output)] of every rank)."""
     init = "file://" + os.path.join(tmpdir, "store")
+    procs = [spawn(worker_cmd(__file__, mode, rank, world, init, args), env, tmpdir, f"{mode}_{rank}")
+             for rank in range(world)]
+    deadline = time.time() + WORKER_TIMEOUT_S  # hang guard only
+    done = [os.path.join(tmpdir, f"done.rank{r}") for r in range(world)]
+    while not all(os.path.exists(f) for f in done):
+        if time.time() > deadline or any(p.poll() is not None for p, _ in procs):
+            break
+        time.sleep(0.05)
+    killed = all(os.path.exists(f) for f in done)
+    if killed:
+        kill(procs)
+        print(f"parent: killed {what} after every rank finished call {DEATH_CALLS - 1}")
+    else:
+        print(f"parent: FAIL the ranks did not all finish the calls before the kill of {what}")
+    open(os.path.join(tmpdir, "killed"), "w").close()
+    return killed, collect(procs, deadline)
+
+
+def run_switch_death(args, tmpdir):
+    """2 ranks make all-reduce calls; after both finished call DEATH_CALLS - 1, the parent kills
+    the switch (SIGKILL): every later SwitchML call must fail on every rank with an error naming
+    the cause, and the processes exit cleanly."""
+    os.makedirs(tmpdir)
     switch, controller = start_switch(args.switchml, tmpdir)
     killed = False
     try:
         env = base_env(args.pythonpath)
         env["SWITCHML_CONTROLLER"] = controller
         env["SWITCHML_CALL_TIMEOUT_MS"] = str(DEATH_CALL_TIMEOUT_MS)
-        procs = []
-        for rank in range(2):
-            out = open(os.path.join(tmpdir, f"death_{rank}.log"), "w+")
-            cmd = [sys.executable, me, "worker-switch-death", "--rank", str(rank), "--world", "2",
-                   "--init", init, *pythonpath_args(args)]
-            procs.append((subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT), out))
-        deadline = time.time() + WORKER_TIMEOUT_S  # hang guard only
-        done = [os.path.join(tmpdir, f"done.rank{r}") for r in range(2)]
-        while not all(os.path.exists(f) for f in done):
-            if time.time() > deadline or any(p.poll() is not None for p, _ in procs):
-                break
-            time.sleep(0.05)
-        if all(os.path.exists(f) for f in done):
+
+        def kill(_):
             switch.kill()
             switch.wait()
-            killed = True
-            print(f"parent: switch killed after both ranks finished call {DEATH_CALLS - 1}")
-        open(os.path.join(tmpdir, "killed"), "w").close()  # also releases the ranks if it was not
-        results = []
-        for proc, out in procs:
-            dump = ""
-            try:
-                rc = proc.wait(timeout=max(1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                dump = "\n----- stacks of the hung process\n" + stack_dump(proc.pid)
-                proc.kill()
-                proc.wait()
-                rc = None
-            out.seek(0)
-            results.append((rc, out.read() + dump))
-            out.close()
+        killed, results = kill_between_calls(args, tmpdir, "worker-switch-death", 2, env, kill, "the switch")
         ok = report(results, "switch-death worker") and killed
-        if not killed:
-            print("parent: FAIL the ranks did not both finish the calls before the kill")
     finally:
         if not killed:
             stop_switch(switch)
     if not ok:
-        print("----- switch-death switch log")
-        print(open(os.path.join(tmpdir, "switch.log")).read().rstrip())
+        print_switch_log(tmpdir, "switch-death ")
+    return ok
+
+
+def run_rank_death(args, tmpdir, how):
+    """RANK_DEATH_WORLD ranks make all-reduce calls; after all finished call DEATH_CALLS - 1, the
+    parent kills the last rank (SIGKILL): the next all-reduce of every other rank must fail
+    with a RuntimeError naming that rank (the switch has had no datagram from it), after
+    SWITCHML_CALL_TIMEOUT_MS (the hang guard is the only deadline), and they exit cleanly.
+    how = "job": the ranks join a JobService job (`switchml jobs create`; SWITCHML_JOB_ID and
+    SWITCHML_JOB_TOKEN), whose token lets them read its per-rank state. how = "session": the
+    default, job 0 (the reference session), whose per-rank state only the operator may read: the
+    ranks' environment holds the operator credential (SWITCHML_OPERATOR_TOKEN)."""
+    import secrets
+    import subprocess
+    os.makedirs(tmpdir)
+    operator_token = secrets.token_hex(16)
+    switch_env = dict(os.environ, SWITCHML_OPERATOR_TOKEN=operator_token)
+    switch, controller = start_switch(args.switchml, tmpdir, env=switch_env)
+    ok = False
+    try:
+        env = base_env(args.pythonpath)
+        for key in ("SWITCHML_OPERATOR_TOKEN", "SWITCHML_JOB_ID", "SWITCHML_JOB_TOKEN"):
+            env.pop(key, None)
+        env["SWITCHML_CONTROLLER"] = controller
+        env["SWITCHML_CALL_TIMEOUT_MS"] = str(DEATH_CALL_TIMEOUT_MS)
+        if how == "job":
+            r = subprocess.run([args.switchml, "jobs", "create", "--controller", controller, "--workers",
+                                str(RANK_DEATH_WORLD), "--window", "256"], env=switch_env,
+                               capture_output=True, text=True, timeout=60)
+            for line in r.stdout.splitlines():
+                key, _, value = line.partition("=")
+                if key in ("SWITCHML_JOB_ID", "SWITCHML_JOB_TOKEN"):
+                    env[key] = value
+            print(f"parent: switchml jobs create: exit {r.returncode}, job {env.get('SWITCHML_JOB_ID')} "
+                  f"{r.stderr.strip()}")
+            if r.returncode != 0 or "SWITCHML_JOB_TOKEN" not in env:
+                return False
+        else:
+            env["SWITCHML_OPERATOR_TOKEN"] = operator_token
+        victim = RANK_DEATH_WORLD - 1
+
+        def kill(procs):
+            procs[victim][0].kill()
+            procs[victim][0].wait()
+        killed, results = kill_between_calls(args, tmpdir, "worker-rank-death", RANK_DEATH_WORLD, env, kill,
+                                             f"rank {victim} ({how})")
+        survivors, (victim_rc, victim_out) = results[:victim], results[victim]
+        ok = report(survivors, f"rank-death ({how}) survivor") and killed
+        print(f"----- rank-death ({how}) rank {victim}: exit {victim_rc} (SIGKILL expected: {-9})")
+        print(victim_out.rstrip())
+        if victim_rc != -9:
+            print(f"parent: FAIL rank {victim} was not the one killed (exit {victim_rc})")
+            ok = False
+    finally:
+        stop_switch(switch)
+        if not ok:
+            print_switch_log(tmpdir, f"rank-death ({how}) ")
     return ok
 
 
 def run_torchrun(args, tmpdir, controller):
-    me = os.path.abspath(__file__)
     env = base_env(args.pythonpath)
     env["SWITCHML_CONTROLLER"] = controller
     env.pop("SWITCHML_HALF_VIA_SWITCH")  # the default: float16/bfloat16 go to Gloo
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1",
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           me, "worker-torchrun", *pythonpath_args(args)]
+           os.path.abspath(__file__), "worker-torchrun", *pythonpath_args(args)]
     return report(run_processes([(cmd, env)], tmpdir, WORKER_TIMEOUT_S, "torchrun"), "torchrun")
 
 
 # ---------------------------------------------------------------- worker side
 
-class Checker:
-    def __init__(self, rank):
-        self.rank = rank
-        self.failures = 0
-
-    def check(self, cond, what):
-        print(f"rank {self.rank}: {'ok  ' if cond else 'FAIL'} {what}", flush=True)
-        if not cond:
-            self.failures += 1
-
-    def raises(self, fn, exc_types, needle, what):
-        try:
-            fn()
-        except exc_types as e:
-            self.check(needle in str(e), f"{what} (raised {type(e).__name__}: {str(e).splitlines()[0]})")
-            return
-        except Exception as e:  # wrong type
-            self.check(False, f"{what}: raised {type(e).__name__} instead of {exc_types}: {e}")
-            return
-        self.check(False, f"{what}: did not raise")
-
-
-def rank_data(rank, n, dtype, seed):
-    import torch
-    g = torch.Generator().manual_seed(seed * 1000 + rank)
-    if dtype == torch.int32:
-        return torch.randint(-2**30, 2**30, (n,), generator=g, dtype=torch.int64).to(torch.int32)
-    return (torch.randn(n, generator=g, dtype=torch.float64) * 3).to(dtype)
-
-
-def exact_sum(world, n, dtype, seed):
-    """float64 sum (floats) or the int32 sum with 32-bit wrap-around, over every rank's data."""
-    import torch
-    if dtype == torch.int32:
-        s = sum(rank_data(r, n, dtype, seed).to(torch.int64) for r in range(world))
-        return ((s + 2**31) % 2**32 - 2**31).to(torch.int32)
-    return sum(rank_data(r, n, dtype, seed).to(torch.float64) for r in range(world))
-
-
-def max_err(a, b):
-    import torch
-    if a.numel() == 0:
-        return 0.0
-    return (a.to(torch.float64) - b.to(torch.float64)).abs().max().item()
-
-
 def worker_suite(args):
-    if args.pythonpath:
-        sys.path.insert(0, args.pythonpath)
+    c = init_worker(args)
     import torch
     import torch.distributed as dist
     import switchml.torch as switchml_torch
 
     rank, world = args.rank, args.world
-    c = Checker(rank)
-    dist.init_process_group("switchml", init_method=args.init, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
     pg = switchml_torch.backend()
     c.check(isinstance(pg, switchml_torch.SwitchMLBackend), "the default group's CPU backend is SwitchMLBackend")
     c.check(dist.get_backend() == "switchml", f"get_backend() == 'switchml' (got {dist.get_backend()!r})")
@@ -637,9 +517,7 @@ def worker_suite(args):
     dist.all_gather(gathered, flat, group=gloo)
     c.check(all(torch.equal(g, gathered[0]) for g in gathered), "DDP parameters identical on every rank")
 
-    dist.destroy_process_group()
-    print(f"rank {rank}: {c.failures} failure(s)", flush=True)
-    return 1 if c.failures else 0
+    return finish_worker(c)
 
 
 def block_scaled(rank, n, dtype, seed, block=256):
@@ -678,16 +556,12 @@ def worker_stream(args):
     call k reaches the result of call k+1 as 3e (SUM) or e (AVG = SUM / 3): the bound of the
     chain is sum_k factor_k * 2^-19 * M_k, with M_k the block maximum of call k's input and
     factor_k the product of the factors of the calls after k."""
-    if args.pythonpath:
-        sys.path.insert(0, args.pythonpath)
+    c = init_worker(args)
     import torch
     import torch.distributed as dist
     import switchml.torch as switchml_torch
 
     rank, world = args.rank, args.world
-    c = Checker(rank)
-    dist.init_process_group("switchml", init_method=args.init, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
     pg = switchml_torch.backend()
     R = dist.ReduceOp
     n = 5000  # 20 blocks of 256, the last one partial
@@ -794,13 +668,14 @@ def worker_stream(args):
     ref = ((s * 2 * world + 2**31) % 2**32 - 2**31).to(torch.int32)
     c.check(torch.equal(a, ref) and torch.equal(b, ref), "int32: 2 chained allreduce([a, b]) calls, bit-exact")
 
-    dist.destroy_process_group()
-    print(f"rank {rank}: {c.failures} failure(s)", flush=True)
-    return 1 if c.failures else 0
+    return finish_worker(c)
 
 
-def ddp_train(rank, group, steps):
-    """Trains a small MLP with DDP over `group` (None = default group); returns (final, initial) params."""
+def ddp_train(rank, group, steps, hook=None, state=None, first_bucket_bytes=1024):
+    """Trains a small MLP with DDP over `group` (None = default group), with comm hook `hook`
+    (and its state) if given; returns (final, initial) params. first_bucket_bytes: DDP's first
+    bucket (it reads its size from a module attribute, set for the whole process; None: leave
+    it), with tiny buckets after it: several allreduces in flight per step."""
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -808,25 +683,18 @@ def ddp_train(rank, group, steps):
     torch.manual_seed(1234)  # same initial model everywhere (DDP also broadcasts it)
     model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
     initial = [p.detach().clone() for p in model.parameters()]
-    # Tiny buckets (DDP reads the first bucket's size from this attribute): several allreduces
-    # in flight per step.
-    dist._DEFAULT_FIRST_BUCKET_BYTES = 1024
+    if first_bucket_bytes is not None:
+        dist._DEFAULT_FIRST_BUCKET_BYTES = first_bucket_bytes
     ddp = DDP(model, process_group=group, bucket_cap_mb=0.001)
+    if hook is not None:
+        ddp.register_comm_hook(state, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.5)
-    g = torch.Generator().manual_seed(99 + rank)  # different data on each rank
-    for _ in range(steps):
-        x = torch.randn(8, 16, generator=g)
-        y = torch.randn(8, 4, generator=g)
-        opt.zero_grad()
-        loss = ((ddp(x) - y) ** 2).mean()
-        loss.backward()
-        opt.step()
+    train_steps(rank, ddp, opt, steps, seed=99)  # different data on each rank
     return [p.detach().clone() for p in model.parameters()], initial
 
 
 def worker_no_controller(args):
-    if args.pythonpath:
-        sys.path.insert(0, args.pythonpath)
+    use_pythonpath(args)
     import torch.distributed as dist
     import switchml.torch  # noqa: F401
     c = Checker(0)
@@ -837,8 +705,7 @@ def worker_no_controller(args):
 
 
 def worker_torchrun(args):
-    if args.pythonpath:
-        sys.path.insert(0, args.pythonpath)
+    use_pythonpath(args)
     import torch
     import torch.distributed as dist
     import switchml.torch  # noqa: F401
@@ -871,24 +738,18 @@ def worker_torchrun(args):
     dist.all_gather(gathered, flat)
     c.check(all(torch.equal(g, gathered[0]) for g in gathered) and max_err(params[0], initial[0]) > 0,
             "torchrun: DDP parameters trained and identical on both ranks")
-    dist.destroy_process_group()
-    print(f"rank {rank}: {c.failures} failure(s)", flush=True)
-    return 1 if c.failures else 0
+    return finish_worker(c)
 
 
 # ---------------------------------------------------------------- worker side: matrix mode
 
 def worker_matrix(args):
     """Mode `matrix`, one rank of 2: each scenario in its own function."""
-    if args.pythonpath:
-        sys.path.insert(0, args.pythonpath)
+    c = init_worker(args)
     import torch.distributed as dist
     import switchml.torch as switchml_torch
 
     rank, world = args.rank, args.world
-    c = Checker(rank)
-    dist.init_process_group("switchml", init_method=args.init, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
     pg = switchml_torch.backend()
     gloo = dist.new_group(backend="gloo")
     check_allreduce_matrix(c, pg, gloo)
@@ -898,9 +759,7 @@ def worker_matrix(args):
     check_fsdp1(c, pg, gloo)
     check_fsdp2(c, pg, gloo)
     print("STATS " + json.dumps(pg.stats()), flush=True)  # the parent checks the log lines against it
-    dist.destroy_process_group()
-    print(f"rank {rank}: {c.failures} failure(s)", flush=True)
-    return 1 if c.failures else 0
+    return finish_worker(c)
 
 
 MATRIX_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool", "int16")
@@ -1197,23 +1056,7 @@ def sml_close(x, y, dtype):
 
 def hook_train(rank, group, hook, state, steps=10):
     """A small MLP trained with DDP over `group` (None = default) with comm hook `hook`."""
-    import torch
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    torch.manual_seed(1234)
-    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
-    initial = [p.detach().clone() for p in model.parameters()]
-    ddp = DDP(model, process_group=group, bucket_cap_mb=0.001)
-    ddp.register_comm_hook(state, hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.5)
-    g = torch.Generator().manual_seed(99 + rank)
-    for _ in range(steps):
-        x = torch.randn(8, 16, generator=g)
-        y = torch.randn(8, 4, generator=g)
-        opt.zero_grad()
-        ((ddp(x) - y) ** 2).mean().backward()
-        opt.step()
-    return [p.detach().clone() for p in model.parameters()], initial
+    return ddp_train(rank, group, steps, hook, state, first_bucket_bytes=None)
 
 
 def identical_on_all_ranks(params, gloo):
@@ -1268,9 +1111,10 @@ def small_model():
     return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
 
 
-def train_steps(rank, model, opt, steps):
+def train_steps(rank, model, opt, steps, seed=77):
+    """`steps` SGD steps of model (16 -> 4) on random data of this rank (seed + rank)."""
     import torch
-    g = torch.Generator().manual_seed(77 + rank)
+    g = torch.Generator().manual_seed(seed + rank)
     for _ in range(steps):
         x = torch.randn(8, 16, generator=g)
         y = torch.randn(8, 4, generator=g)
@@ -1376,27 +1220,20 @@ def check_sharded(c, name, p_sw, p_gloo, before, after, gloo):
     c.check(identical_on_all_ranks(p_sw, gloo), "... full parameters identical on every rank")
 
 
-# ---------------------------------------------------------------- worker side: switch death
+# ---------------------------------------------------------------- worker side: switch or rank death
 
-def worker_switch_death(args):
-    """One rank of the switch-death run (see run_switch_death): DEATH_CALLS - 1 good calls, then,
-    once the parent has killed the switch, SwitchML calls that must fail on every rank naming the
-    cause, Gloo collectives that still work, and a clean exit."""
-    if args.pythonpath:
-        sys.path.insert(0, args.pythonpath)
+def calls_then_wait_for_kill(args, c):
+    """DEATH_CALLS - 1 all-reduces that must be right; then done.rank<R> beside the store tells
+    the parent (kill_between_calls), and this rank waits for its file `killed`."""
     import torch
     import torch.distributed as dist
-    import switchml.torch  # noqa: F401
-
     rank, world = args.rank, args.world
-    c = Checker(rank)
-    folder = os.path.dirname(args.init[len("file://"):])
-    dist.init_process_group("switchml", init_method=args.init, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
     for k in range(DEATH_CALLS - 1):
         x = torch.full((5000,), float(rank + k))
         dist.all_reduce(x)
-        c.check(bool((x == 2 * k + 1).all()), f"call {k} before the kill is right")
+        expected = world * k + world * (world - 1) // 2  # sum over the ranks of rank + k
+        c.check(bool((x == expected).all()), f"call {k} before the kill is right")
+    folder = os.path.dirname(args.init[len("file://"):])
     open(os.path.join(folder, f"done.rank{rank}"), "w").close()
     killed = os.path.join(folder, "killed")
     deadline = time.monotonic() + WORKER_TIMEOUT_S  # hang guard
@@ -1404,6 +1241,19 @@ def worker_switch_death(args):
         if time.monotonic() > deadline:
             raise RuntimeError(f"the parent did not create {killed}")
         time.sleep(0.01)
+
+
+def worker_switch_death(args):
+    """One rank of the switch-death run (see run_switch_death): DEATH_CALLS - 1 good calls, then,
+    once the parent has killed the switch, SwitchML calls that must fail on every rank naming the
+    cause, Gloo collectives that still work, and a clean exit."""
+    c = init_worker(args)
+    import torch
+    import torch.distributed as dist
+    import switchml.torch  # noqa: F401
+
+    rank, world = args.rank, args.world
+    calls_then_wait_for_kill(args, c)
 
     # The switch is gone: three async calls (in place, float16 staged, AVG), then one more.
     start = time.monotonic()
@@ -1432,30 +1282,46 @@ def worker_switch_death(args):
     c.check(bool((x == 3).all()), "float64 all_reduce (Gloo fallback) still works")
     dist.barrier()
     c.check(True, "barrier still works")
-    dist.destroy_process_group()
-    print(f"rank {rank}: {c.failures} failure(s)", flush=True)
-    return 1 if c.failures else 0
+    return finish_worker(c)
+
+
+def worker_rank_death(args):
+    """One rank of a rank-death run (see run_rank_death): DEATH_CALLS - 1 good calls; the last
+    rank is then killed by the parent, and every other rank's next all-reduce must raise a
+    RuntimeError naming it; a clean exit (no Gloo collective: the inner Gloo group has lost a
+    rank too)."""
+    c = init_worker(args)
+    import torch
+    import torch.distributed as dist
+
+    rank, world = args.rank, args.world
+    calls_then_wait_for_kill(args, c)  # the last rank is killed while it waits here
+    victim = world - 1
+    start = time.monotonic()
+    x = torch.ones(5000)
+    try:
+        dist.all_reduce(x)
+        c.check(False, f"the all_reduce after rank {victim} was killed did not raise")
+    except RuntimeError as e:
+        msg = str(e)
+        c.check("no result from switch" in msg and f"for {DEATH_CALL_TIMEOUT_MS} ms" in msg
+                and f"the switch has had no datagram from rank {victim} (127.0.0.1)" in msg
+                and "it may have died, stalled, or not made this call" in msg
+                and f"rank {rank} (" not in msg,
+                f"the all_reduce after rank {victim} was killed raises RuntimeError naming rank {victim} "
+                f"(and not this rank): {msg}")
+    print(f"rank {rank}: the failure arrived {time.monotonic() - start:.1f} s after the call "
+          f"(SWITCHML_CALL_TIMEOUT_MS={DEATH_CALL_TIMEOUT_MS}; not checked: timing)", flush=True)
+    return finish_worker(c)
+
+
+WORKERS = {"worker-suite": worker_suite, "worker-stream": worker_stream, "worker-no-controller": worker_no_controller,
+           "worker-torchrun": worker_torchrun, "worker-matrix": worker_matrix,
+           "worker-switch-death": worker_switch_death, "worker-rank-death": worker_rank_death}
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["suite", "torchrun", "matrix", "worker-suite", "worker-stream",
-                                    "worker-no-controller", "worker-torchrun", "worker-matrix",
-                                    "worker-switch-death"])
-    p.add_argument("--switchml", help="path of the `switchml` binary")
-    p.add_argument("--pythonpath", help="folder that holds the switchml package (default: the installed one)")
-    p.add_argument("--rank", type=int, default=0)
-    p.add_argument("--world", type=int, default=2)
-    p.add_argument("--init", help="init_method URL")
-    args = p.parse_args()
-    if args.mode in ("suite", "torchrun", "matrix"):
-        if not args.switchml:
-            p.error("--switchml is required")
-        return parent(args)
-    return {"worker-suite": worker_suite, "worker-stream": worker_stream,
-            "worker-no-controller": worker_no_controller,
-            "worker-torchrun": worker_torchrun, "worker-matrix": worker_matrix,
-            "worker-switch-death": worker_switch_death}[args.mode](args)
+    return dispatch(arg_parser(["suite", "torchrun", "matrix", *WORKERS]), WORKERS, parent)
 
 
 if __name__ == "__main__":

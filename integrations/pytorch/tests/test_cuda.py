@@ -18,53 +18,36 @@ each phase with a switch of its own:
 Exit code 77 (CTest: skipped) when torch cannot be imported or torch.cuda.is_available() is false.
 """
 
-import argparse
-import datetime
 import os
 import sys
-import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_backend import (SKIP, WORKER_TIMEOUT_S, Checker, base_env, exact_sum, max_err,  # noqa: E402
-                          pythonpath_args, rank_data, report, run_processes, start_switch, stop_switch)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # harness.py
+from harness import (SKIP, arg_parser, dispatch, exact_sum, finish_worker, init_worker, max_err, parent_main,
+                     rank_data, run_with_switch, skip_without_torch, use_pythonpath)
 
 CHUNK_BYTES = 1 << 20
 F32_TOL = 1e-5  # |x| < 16: quantization error ~2^-26, plus float32 rounding of the sum
 
 
 def parent(args):
-    try:
-        import torch
-    except ImportError as e:
-        print(f"skipped: {sys.executable} cannot import torch ({e})")
+    if skip_without_torch():
         return SKIP
+    import torch
     if not torch.cuda.is_available():
         print("skipped: torch.cuda.is_available() is false (no GPU); pytorch_staging covers the "
               "staging pipeline on the CPU")
         return SKIP
-    me = os.path.abspath(__file__)
-    ok = True
-    with tempfile.TemporaryDirectory(prefix="switchml_cuda_") as root:
+
+    def body(root):
+        ok = True
         for phase in ("switchml", "map"):
             tmpdir = os.path.join(root, phase)
             os.makedirs(tmpdir)
-            switch, controller = start_switch(args.switchml, tmpdir)
-            try:
-                init = "file://" + os.path.join(tmpdir, "store")
-                env = base_env(args.pythonpath)
-                env["SWITCHML_CONTROLLER"] = controller
-                env["SWITCHML_STAGING_CHUNK_BYTES"] = str(CHUNK_BYTES)
-                cmds = [([sys.executable, me, "worker", "--phase", phase, "--rank", str(rank), "--world", "2",
-                          "--init", init, *pythonpath_args(args)], env) for rank in range(2)]
-                phase_ok = report(run_processes(cmds, tmpdir, WORKER_TIMEOUT_S, phase), f"{phase} worker")
-            finally:
-                stop_switch(switch)
-            if not phase_ok:
-                print(f"----- {phase} switch log")
-                print(open(os.path.join(tmpdir, "switch.log")).read().rstrip())
-            ok = ok and phase_ok
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+            ok = run_with_switch(args, tmpdir, __file__, "worker", phase, extra=("--phase", phase),
+                                 env_extra={"SWITCHML_STAGING_CHUNK_BYTES": str(CHUNK_BYTES)},
+                                 log_label=f"{phase} ") and ok
+        return ok
+    return parent_main(args, "switchml_cuda_", body)
 
 
 def wrap32(t64):
@@ -73,8 +56,7 @@ def wrap32(t64):
 
 
 def worker(args):
-    if args.pythonpath:
-        sys.path.insert(0, args.pythonpath)
+    use_pythonpath(args)
     import torch
     import torch.distributed as dist
     import switchml.torch as switchml_torch
@@ -82,10 +64,7 @@ def worker(args):
     rank, world = args.rank, args.world
     dev = torch.device("cuda", rank % torch.cuda.device_count())
     torch.cuda.set_device(dev)
-    c = Checker(rank)
-    backend = "switchml" if args.phase == "switchml" else "cpu:gloo,cuda:switchml"
-    dist.init_process_group(backend, init_method=args.init, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
+    c = init_worker(args, "switchml" if args.phase == "switchml" else "cpu:gloo,cuda:switchml")
     pg = switchml_torch.backend(device="cuda")
 
     def submitted():
@@ -106,9 +85,7 @@ def worker(args):
         dist.all_reduce(y)
         c.check(torch.equal(y, exact_sum(world, 5000, torch.int32, 2)), "CPU int32 SUM (gloo) exact")
         c.check(submitted() == before, "... not through the switch")
-        dist.destroy_process_group()
-        print(f"rank {rank}: {c.failures} failure(s)", flush=True)
-        return 1 if c.failures else 0
+        return finish_worker(c)
 
     c.check(isinstance(switchml_torch.backend(device="cpu"), switchml_torch.SwitchMLBackend),
             "init_process_group(\"switchml\"): SwitchML serves cpu and cuda")
@@ -231,24 +208,13 @@ def worker(args):
     dist.broadcast(p0, 0, group=gloo)
     c.check(torch.equal(p0, p_sw), "DDP parameters identical on every rank")
 
-    dist.destroy_process_group()
-    print(f"rank {rank}: {c.failures} failure(s)", flush=True)
-    return 1 if c.failures else 0
+    return finish_worker(c)
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["suite", "worker"])
+    p = arg_parser(["suite", "worker"])
     p.add_argument("--phase", choices=["switchml", "map"], default="switchml")
-    p.add_argument("--switchml", help="path of the `switchml` binary")
-    p.add_argument("--pythonpath", help="folder that holds the switchml package (default: the installed one)")
-    p.add_argument("--rank", type=int, default=0)
-    p.add_argument("--world", type=int, default=2)
-    p.add_argument("--init", help="init_method URL")
-    args = p.parse_args()
-    if args.mode == "worker":
-        return worker(args)
-    return parent(args)
+    return dispatch(p, {"worker": worker}, parent)
 
 
 if __name__ == "__main__":

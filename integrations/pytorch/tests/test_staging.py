@@ -18,55 +18,29 @@ deadline on a copy that is held until the test releases it.
 Exit code 77 (CTest: skipped) when this interpreter cannot import torch.
 """
 
-import argparse
 import datetime
 import os
 import sys
-import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_backend import (SKIP, WORKER_TIMEOUT_S, Checker, base_env, exact_sum, max_err,  # noqa: E402
-                          pythonpath_args, rank_data, report, run_processes, start_switch, stop_switch)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # harness.py
+from harness import (arg_parser, dispatch, exact_sum, finish_worker, init_worker, max_err, parent_main,
+                     rank_data, run_with_switch)
 
 CHUNK_BYTES = 4096  # 1024 elements per chunk
 
 
 def parent(args):
-    try:
-        import torch  # noqa: F401
-    except ImportError as e:
-        print(f"skipped: {sys.executable} cannot import torch ({e})")
-        return SKIP
-    me = os.path.abspath(__file__)
-    with tempfile.TemporaryDirectory(prefix="switchml_staging_") as tmpdir:
-        switch, controller = start_switch(args.switchml, tmpdir)
-        try:
-            init = "file://" + os.path.join(tmpdir, "store")
-            env = base_env(args.pythonpath)
-            env["SWITCHML_CONTROLLER"] = controller
-            cmds = [([sys.executable, me, "worker", "--rank", str(rank), "--world", "2", "--init", init,
-                      *pythonpath_args(args)], env) for rank in range(2)]
-            ok = report(run_processes(cmds, tmpdir, WORKER_TIMEOUT_S, "staging"), "staging worker")
-        finally:
-            stop_switch(switch)
-        if not ok:
-            print("----- switch log")
-            print(open(os.path.join(tmpdir, "switch.log")).read().rstrip())
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    return parent_main(args, "switchml_staging_",
+                       lambda tmpdir: run_with_switch(args, tmpdir, __file__, "worker", "staging"))
 
 
 def worker(args):
-    if args.pythonpath:
-        sys.path.insert(0, args.pythonpath)
+    c = init_worker(args)
     import torch
     import torch.distributed as dist
     import switchml.torch as switchml_torch
 
     rank, world = args.rank, args.world
-    c = Checker(rank)
-    dist.init_process_group("switchml", init_method=args.init, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
     pg = switchml_torch.backend()
     pg._test_staging_enable(CHUNK_BYTES, datetime.timedelta(seconds=60))
     F32_TOL = 1e-5
@@ -183,23 +157,11 @@ def worker(args):
     c.check(torch.equal(after, exact_sum(world, 1000, torch.int32, 17)), "... and the call after it is right")
     pg._test_staging_release()
 
-    dist.destroy_process_group()
-    print(f"rank {rank}: {c.failures} failure(s)", flush=True)
-    return 1 if c.failures else 0
+    return finish_worker(c)
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["suite", "worker"])
-    p.add_argument("--switchml", help="path of the `switchml` binary")
-    p.add_argument("--pythonpath", help="folder that holds the switchml package (default: the installed one)")
-    p.add_argument("--rank", type=int, default=0)
-    p.add_argument("--world", type=int, default=2)
-    p.add_argument("--init", help="init_method URL")
-    args = p.parse_args()
-    if args.mode == "worker":
-        return worker(args)
-    return parent(args)
+    return dispatch(arg_parser(["suite", "worker"]), {"worker": worker}, parent)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,9 @@
 # fresh environment sees the project venv's packages through a .pth file, after its own.
 # Usage: wheel_test.sh BUILD_DIR   (exit 77 = skipped: no wheel in BUILD/dist, or no project venv)
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../../../scripts/lib.sh"
-BUILD=${1:?usage: wheel_test.sh BUILD_DIR}
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-PYTHON=${PYTHON:-${SWITCHML_VENV:-$HERE/../../../.venv}/bin/python}
+source "$(dirname "${BASH_SOURCE[0]}")/test_lib.sh" "$@"  # BUILD, HERE, PYTHON
 
-"$PYTHON" -c "import torch" 2>/dev/null || skip "$PYTHON cannot import torch (scripts/python-env.sh)"
+pt_skip_unless_imports torch
 shopt -s nullglob
 wheels=("$BUILD"/dist/switchml-*.whl)
 shopt -u nullglob

@@ -36,6 +36,9 @@ Settings come from environment variables, read when a group is created:
   SWITCHML_JOB_ID, SWITCHML_JOB_TOKEN
                                  join a job made with `switchml jobs create` (default: the
                                  switch's reference session)
+  SWITCHML_OPERATOR_TOKEN        not needed; in the reference session, a timed-out all-reduce
+                                 then also names the ranks the switch has not heard from (a
+                                 job's own token does that for a `switchml jobs create` job)
   SWITCHML_STAGING_CHUNK_BYTES   CUDA tensors are staged in chunks of this many bytes (default
                                  4194304 = 4 MiB), so that copies and switch traffic overlap
   SWITCHML_HALF_VIA_SWITCH       1: float16/bfloat16 SUM/AVG go through the switch, widened to
