@@ -137,29 +137,12 @@ runner_fail_ranks() {
   exit 1
 }
 
-# udp_rcvbuf_errors HOST: the UDP RcvbufErrors counter of a cluster host's namespace (datagrams
-# the kernel dropped because a socket's receive buffer was full).
-udp_rcvbuf_errors() {
-  # shellcheck disable=SC2046,SC2016
-  $(on_host "$1") awk '$1 == "Udp:" { if (seen) { for (i = 2; i <= NF; i++) if (h[i] == "RcvbufErrors") print $i; exit }
-                                      split($0, h); seen = 1 }' /proc/net/snmp
-}
-
-# qdisc_drops NS DEV: packets the tbf qdisc on DEV in namespace NS dropped (queue full).
-qdisc_drops() {
-  tc -n "$1" -s qdisc show dev "$2" 2>/dev/null | awk '/dropped/ { gsub(",", ""); for (i = 1; i < NF; i++) if ($i ~ /dropped$/) s += $(i + 1) } END { print s + 0 }'
-}
-
-# report_udp_drops HEADING: on the cluster, drops per host since it was created: UDP
-# receive-buffer drops, and tbf drops on each worker link (worker side + bridge side; includes
-# a few rendezvous packets); printed and written to $WORK/udp-drops.txt.
+# report_udp_drops HEADING: on the cluster, drops per host since it was created
+# (`scripts/cluster.sh drops`: UDP receive-buffer overflows and receive errors, tbf drops on the
+# host's and the bridge's side of each link; includes a few rendezvous packets); printed and
+# written to $WORK/udp-drops.txt.
 report_udp_drops() {
   [[ -n "$NAME" ]] || return 0
-  local rx="UDP receive-buffer drops$1:" tbf="tbf queue drops (worker, bridge side):" i
-  for ((i = 0; i < WORKERS; i++)); do
-    rx+=" w$i $(udp_rcvbuf_errors "w$i")"
-    tbf+=" w$i $(qdisc_drops "$NAME-w$i" eth0)+$(qdisc_drops "$NAME-br" "w$i")"
-  done
-  rx+=" switch $(udp_rcvbuf_errors sw)"
-  { echo "$rx"; echo "$tbf"; } | tee "$WORK/udp-drops.txt"
+  { echo "drops per host$1 (scripts/cluster.sh drops):"; "$RUNNER_CLUSTER_SH" drops --name "$NAME"; } |
+    tee "$WORK/udp-drops.txt"
 }
