@@ -415,14 +415,21 @@ qdisc_drops() {
     awk '/dropped/ { gsub(",", ""); for (i = 1; i < NF; i++) if ($i ~ /dropped$/) s += $(i + 1) } END { print s + 0 }'
 }
 
-do_drops() {
+# name_only CMD ARGS...: the options of a command that takes only --name; sets NAME, checks it.
+name_only() {
+  local cmd=$1
+  shift
   while (($#)); do
     case "$1" in
       --name) NAME=${2-}; shift 2 || die "--name needs a value" ;;
-      *) die "drops: unknown option '$1' (see --help)" ;;
+      *) die "$cmd: unknown option '$1' (see --help)" ;;
     esac
   done
   check_name
+}
+
+do_drops() {
+  name_only drops "$@"
   load_state
   local i host ns port snmp
   local -a hosts=() nss=() ports=()
@@ -472,13 +479,7 @@ shift
 case "$cmd" in
   up) do_up "$@" ;;
   down)
-    while (($#)); do
-      case "$1" in
-        --name) NAME=${2-}; shift 2 || die "--name needs a value" ;;
-        *) die "down: unknown option '$1' (see --help)" ;;
-      esac
-    done
-    check_name
+    name_only down "$@"
     ((EUID == 0)) || die "needs root (network namespaces)"
     do_down ;;
   loss) do_loss "$@" ;;

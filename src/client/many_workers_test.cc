@@ -30,13 +30,7 @@ Options ManyWorkerOptions() {
   return o;
 }
 
-// Runs `body(rank)` on one thread per rank and joins them.
-template <typename F>
-void OnEveryRank(uint32_t n, F body) {
-  std::vector<std::thread> threads;
-  for (uint32_t r = 0; r < n; ++r) threads.emplace_back([&, r] { body(r); });
-  for (auto& t : threads) t.join();
-}
+using testing::OnEveryRank;
 
 TEST(ManyWorkersTest, TwoHundredFiftySixWorkersInt32ExactAndFloat32WithinBound) {
   auto cluster = testing::LoopbackCluster::Create(kWorkers, ManyWorkerOptions());

@@ -145,12 +145,7 @@ Options FastOptions(uint32_t threads) {
   return o;
 }
 
-template <typename F>
-void OnEveryRank(uint32_t n, F body) {
-  std::vector<std::thread> threads;
-  for (uint32_t r = 0; r < n; ++r) threads.emplace_back([&, r] { body(r); });
-  for (auto& t : threads) t.join();
-}
+using testing::OnEveryRank;
 
 // A sequence of calls, several in flight (some in place, some of 0 or 1 elements, some over
 // many rounds of both threads), with the switch stopped after a seeded number of its datagrams;

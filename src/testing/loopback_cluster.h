@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "dataplane/switch_config.h"
@@ -83,5 +84,14 @@ class LoopbackCluster {
   std::vector<dataplane::SwitchServer*> servers_;  // hosts_'s
   std::vector<std::unique_ptr<Context>> contexts_;
 };
+
+// Runs `body(rank)` on one thread per rank, ranks 0..n-1, and joins them: every rank's calls
+// of a test at once, as separate processes would make them.
+template <typename F>
+void OnEveryRank(uint32_t n, F body) {
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < n; ++r) threads.emplace_back([&, r] { body(r); });
+  for (auto& t : threads) t.join();
+}
 
 }  // namespace switchml::testing
