@@ -141,6 +141,7 @@ SwitchMLBackend::SwitchMLBackend(const c10::intrusive_ptr<c10d::Store>& store, i
                     "switchml: the inner Gloo group must have this group's rank and size");
 
   controller_address_ = ResolveControllerAddress(store, config.controller_address);
+  CheckSettingsAgree(store, config);
 
   switchml::Options options;
   options.rank = static_cast<uint32_t>(rank);
@@ -217,6 +218,21 @@ std::string SwitchMLBackend::ResolveControllerAddress(const c10::intrusive_ptr<c
   }
   TORCH_CHECK(!address.empty(), "switchml: rank 0 published an empty controller address");
   return address;
+}
+
+void SwitchMLBackend::CheckSettingsAgree(const c10::intrusive_ptr<c10d::Store>& store,
+                                         const SwitchMLConfig& config) {
+  const std::string own = "SWITCHML_HALF_VIA_SWITCH=" + std::to_string(config.half_via_switch ? 1 : 0) +
+                          " SWITCHML_STAGING_CHUNK_BYTES=" + std::to_string(config.staging_chunk_bytes);
+  if (getRank() == 0) {
+    store->set(kSettingsStoreKey, std::vector<uint8_t>(own.begin(), own.end()));
+    return;
+  }
+  // Blocks up to the store's timeout (the group timeout) for rank 0 to publish.
+  const std::vector<uint8_t> value = store->get(kSettingsStoreKey);
+  const std::string rank0(value.begin(), value.end());
+  TORCH_CHECK_VALUE(own == rank0, "switchml: rank ", getRank(), " has ", own, " but rank 0 has ", rank0,
+                    "; every rank must use the same values (they decide which calls go to the switch)");
 }
 
 SwitchMLBackend::Route SwitchMLBackend::CheckTensors(const std::vector<at::Tensor>& tensors,

@@ -93,6 +93,10 @@ namespace switchml::pytorch {
 // The store key under which rank 0 publishes the controller address for the other ranks
 // (relative to the store the group is created with, which torch already prefixes per group).
 inline constexpr char kControllerStoreKey[] = "switchml/controller";
+// Rank 0's settings that decide which calls go to the switch and how they are cut
+// (half_via_switch, staging_chunk_bytes): every rank must have the same, or its calls would pair
+// with other calls on the switch (CheckSettingsAgree).
+inline constexpr char kSettingsStoreKey[] = "switchml/settings";
 
 // Backend settings; the Python package fills them from SWITCHML_* environment variables.
 struct SwitchMLConfig {
@@ -368,6 +372,8 @@ class SwitchMLBackend : public c10d::Backend {
   void StagingThread();
   std::string ResolveControllerAddress(const c10::intrusive_ptr<c10d::Store>& store,
                                        const std::string& own);
+  // ValueError on a rank whose settings differ from rank 0's (kSettingsStoreKey).
+  void CheckSettingsAgree(const c10::intrusive_ptr<c10d::Store>& store, const SwitchMLConfig& config);
 
   std::string controller_address_;
   std::chrono::milliseconds timeout_;
