@@ -272,12 +272,30 @@ Status ContextImpl::broken_status() const {
   return broken_status_;
 }
 
+void ContextImpl::Break(const Status& why) {
+  {
+    std::lock_guard lock(broken_mu_);
+    if (!broken_.load(std::memory_order_relaxed)) {
+      broken_status_ = why;
+      broken_.store(true, std::memory_order_release);
+    }
+  }
+  { std::lock_guard l(inflight_mu_); }  // a submitter waiting for room re-checks broken()
+  inflight_cv_.notify_all();
+}
+
 AllReduceHandle ContextImpl::Failed(Status s) {
   auto call = std::make_shared<CallState>();
   call->done = true;
   call->status = std::move(s);
   calls_failed_.fetch_add(1, std::memory_order_relaxed);
   return AllReduceHandle(call);
+}
+
+AllReduceHandle ContextImpl::FailedAfterRecovery(Status s) {
+  AllReduceHandle h = Failed(std::move(s));
+  h.state_->refused_after_recovery = true;
+  return h;
 }
 
 namespace {
@@ -317,7 +335,7 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
     // Nothing pairs up any more: no round for this call either.
     if (!invalid.ok()) return Failed(invalid);
     if (recovered_.load(std::memory_order_acquire)) {
-      return Failed(FailedPreconditionError(
+      return FailedAfterRecovery(FailedPreconditionError(
           "context recovered onto the host path after the switch failed (" + broken_status().ToString() +
           "); run this all-reduce on the host path"));
     }
@@ -451,17 +469,7 @@ void ContextImpl::OnSliceDone(const std::shared_ptr<CallState>& call, const Stat
                  s.message() + explanation_.text);
     }
   }
-  if (breaks) {
-    {
-      std::lock_guard lock(broken_mu_);
-      if (!broken_.load(std::memory_order_relaxed)) {
-        broken_status_ = s;
-        broken_.store(true, std::memory_order_release);
-      }
-    }
-    { std::lock_guard l(inflight_mu_); }  // a submitter waiting for room re-checks broken()
-    inflight_cv_.notify_all();
-  }
+  if (breaks) Break(s);
   bool finished = false;
   std::vector<std::function<void(const Status&)>> callbacks;
   Status result;

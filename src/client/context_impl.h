@@ -32,7 +32,7 @@
 
 #include "client/engine.h"
 #include "client/call_state.h"
-#include "client/host_path.h"
+#include "switchml/failover.h"
 #include "client/worker.h"
 #include "switchml/context.h"
 #include "control/job_layout.h"
@@ -117,10 +117,22 @@ class ContextImpl {
   // host path's errors, INTERNAL (the ranks' states contradict the protocol). Not to be called
   // from a completion callback.
   StatusOr<RecoveryReport> Recover(HostPath& host);
+  // Breaks a healthy context as a failure would (no-op if already broken): its running calls
+  // stop at once, its queued ones fail without starting. Used when another rank found the switch
+  // failed (Failover::Agree), so that this rank can recover with the others.
+  void Break(const Status& why);
+  // Tests on the loopback fabric: how a failure is explained (as Context::Create's controller
+  // query would). Call before the first call.
+  void SetFailureExplainerForTests(FailureExplainer f) { explain_failure_ = std::move(f); }
+  // The call behind a handle (for Failover::RunOnHost).
+  static const CallState& StateOf(const AllReduceHandle& h) { return *h.state_; }
+  static bool HasState(const AllReduceHandle& h) { return h.state_ != nullptr; }
 
  private:
   ContextImpl(const Options& options, transport::Endpoint switch_endpoint);
   AllReduceHandle Failed(Status s);
+  // A call refused because the context recovered: marked for the host path (RunOnHost).
+  AllReduceHandle FailedAfterRecovery(Status s);
   // Blocks until fewer than max_calls_in_flight calls are queued or running. FAILED_PRECONDITION
   // if the context broke meanwhile.
   Status WaitForInflightRoom();

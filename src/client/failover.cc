@@ -1,0 +1,89 @@
+// client/failover.cc — Failover (switchml/failover.h): the agreement that moves every rank of a
+// job from the switch to the host path at the same call, then ContextImpl::Recover.
+//
+// Why one all-gather of one flag is enough: every rank calls Agree at the same sequence of
+// points (its first switch failure, or a synchronisation point while on the switch path) and
+// every Agree is one all-gather on the host path, so the k-th Agree of every rank meets the k-th
+// of every other and all ranks see the same flags. A rank whose flag is 1 stopped submitting to
+// the switch; a rank at a synchronisation point has submitted everything before it. Whoever sees
+// a 1 recovers, all at the same all-gather, and Recover finishes exactly the calls every rank
+// submitted (the others run on the host path: RunOnHost).
+#include "switchml/failover.h"
+
+#include <mutex>
+#include <string>
+
+#include "client/call_state.h"
+#include "client/context_impl.h"
+#include "switchml/context.h"
+
+namespace switchml {
+
+struct Failover::State {
+  State(client::ContextImpl& c, HostPath& h) : context(c), host(h) {}
+  client::ContextImpl& context;
+  HostPath& host;
+  mutable std::mutex mu;  // serialises Agree; guards the fields below
+  bool recovered = false;
+  RecoveryReport report;
+};
+
+Failover::Failover(Context& context, HostPath& host)
+    : state_(std::make_unique<State>(client::ContextImpl::Of(context), host)) {}
+
+Failover::~Failover() = default;
+
+bool Failover::SwitchFailed(const Status& call_status) const {
+  if (call_status.ok()) return false;
+  if (call_status.code() == StatusCode::kUnavailable) return true;
+  client::ContextImpl& c = state_->context;
+  return c.broken() && c.broken_status().code() == StatusCode::kUnavailable;
+}
+
+StatusOr<std::optional<RecoveryReport>> Failover::Agree(bool failed) {
+  State& s = *state_;
+  std::lock_guard lock(s.mu);
+  if (s.recovered) {
+    return FailedPreconditionError("Failover::Agree: this context already recovered onto the host path");
+  }
+  const int64_t mine = failed ? 1 : 0;
+  SWITCHML_ASSIGN_OR_RETURN(std::vector<int64_t> flags,
+                            s.host.AllGather(std::span<const int64_t>(&mine, 1)));
+  const uint32_t n = s.context.options().num_workers;
+  if (flags.size() != n) {
+    return InternalError("Failover::Agree: the host path's all-gather returned " + std::to_string(flags.size()) +
+                         " values for " + std::to_string(n) + " workers");
+  }
+  std::vector<uint32_t> failed_ranks;
+  for (uint32_t r = 0; r < n; ++r) {
+    if (flags[r] != 0) failed_ranks.push_back(r);
+  }
+  if (failed_ranks.empty()) return std::optional<RecoveryReport>();
+  if (!s.context.broken()) {
+    s.context.Break(UnavailableError("rank " + std::to_string(failed_ranks[0]) +
+                                     " found the switch failed; every rank moves to the host path"));
+  }
+  SWITCHML_ASSIGN_OR_RETURN(RecoveryReport report, s.context.Recover(s.host));
+  report.failed_ranks = std::move(failed_ranks);
+  s.recovered = true;
+  s.report = report;
+  return std::optional<RecoveryReport>(std::move(report));
+}
+
+bool Failover::RunOnHost(const AllReduceHandle& handle) const {
+  State& s = *state_;
+  std::lock_guard lock(s.mu);
+  if (!s.recovered || !client::ContextImpl::HasState(handle)) return false;
+  const client::CallState& call = client::ContextImpl::StateOf(handle);
+  if (call.refused_after_recovery) return true;
+  // Also a call this rank rejected (non-finite input): the other ranks run it on the host path,
+  // so this one must too, or every later host-path call would pair with the wrong one.
+  return call.id >= s.report.end_call && call.id < s.report.submitted;
+}
+
+bool Failover::recovered() const {
+  std::lock_guard lock(state_->mu);
+  return state_->recovered;
+}
+
+}  // namespace switchml
