@@ -1,0 +1,339 @@
+"""The chaos scenario's helper (bench/run_chaos.sh): the fault schedule and the report.
+
+  chaos_report.py plan --steps N --seed S --faults switch,shard,controller [--warmup W] [--gap G]
+      One line per fault, in the order given: "KIND STEP FRACTION": the fault fires while step
+      STEP (1-based) runs, FRACTION (in [0, 1)) of the median step time after it started. The
+      steps are distinct, at least G apart (default 5), after W undisturbed steps (default 5)
+      and before the last G steps; all drawn from --seed.
+
+  chaos_report.py report --ref DIR --chaos DIR --faults FILE --out DIR [--window W]
+                         [--param-tolerance T] [--meta FILE]
+      Reads the reference (Gloo) run's and the disturbed run's rank<R>.json and
+      params-rank<R>.pt, and the fault log (JSON lines written by run_chaos.sh), prints the
+      report (markdown) and writes chaos.md and chaos.json to --out. Exit status 0 when the
+      disturbed run finished every step and its final model passed the comparison, 1
+      otherwise (the report is written either way).
+
+How the report measures:
+  - time lost per fault: the fault's window is its step and the steps after it, up to the
+    next fault's step and at most --window steps (default 10); time lost = sum over the
+    window of (step time - median step time of the steps outside every window).
+  - calls on each path: the backend's stats() after every step of rank 0, as differences
+    over each fault's window and over the run; which counters mean which path is listed in
+    PATH_COUNTERS below (a counter the backend does not have is reported as absent).
+  - the final models: every rank's parameters must be bit-identical within a run (replicas);
+    rank 0's are compared with the reference's: int32 mode: exact equality (each step's
+    all-reduce is an exact integer sum on every path, so any difference is an error);
+    float32 mode: the largest |difference| and ||p - p_ref|| / ||p_ref - p_init|| (the
+    switch's per-packet quantization differs from Gloo's float sums within its bound each
+    step, so the models drift; checked only with --param-tolerance).
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+
+KINDS = ("switch", "shard", "controller")
+
+# Which stats() counters count calls on which path (summed when several are present).
+# calls_completed: all-reduces the switch finished; the host-path and failover counters
+# come with the fallback (integrations/pytorch); fallback_allreduces: calls the backend sends to
+# its inner Gloo group by design (dtype/op the switch cannot aggregate).
+PATH_COUNTERS = {
+    "switch": ["calls_completed"],
+    "failed_on_switch": ["calls_failed"],
+    "recovered": ["calls_recovered"],
+    "host_path": ["host_path_allreduces", "calls_on_host", "host_path_calls"],
+    "fallback_events": ["failovers", "fallback_events", "switch_failures"],
+    "returns_to_switch": ["switch_returns", "returns_to_switch", "returns"],
+    "gloo_by_design": ["fallback_allreduces"],
+}
+
+
+def cmd_plan(a):
+    kinds = [k.strip() for k in a.faults.split(",") if k.strip()]
+    for k in kinds:
+        if k not in KINDS:
+            sys.exit(f"chaos_report.py plan: unknown fault '{k}' (known: {', '.join(KINDS)})")
+    n = len(kinds)
+    lo, hi = a.warmup + 1, a.steps - a.gap  # fault steps in [lo, hi]
+    room = hi - lo + 1 - (n - 1) * (a.gap - 1)
+    if n and room < n:
+        sys.exit(f"chaos_report.py plan: {n} fault(s) {a.gap} steps apart after {a.warmup} warm-up steps "
+                 f"need at least {a.warmup + n * a.gap + 1} steps, got --steps {a.steps}")
+    rng = random.Random(a.seed * 104729 + 17)
+    picks = sorted(rng.sample(range(room), n)) if n else []
+    for i, (k, p) in enumerate(zip(kinds, picks)):
+        print(f"{k} {lo + p + i * (a.gap - 1)} {rng.random():.3f}")
+
+
+def load_run(d):
+    ranks = []
+    r = 0
+    while os.path.exists(os.path.join(d, f"rank{r}.json")):
+        with open(os.path.join(d, f"rank{r}.json")) as f:
+            ranks.append(json.load(f))
+        r += 1
+    return ranks
+
+
+def load_params(torch, d, rank):
+    p = os.path.join(d, f"params-rank{rank}.pt")
+    return torch.load(p) if os.path.exists(p) else None
+
+
+def counter(stats, names):
+    """Sum of the counters of `names` present in `stats`; None if none is present."""
+    if not stats or not isinstance(stats, dict):
+        return None
+    found = [stats[n] for n in names if n in stats]
+    return sum(found) if found else None
+
+
+def path_calls(before, after):
+    """Calls on each path between two stats() snapshots (None: the backend has no such counter)."""
+    out = {}
+    for path, names in PATH_COUNTERS.items():
+        a, b = counter(after, names), counter(before or {}, names)
+        out[path] = None if a is None else a - (b or 0)
+    return out
+
+
+def compare(torch, a, b):
+    """max |a - b| over all parameters, whether every tensor is bit-equal, and ||a - b||."""
+    max_abs, equal, sq = 0.0, True, 0.0
+    for name in a:
+        x, y = a[name], b[name]
+        if x.shape != y.shape:
+            return {"max_abs": math.inf, "equal": False, "l2": math.inf, "why": f"{name}: shapes differ"}
+        equal = equal and torch.equal(x, y)
+        d = (x.double() - y.double())
+        max_abs = max(max_abs, float(d.abs().max()) if d.numel() else 0.0)
+        sq += float((d * d).sum())
+    return {"max_abs": max_abs, "equal": equal, "l2": math.sqrt(sq)}
+
+
+def cmd_report(a):
+    import torch
+    ref, chaos = load_run(a.ref), load_run(a.chaos)
+    faults = []
+    if os.path.exists(a.faults):
+        with open(a.faults) as f:
+            faults = [json.loads(line) for line in f if line.strip()]
+    meta = {}
+    if a.meta and os.path.exists(a.meta):
+        with open(a.meta) as f:
+            meta = json.load(f)
+    rep = {"meta": meta, "ok": False, "problems": []}
+    problems = rep["problems"]
+
+    # The runs.
+    def run_summary(ranks, what):
+        if not ranks:
+            problems.append(f"{what}: no rank wrote its result")
+            return {"ranks": 0}
+        s = {"ranks": len(ranks), "steps_requested": ranks[0]["steps_requested"],
+             "steps_done": min(r["steps_done"] for r in ranks),
+             "steps_done_per_rank": [r["steps_done"] for r in ranks],
+             "errors": [{"rank": r["rank"], "step": r["error_step"], "error": r["error"]}
+                        for r in ranks if r["error"]]}
+        if s["errors"]:
+            problems.append(f"{what}: FAILED: " + "; ".join(
+                f"rank {e['rank']} at step {e['step']}: {e['error']}" for e in s["errors"]))
+        elif s["steps_done"] < s["steps_requested"]:
+            problems.append(f"{what}: only {s['steps_done']} of {s['steps_requested']} steps done")
+        return s
+    rep["reference"] = run_summary(ref, "reference (gloo) run")
+    rep["chaos"] = run_summary(chaos, "disturbed (switchml) run")
+    world = len(chaos) or len(ref)
+    grad_mode = (chaos or ref or [{}])[0].get("grad_mode", "?")
+    rep["grad_mode"] = grad_mode
+
+    # Step times and time lost per fault (rank 0 of the disturbed run).
+    times = chaos[0]["step_time_s"] if chaos else []
+    stats = chaos[0]["stats_per_step"] if chaos else []
+    fired = sorted((f for f in faults if f.get("fired")), key=lambda f: f["step"])
+    windows = []
+    for i, f in enumerate(fired):
+        end = min(f["step"] + a.window, fired[i + 1]["step"] if i + 1 < len(fired) else len(times) + 1,
+                  len(times) + 1)
+        windows.append((f["step"], max(f["step"], end)))  # steps [start, end), 1-based
+    inside = set()
+    for s, e in windows:
+        inside.update(range(s, e))
+    quiet = [t for i, t in enumerate(times, 1) if i not in inside]
+    median = statistics.median(quiet) if quiet else (statistics.median(times) if times else 0.0)
+    rep["step_time_median_s"] = median
+    rep["step_time_median_of"] = "undisturbed steps" if quiet else "all steps"
+    fault_rows = []
+    for f in faults:
+        row = dict(f)
+        if f.get("fired"):
+            s, e = windows[fired.index(f)]
+            win = times[s - 1:e - 1]
+            row["window_steps"] = [s, e - 1] if e > s else None
+            row["window_steps_done"] = len(win)
+            row["time_lost_s"] = sum(t - median for t in win) if win else None
+            row["fault_step_time_s"] = times[s - 1] if s - 1 < len(times) else None
+            before = stats[s - 2] if s >= 2 and s - 2 < len(stats) else None
+            after = stats[e - 2] if e >= 2 and e - 2 < len(stats) else None
+            row["calls"] = path_calls(before, after) if after else None
+        fault_rows.append(row)
+    rep["faults"] = fault_rows
+    rep["calls_total"] = path_calls(None, chaos[0]["stats_end"]) if chaos and chaos[0]["stats_end"] else None
+    rep["stats_end_rank0"] = chaos[0]["stats_end"] if chaos else None
+    not_fired = [f for f in faults if not f.get("fired")]
+    if not_fired:
+        problems.append("faults not injected: " + ", ".join(
+            f"{f['kind']} (planned at step {f['step']}: {f.get('why', '?')})" for f in not_fired))
+    failed_faults = [f for f in faults if f.get("fired") and f.get("error")]
+    for f in failed_faults:
+        problems.append(f"fault {f['kind']} at step {f['step']}: {f['error']}")
+
+    # The final models.
+    cmp = {"available": False}
+    p_ref = load_params(torch, a.ref, 0)
+    p_chaos = load_params(torch, a.chaos, 0)
+    init_path = os.path.join(a.ref, "params-init.pt")
+    p_init = torch.load(init_path) if os.path.exists(init_path) else None
+    for what, d, ranks, p0 in (("reference", a.ref, ref, p_ref), ("disturbed", a.chaos, chaos, p_chaos)):
+        same = None
+        if p0 is not None:
+            same = all(compare(torch, p0, load_params(torch, d, r))["equal"]
+                       for r in range(1, len(ranks)) if load_params(torch, d, r) is not None)
+            if not same:
+                problems.append(f"{what} run: the ranks' final parameters differ (replicas diverged)")
+        cmp[f"{what}_replicas_identical"] = same
+    if p_ref is not None and p_chaos is not None:
+        c = compare(torch, p_chaos, p_ref)
+        cmp.update(available=True, max_abs_difference=c["max_abs"], bit_identical=c["equal"])
+        if p_init is not None:
+            dist = compare(torch, p_ref, p_init)["l2"]
+            cmp["difference_over_training_distance"] = c["l2"] / dist if dist > 0 else None
+        if grad_mode == "int32":
+            cmp["criterion"] = "int32 gradients: bit-identical to the Gloo run"
+            cmp["ok"] = c["equal"]
+            if not c["equal"]:
+                problems.append(f"final model differs from the Gloo run's (int32 mode must be exact): "
+                                f"max |difference| {c['max_abs']:.3e}")
+        else:
+            rel = cmp.get("difference_over_training_distance")
+            if a.param_tolerance > 0:
+                cmp["criterion"] = (f"float32: ||p - p_gloo|| / ||p_gloo - p_init|| <= {a.param_tolerance:g}")
+                cmp["ok"] = rel is not None and rel <= a.param_tolerance
+                if not cmp["ok"]:
+                    problems.append(f"final model: relative difference {rel} exceeds --param-tolerance "
+                                    f"{a.param_tolerance:g}")
+            else:
+                cmp["criterion"] = "float32: reported, not checked (no --param-tolerance)"
+                cmp["ok"] = True
+    else:
+        cmp["ok"] = False
+        problems.append("final models not compared: " + ", ".join(
+            w for w, p in (("no reference parameters", p_ref), ("no parameters from the disturbed run", p_chaos))
+            if p is None))
+    rep["final_model"] = cmp
+    rep["ok"] = not problems
+    rep["world_size"] = world
+
+    md = render(rep)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "chaos.json"), "w") as f:
+        json.dump(rep, f, indent=1)
+    with open(os.path.join(a.out, "chaos.md"), "w") as f:
+        f.write(md)
+    print(md, end="")
+    return 0 if rep["ok"] else 1
+
+
+def fmt(v, spec="", none="-"):
+    if v is None:
+        return none
+    return format(v, spec)
+
+
+def render(rep):
+    L = []
+    m = rep["meta"]
+    L.append("# Chaos scenario report\n")
+    if m:
+        L.append(", ".join(f"{k} {v}" for k, v in m.items()) + "\n")
+    c, r = rep["chaos"], rep["reference"]
+    verdict = "PASSED" if rep["ok"] else "FAILED"
+    L.append(f"**{verdict}**: disturbed run {c.get('steps_done', 0)}/{c.get('steps_requested', '?')} steps "
+             f"(reference {r.get('steps_done', 0)}/{r.get('steps_requested', '?')}), {rep['world_size']} ranks, "
+             f"gradients {rep['grad_mode']}\n")
+    for p in rep["problems"]:
+        L.append(f"- {p}")
+    if rep["problems"]:
+        L.append("")
+    L.append(f"Median step time ({rep['step_time_median_of']}): {rep['step_time_median_s'] * 1e3:.1f} ms\n")
+    L.append("| # | fault | step | detail | steps in window | fault step ms | time lost s | switch calls | host-path calls | recovered | fallbacks | returns |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for i, f in enumerate(rep["faults"]):
+        calls = f.get("calls") or {}
+        if f.get("fired"):
+            w = f.get("window_steps")
+            L.append(f"| {i + 1} | {f['kind']} | {f['step']} | {f.get('detail', '')}"
+                     f"{' ERROR: ' + f['error'] if f.get('error') else ''} | "
+                     f"{f'{w[0]}..{w[1]}' if w else 'none (training had ended)'} | "
+                     f"{fmt(f.get('fault_step_time_s') and f['fault_step_time_s'] * 1e3, '.1f')} | "
+                     f"{fmt(f.get('time_lost_s'), '.3f')} | {fmt(calls.get('switch'))} | "
+                     f"{fmt(calls.get('host_path'), none='n/a')} | {fmt(calls.get('recovered'), none='n/a')} | "
+                     f"{fmt(calls.get('fallback_events'), none='n/a')} | {fmt(calls.get('returns_to_switch'), none='n/a')} |")
+        else:
+            L.append(f"| {i + 1} | {f['kind']} | {f['step']} | not injected: {f.get('why', '?')} | | | | | | | | |")
+    L.append("")
+    t = rep.get("calls_total")
+    if t:
+        L.append("Calls over the whole disturbed run (rank 0's stats()): " + ", ".join(
+            f"{k} {fmt(v, none='n/a')}" for k, v in t.items()) + "\n")
+    fm = rep["final_model"]
+    if fm.get("available"):
+        L.append(f"Final model vs the Gloo run: bit-identical {fm['bit_identical']}, max |difference| "
+                 f"{fm['max_abs_difference']:.3e}, relative to the training distance "
+                 f"{fmt(fm.get('difference_over_training_distance'), '.3e')}; replicas identical: "
+                 f"reference {fm.get('reference_replicas_identical')}, disturbed {fm.get('disturbed_replicas_identical')}; "
+                 f"criterion: {fm['criterion']}\n")
+    else:
+        L.append("Final models: not compared (see above)\n")
+    for e in rep["chaos"].get("errors", []):
+        L.append(f"Error on rank {e['rank']} at step {e['step']}: {e['error']}")
+    return "\n".join(L) + "\n"
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pl = sub.add_parser("plan")
+    pl.add_argument("--steps", type=int, required=True)
+    pl.add_argument("--seed", type=int, required=True)
+    pl.add_argument("--faults", required=True)
+    pl.add_argument("--warmup", type=int, default=5)
+    pl.add_argument("--gap", type=int, default=5)
+    rp = sub.add_parser("report")
+    rp.add_argument("--ref", required=True)
+    rp.add_argument("--chaos", required=True)
+    rp.add_argument("--faults", required=True)
+    rp.add_argument("--out", required=True)
+    rp.add_argument("--meta", default="")
+    rp.add_argument("--window", type=int, default=10)
+    rp.add_argument("--param-tolerance", type=float, default=0.0)
+    a = p.parse_args(argv)
+    if a.cmd == "plan":
+        if a.gap < 1 or a.warmup < 0:
+            sys.exit("chaos_report.py plan: --gap must be >= 1 and --warmup >= 0")
+        cmd_plan(a)
+        return 0
+    if a.window < 1:
+        sys.exit("chaos_report.py report: --window must be >= 1")
+    return cmd_report(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
