@@ -178,7 +178,13 @@ def cmd_report(a):
             row["window_steps"] = [s, e - 1] if e > s else None
             row["window_steps_done"] = len(win)
             row["time_lost_s"] = sum(t - median for t in win) if win else None
-            row["fault_step_time_s"] = times[s - 1] if s - 1 < len(times) else None
+            if s - 1 < len(times):
+                row["fault_step_time_s"] = times[s - 1]
+            elif s - 1 == len(times) and chaos[0].get("failed_step_time_s") is not None:
+                row["fault_step_time_s"] = chaos[0]["failed_step_time_s"]  # the step that failed
+                row["fault_step_failed"] = True
+            else:
+                row["fault_step_time_s"] = None
             before = stats[s - 2] if s >= 2 and s - 2 < len(stats) else None
             after = stats[e - 2] if e >= 2 and e - 2 < len(stats) else None
             row["calls"] = path_calls(before, after) if after else None
@@ -281,7 +287,8 @@ def render(rep):
             L.append(f"| {i + 1} | {f['kind']} | {f['step']} | {f.get('detail', '')}"
                      f"{' ERROR: ' + f['error'] if f.get('error') else ''} | "
                      f"{f'{w[0]}..{w[1]}' if w else 'none (training had ended)'} | "
-                     f"{fmt(f.get('fault_step_time_s') and f['fault_step_time_s'] * 1e3, '.1f')} | "
+                     f"{fmt(f.get('fault_step_time_s') and f['fault_step_time_s'] * 1e3, '.1f')}"
+                     f"{' (failed)' if f.get('fault_step_failed') else ''} | "
                      f"{fmt(f.get('time_lost_s'), '.3f')} | {fmt(calls.get('switch'))} | "
                      f"{fmt(calls.get('host_path'), none='n/a')} | {fmt(calls.get('recovered'), none='n/a')} | "
                      f"{fmt(calls.get('fallback_events'), none='n/a')} | {fmt(calls.get('returns_to_switch'), none='n/a')} |")

@@ -125,6 +125,7 @@ def main(argv):
               "grad_mode": a.grad_mode, "fixed_point_bits": a.fixed_point_bits, "seed": a.seed,
               "steps_requested": a.steps, "steps_done": 0, "step_time_s": [], "loss": [],
               "stats_per_step": [], "stats_end": None, "error": None, "error_step": None,
+              "failed_step_time_s": None,
               "error_traceback": None}
     out_json = os.path.join(a.out_dir, f"rank{a.rank}.json")
 
@@ -144,6 +145,7 @@ def main(argv):
     progress = open(a.progress, "a", buffering=1) if (a.progress and a.rank == 0) else None
     t_start = time.monotonic()
     step = -1
+    t0 = None
     try:
         dist.init_process_group(a.backend, init_method=a.init_method, rank=a.rank,
                                 world_size=a.world_size, timeout=datetime.timedelta(seconds=a.timeout))
@@ -194,6 +196,7 @@ def main(argv):
     except BaseException as e:  # noqa: BLE001  (recorded, then the process ends)
         result["error"] = f"{type(e).__name__}: {e}"
         result["error_step"] = step + 1 if step >= 0 else 0  # 1-based; 0: before the first step
+        result["failed_step_time_s"] = time.monotonic() - t0 if t0 is not None else None
         result["error_traceback"] = traceback.format_exc()
         result["stats_end"] = backend_stats()
         write_result()

@@ -68,8 +68,9 @@ Options:
   --window W          steps in a fault's window (default 10)
   --gap G             minimum steps between two faults (default 5; --quick: 4)
   --warmup W          undisturbed steps before the first fault (default 5; --quick: 4)
-  --hidden H          hidden width of the MLP (default 256)
-  --quick             --steps 25 --gap 4 --warmup 4 --hidden 128: a smoke run
+  --hidden H          hidden width of the MLP (default 1024: 1.1 M parameters, 4.5 MB of
+                      gradients per step)
+  --quick             --steps 25 --gap 4 --warmup 4 --hidden 512 (300 k parameters): a smoke run
   --out DIR           results and logs (default: a new /tmp/switchml-chaos.XXXXXX, kept)
   --build DIR         build directory (default: $REPO/build)
   --python PATH       interpreter that imports torch (default: \$SWITCHML_VENV or REPO/.venv)
@@ -116,9 +117,9 @@ while (($#)); do
   esac
 done
 if ((QUICK)); then
-  STEPS=${STEPS:-25} GAP=${GAP:-4} WARMUP=${WARMUP:-4} HIDDEN=${HIDDEN:-128}
+  STEPS=${STEPS:-25} GAP=${GAP:-4} WARMUP=${WARMUP:-4} HIDDEN=${HIDDEN:-512}
 fi
-STEPS=${STEPS:-60} GAP=${GAP:-5} WARMUP=${WARMUP:-5} HIDDEN=${HIDDEN:-256}
+STEPS=${STEPS:-60} GAP=${GAP:-5} WARMUP=${WARMUP:-5} HIDDEN=${HIDDEN:-1024}
 ((STEPS >= 1)) || die "--steps must be >= 1"
 ((WORKERS >= 2 && WORKERS <= 16)) || die "--workers must be in [2, 16], got $WORKERS"
 ((GAP >= 1)) || die "--gap must be >= 1"
@@ -281,23 +282,27 @@ JOB_TOKEN=$(sed -n 's/^SWITCHML_JOB_TOKEN=//p' "$OUT/logs/job")
 say "controller $CONTROLLER drives switches ${SWITCH_IPS[*]}; job $JOB_ID on 2 of them ($THREADS threads x $WINDOW_PACKETS packets per rank)"
 
 # switches_holding_job: the switches (indices) that hold a live shard of the job now, from each
-# switch's own job list (the scenario's job is the only one besides job 0).
+# switch's own job list (the scenario's job is the only one there besides job 0). The questions
+# go from switch host 0 (ip netns exec: cluster.sh exec costs more than a step).
 switches_holding_job() {
   local j out=()
   for ((j = 0; j < SWITCHES; j++)); do
     [[ -n "${SW_PID_OF[j]:-}" ]] || continue
-    if "$CLUSTER" exec --name "$NAME" --host sw -- timeout 5 "$SWITCHML" jobs list \
-        --controller "${SWITCH_IPS[j]}:${SW_CTL_OF[j]}" --operator-token-file "$TOKEN_FILE" --json 2>/dev/null |
-       "$PYTHON" -c 'import json, sys; j = json.load(sys.stdin); sys.exit(0 if any(x["job_id"] != 0 and x["state"] != "ended" for x in j["jobs"]) else 1)' 2>/dev/null; then
+    if ip netns exec "$CLUSTER_SWITCH_NS" timeout 5 "$SWITCHML" jobs list \
+        --controller "${SWITCH_IPS[j]}:${SW_CTL_OF[j]}" --operator-token-file "$TOKEN_FILE" 2>/dev/null |
+       awk '$1 ~ /^[1-9][0-9]*$/ && $2 != "ended" { f = 1 } END { exit !f }'; then
       out+=("$j")
     fi
   done
   echo "${out[*]}"
 }
+# placement: "PLACEMENT/STATE" of the job at the controller (`jobs show`), "?" if it does not answer.
 placement() {
-  "$CLUSTER" exec --name "$NAME" --host sw -- timeout 5 "$SWITCHML" jobs show "$JOB_ID" --controller "$CONTROLLER" \
-      --operator-token-file "$TOKEN_FILE" --json 2>/dev/null |
-    "$PYTHON" -c 'import json, sys; j = json.load(sys.stdin); print(f"{j[\"placement\"]}/{j[\"state\"]}")' 2>/dev/null || echo "?"
+  local out
+  out=$(ip netns exec "$CLUSTER_SWITCH_NS" timeout 5 "$SWITCHML" jobs show "$JOB_ID" \
+      --controller "$CONTROLLER" --operator-token-file "$TOKEN_FILE" 2>/dev/null) || { echo "?"; return 0; }
+  awk -F'[:,]' '/"placement"/ { gsub(/[ "]/, "", $2); p = $2 } /"state"/ { gsub(/[ "]/, "", $2); s = $2 }
+                END { print (p == "" ? "?" : p) "/" (s == "" ? "?" : s) }' <<<"$out"
 }
 kill9() {  # PID: kill -9, reaped
   kill -KILL "$1" 2>/dev/null || true
@@ -341,52 +346,73 @@ restart_shard_switch() {
   if start_switch "$j"; then say "  switch $j restarted after ${SHARD_DOWN_S} s down (placement $(placement))"
   else say "  switch $j did NOT restart (see $OUT/logs)"; fi
 }
-fire() {  # KIND PLANNED_STEP: injects one fault now, logs it
-  local kind=$1 planned=$2 step=$((DONE + 1)) holders victim detail="" err="" t0 t1 p0
+# prepare KIND: what a fault needs to know before it fires (asked two steps ahead, since the
+# questions may take longer than a step): VICTIM (the switch to kill: for "switch" the first switch
+# holding a shard of the job, for "shard" the last), P0 (the job's placement), PREP_ERR.
+prepare() {
+  local holders hs
+  VICTIM="" P0="" PREP_ERR=""
+  [[ $1 == controller ]] && return 0
+  [[ -z "$SHARD_DOWN" ]] || restart_shard_switch  # never two switches down at once
+  P0=$(placement)
+  holders=$(switches_holding_job)
+  if [[ -z "$holders" ]]; then
+    PREP_ERR="no switch holds a live shard of job $JOB_ID (placement/state $P0)"
+    return 0
+  fi
+  read -r -a hs <<<"$holders"
+  if [[ $1 == switch ]]; then VICTIM=${hs[0]}; else VICTIM=${hs[${#hs[@]}-1]}; fi
+}
+fire() {  # KIND PLANNED_STEP: injects one fault now (after prepare KIND), logs it
+  local kind=$1 planned=$2 step detail="" err="$PREP_ERR" t0 t1
   t0=$(now_us)
-  case "$kind" in
-    switch|shard)
-      holders=$(switches_holding_job)
-      if [[ -z "$holders" ]]; then
-        err="no switch holds a live shard of job $JOB_ID (placement $(placement))"
-      else
-        read -r -a hs <<<"$holders"
-        if [[ $kind == switch ]]; then victim=${hs[0]}; else victim=${hs[${#hs[@]}-1]}; fi
-        [[ -z "$SHARD_DOWN" ]] || restart_shard_switch  # never two switches down at once
-        p0=$(placement)
-        kill9 "${SW_PID_OF[victim]}"
-        SW_PID_OF[victim]=""
+  progress
+  step=$((DONE + 1))  # the step that runs as the fault fires
+  if [[ -z "$err" ]]; then
+    case "$kind" in
+      switch|shard)
+        kill9 "${SW_PID_OF[VICTIM]}"
+        SW_PID_OF[VICTIM]=""
         t1=$(now_us)
         if [[ $kind == switch ]]; then
-          if start_switch "$victim"; then
-            detail="switch $victim (${SWITCH_IPS[victim]}) killed, restarted in $((($(now_us) - t1) / 1000)) ms; placement before $p0"
+          if start_switch "$VICTIM"; then
+            detail="switch $VICTIM (${SWITCH_IPS[VICTIM]}) killed, restarted in $((($(now_us) - t1) / 1000)) ms; placement/state before: $P0"
           else
-            err="switch $victim killed but did not restart"
+            err="switch $VICTIM killed but did not restart"
           fi
         else
-          SHARD_DOWN=$victim
+          SHARD_DOWN=$VICTIM
           SHARD_RESTART_AT=$(($(now_us) + $(awk -v s="$SHARD_DOWN_S" 'BEGIN { printf "%d", s * 1e6 }')))
-          detail="switch $victim (${SWITCH_IPS[victim]}) killed, down for ${SHARD_DOWN_S} s; placement before $p0"
-        fi
-      fi ;;
-    controller)
-      kill9 "$C_PID"
-      t1=$(now_us)
-      if start_controller; then detail="controller killed, restarted in $((($(now_us) - t1) / 1000)) ms"
-      else err="the controller was killed and did not restart"; fi ;;
-  esac
+          detail="switch $VICTIM (${SWITCH_IPS[VICTIM]}) killed, down for ${SHARD_DOWN_S} s; placement/state before: $P0"
+        fi ;;
+      controller)
+        kill9 "$C_PID"
+        t1=$(now_us)
+        if start_controller; then detail="controller killed, restarted in $((($(now_us) - t1) / 1000)) ms"
+        else err="the controller was killed and did not restart"; fi ;;
+    esac
+  fi
   say "fault $kind at step $step (planned $planned): ${err:-$detail}"
+  if [[ -n "$PREP_ERR" ]]; then  # nothing was injected
+    log_fault "\"kind\": \"$kind\", \"planned_step\": $planned, \"step\": $step, \"fired\": false, \"why\": $(json_str "$PREP_ERR")"
+    return 0
+  fi
   log_fault "\"kind\": \"$kind\", \"planned_step\": $planned, \"step\": $step, \"fired\": true, \"t_us\": $t0, \"detail\": $(json_str "$detail")${err:+, \"error\": $(json_str "$err")}"
 }
 
-fi_next=0 armed_at=0
+fi_next=0 armed_at=0 prepared=-1
 deadline=$(($(now_us) + TIMEOUT * 1000000))
 while ranks_alive; do
   progress
   if ((fi_next < ${#plan_lines[@]})); then
     read -r kind fstep frac <<<"${plan_lines[fi_next]}"
-    if ((armed_at == 0 && DONE + 1 >= fstep)); then
-      # Step fstep runs: fire FRACTION of a step time after it began.
+    if ((prepared != fi_next && DONE + 3 >= fstep)); then
+      prepare "$kind"  # two steps ahead
+      prepared=$fi_next
+      progress
+    fi
+    if ((prepared == fi_next && armed_at == 0 && DONE + 1 >= fstep)); then
+      # Step fstep runs: fire FRACTION of a step time after it began (seen).
       armed_at=$(($(now_us) + $(awk -v f="$frac" -v s="$STEP_US" 'BEGIN { printf "%d", f * s }')))
     fi
     if ((armed_at != 0 && $(now_us) >= armed_at)); then
