@@ -6,7 +6,7 @@
       steps are distinct, at least G apart (default 5), after W undisturbed steps (default 5)
       and before the last G steps; all drawn from --seed.
 
-  chaos_report.py report --ref DIR --chaos DIR --faults FILE --out DIR [--window W]
+  chaos_report.py report --ref DIR --chaos DIR --faults FILE --out DIR --workers N [--window W]
                          [--param-tolerance T] [--meta FILE]
       Reads the reference (Gloo) run's and the disturbed run's rank<R>.json and
       params-rank<R>.pt, and the fault log (JSON lines written by run_chaos.sh), prints the
@@ -71,13 +71,16 @@ def cmd_plan(a):
         print(f"{k} {lo + p + i * (a.gap - 1)} {rng.random():.3f}")
 
 
-def load_run(d):
+def load_run(d, n):
+    """Ranks 0..n-1's rank<R>.json in d (None for a rank that wrote none: killed, timed out)."""
     ranks = []
-    r = 0
-    while os.path.exists(os.path.join(d, f"rank{r}.json")):
-        with open(os.path.join(d, f"rank{r}.json")) as f:
-            ranks.append(json.load(f))
-        r += 1
+    for r in range(n):
+        p = os.path.join(d, f"rank{r}.json")
+        if os.path.exists(p):
+            with open(p) as f:
+                ranks.append(json.load(f))
+        else:
+            ranks.append(None)
     return ranks
 
 
@@ -119,7 +122,6 @@ def compare(torch, a, b):
 
 def cmd_report(a):
     import torch
-    ref, chaos = load_run(a.ref), load_run(a.chaos)
     faults = []
     if os.path.exists(a.faults):
         with open(a.faults) as f:
@@ -128,34 +130,42 @@ def cmd_report(a):
     if a.meta and os.path.exists(a.meta):
         with open(a.meta) as f:
             meta = json.load(f)
+    ref, chaos = load_run(a.ref, a.workers), load_run(a.chaos, a.workers)
     rep = {"meta": meta, "ok": False, "problems": []}
     problems = rep["problems"]
 
     # The runs.
     def run_summary(ranks, what):
-        if not ranks:
-            problems.append(f"{what}: no rank wrote its result")
-            return {"ranks": 0}
-        s = {"ranks": len(ranks), "steps_requested": ranks[0]["steps_requested"],
-             "steps_done": min(r["steps_done"] for r in ranks),
-             "steps_done_per_rank": [r["steps_done"] for r in ranks],
+        missing = [i for i, r in enumerate(ranks) if r is None]
+        if missing:
+            problems.append(f"{what}: rank(s) {', '.join(map(str, missing))} wrote no result "
+                            "(killed or timed out; see their logs)")
+        have = [r for r in ranks if r is not None]
+        if not have:
+            return {"ranks": 0, "steps_done": 0, "steps_requested": meta.get("steps"), "errors": [],
+                    "missing_ranks": missing}
+        s = {"ranks": len(ranks), "steps_requested": have[0]["steps_requested"],
+             "steps_done": min(r["steps_done"] for r in have),  # of the ranks that wrote a result
+             "steps_done_per_rank": [r["steps_done"] if r else None for r in ranks],
+             "missing_ranks": missing,
              "errors": [{"rank": r["rank"], "step": r["error_step"], "error": r["error"]}
-                        for r in ranks if r["error"]]}
+                        for r in have if r["error"]]}
         if s["errors"]:
             problems.append(f"{what}: FAILED: " + "; ".join(
                 f"rank {e['rank']} at step {e['step']}: {e['error']}" for e in s["errors"]))
-        elif s["steps_done"] < s["steps_requested"]:
+        elif not missing and s["steps_done"] < s["steps_requested"]:
             problems.append(f"{what}: only {s['steps_done']} of {s['steps_requested']} steps done")
         return s
     rep["reference"] = run_summary(ref, "reference (gloo) run")
     rep["chaos"] = run_summary(chaos, "disturbed (switchml) run")
-    world = len(chaos) or len(ref)
-    grad_mode = (chaos or ref or [{}])[0].get("grad_mode", "?")
+    world = a.workers
+    grad_mode = next((r["grad_mode"] for r in chaos + ref if r), "?")
     rep["grad_mode"] = grad_mode
 
     # Step times and time lost per fault (rank 0 of the disturbed run).
-    times = chaos[0]["step_time_s"] if chaos else []
-    stats = chaos[0]["stats_per_step"] if chaos else []
+    c0 = chaos[0] or {}  # rank 0 of the disturbed run ({}: it wrote no result)
+    times = c0.get("step_time_s", [])
+    stats = c0.get("stats_per_step", [])
     fired = sorted((f for f in faults if f.get("fired")), key=lambda f: f["step"])
     windows = []
     for i, f in enumerate(fired):
@@ -180,8 +190,8 @@ def cmd_report(a):
             row["time_lost_s"] = sum(t - median for t in win) if win else None
             if s - 1 < len(times):
                 row["fault_step_time_s"] = times[s - 1]
-            elif s - 1 == len(times) and chaos[0].get("failed_step_time_s") is not None:
-                row["fault_step_time_s"] = chaos[0]["failed_step_time_s"]  # the step that failed
+            elif s - 1 == len(times) and c0.get("failed_step_time_s") is not None:
+                row["fault_step_time_s"] = c0["failed_step_time_s"]  # the step that failed
                 row["fault_step_failed"] = True
             else:
                 row["fault_step_time_s"] = None
@@ -190,8 +200,8 @@ def cmd_report(a):
             row["calls"] = path_calls(before, after) if after else None
         fault_rows.append(row)
     rep["faults"] = fault_rows
-    rep["calls_total"] = path_calls(None, chaos[0]["stats_end"]) if chaos and chaos[0]["stats_end"] else None
-    rep["stats_end_rank0"] = chaos[0]["stats_end"] if chaos else None
+    rep["calls_total"] = path_calls(None, c0["stats_end"]) if c0.get("stats_end") else None
+    rep["stats_end_rank0"] = c0.get("stats_end")
     not_fired = [f for f in faults if not f.get("fired")]
     if not_fired:
         problems.append("faults not injected: " + ", ".join(
@@ -329,6 +339,7 @@ def main(argv):
     rp.add_argument("--faults", required=True)
     rp.add_argument("--out", required=True)
     rp.add_argument("--meta", default="")
+    rp.add_argument("--workers", type=int, required=True, help="ranks of each run")
     rp.add_argument("--window", type=int, default=10)
     rp.add_argument("--param-tolerance", type=float, default=0.0)
     a = p.parse_args(argv)

@@ -202,7 +202,7 @@ RANK_PIDS=()
 start_ranks() {
   local backend=$1 dir=$2 i
   shift 2
-  RANK_PIDS=()
+  RANK_PIDS=() RANK_RC=() FIRST_FAIL_US=0
   for ((i = 0; i < WORKERS; i++)); do
     "$CLUSTER" exec --name "$NAME" --host "w$i" -- timeout -k 10 "$TIMEOUT" env OMP_NUM_THREADS=1 \
         PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" GLOO_SOCKET_IFNAME=eth0 "$@" \
@@ -214,22 +214,51 @@ start_ranks() {
     sml_track $!
   done
 }
-# wait_ranks WHAT: waits for RANK_PIDS; sets RANKS_FAILED (" i(why)" per failed rank).
-wait_ranks() {
+# reap_ranks: collects the exit status of every rank that has ended (RANK_RC[i], "" while it
+# runs); sets FIRST_FAIL_US when a rank first ended with an error.
+declare -a RANK_RC
+FIRST_FAIL_US=0
+reap_ranks() {
   local i rc
-  RANKS_FAILED=""
   for ((i = 0; i < ${#RANK_PIDS[@]}; i++)); do
+    [[ -z "${RANK_RC[i]:-}" ]] || continue
+    sml_alive "${RANK_PIDS[i]}" && continue
     rc=0; wait "${RANK_PIDS[i]}" || rc=$?
-    if ((rc == 124)); then RANKS_FAILED+=" $i(timed out after ${TIMEOUT}s)"
-    elif ((rc != 0)); then RANKS_FAILED+=" $i(exit $rc)"; fi
+    RANK_RC[i]=$rc
+    sml_untrack "${RANK_PIDS[i]}"
+    ((rc == 0 || FIRST_FAIL_US != 0)) || FIRST_FAIL_US=$(now_us)
   done
-  sml_untrack "${RANK_PIDS[@]}"
+  return 0
 }
 ranks_alive() {
-  local p
-  for p in "${RANK_PIDS[@]}"; do sml_alive "$p" && return 0; done
+  local i
+  for ((i = 0; i < ${#RANK_PIDS[@]}; i++)); do [[ -n "${RANK_RC[i]:-}" ]] || return 0; done
   return 1
 }
+# stop_ranks WHY: stops the ranks still running (with their process trees); their status says WHY.
+stop_ranks() {
+  local i
+  for ((i = 0; i < ${#RANK_PIDS[@]}; i++)); do
+    [[ -z "${RANK_RC[i]:-}" ]] || continue
+    sml_kill_tree "${RANK_PIDS[i]}"
+    wait "${RANK_PIDS[i]}" 2>/dev/null || true
+    sml_untrack "${RANK_PIDS[i]}"
+    RANK_RC[i]="stopped: $1"
+  done
+}
+# wait_ranks: waits for every rank; sets RANKS_FAILED (" i(why)" per failed rank).
+wait_ranks() {
+  local i rc
+  while ranks_alive; do reap_ranks; sleep 0.05; done
+  RANKS_FAILED=""
+  for ((i = 0; i < ${#RANK_PIDS[@]}; i++)); do
+    rc=${RANK_RC[i]}
+    if [[ $rc == 124 ]]; then RANKS_FAILED+=" $i(timed out after ${TIMEOUT}s)"
+    elif [[ $rc == stopped* ]]; then RANKS_FAILED+=" $i(${rc})"
+    elif [[ $rc != 0 ]]; then RANKS_FAILED+=" $i(exit $rc)"; fi
+  done
+}
+now_us() { echo "${EPOCHREALTIME//[.,]/}"; }
 
 # --- 1. the reference run: plain gloo, no loss, no fault
 say "reference run: gloo, $STEPS steps"
@@ -320,7 +349,6 @@ start_ranks switchml "$OUT/chaos" SWITCHML_CONTROLLER="$CONTROLLER" SWITCHML_JOB
     SWITCHML_JOB_TOKEN="$JOB_TOKEN" SWITCHML_WORKER_THREADS="$THREADS" SWITCHML_WINDOW_PACKETS="$WINDOW_PACKETS" \
     SWITCHML_CALL_TIMEOUT_MS="$CALL_TIMEOUT_MS"
 
-now_us() { echo "${EPOCHREALTIME//[.,]/}"; }
 # progress: sets DONE (steps rank 0 finished) and STEP_US (recent mean step time, us; 0 unknown).
 progress() {
   local lines n t_last t_first
@@ -402,7 +430,15 @@ fire() {  # KIND PLANNED_STEP: injects one fault now (after prepare KIND), logs 
 
 fi_next=0 armed_at=0 prepared=-1
 deadline=$(($(now_us) + TIMEOUT * 1000000))
-while ranks_alive; do
+# Once a rank failed, the others get GRACE_S to end on their own (their calls fail within the
+# call timeout, Gloo's within --timeout); then they are stopped and reported so.
+GRACE_S=$((3 * CALL_TIMEOUT_MS / 1000 + 30))
+while reap_ranks; ranks_alive; do
+  if ((FIRST_FAIL_US != 0 && $(now_us) > FIRST_FAIL_US + GRACE_S * 1000000)); then
+    say "a rank failed ${GRACE_S} s ago; stopping the ranks still running"
+    stop_ranks "still running ${GRACE_S} s after another rank failed"
+    break
+  fi
   progress
   if ((fi_next < ${#plan_lines[@]})); then
     read -r kind fstep frac <<<"${plan_lines[fi_next]}"
@@ -421,7 +457,7 @@ while ranks_alive; do
     fi
   fi
   if [[ -n "$SHARD_DOWN" ]] && (($(now_us) >= SHARD_RESTART_AT)); then restart_shard_switch; fi
-  (($(now_us) < deadline)) || break
+  if (($(now_us) >= deadline)); then stop_ranks "--timeout ${TIMEOUT} s passed"; break; fi
   sleep 0.02
 done
 wait_ranks
@@ -449,6 +485,6 @@ EOF
 echo
 rc=0
 "$PYTHON" "$REPORT_PY" report --ref "$OUT/ref" --chaos "$OUT/chaos" --faults "$OUT/faults.jsonl" --out "$OUT" \
-    --meta "$OUT/meta.json" --window "$WINDOW" --param-tolerance "$PARAM_TOL" || rc=$?
+    --meta "$OUT/meta.json" --workers "$WORKERS" --window "$WINDOW" --param-tolerance "$PARAM_TOL" || rc=$?
 say "report: $OUT/chaos.md, $OUT/chaos.json; logs in $OUT/logs"
 exit "$rc"
