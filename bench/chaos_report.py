@@ -178,6 +178,9 @@ def cmd_report(a):
     quiet = [t for i, t in enumerate(times, 1) if i not in inside]
     median = statistics.median(quiet) if quiet else (statistics.median(times) if times else 0.0)
     rep["step_time_median_s"] = median
+    base = sorted(quiet or times)
+    rep["step_time_p10_p90_s"] = ([base[int(0.1 * (len(base) - 1))], base[int(0.9 * (len(base) - 1))]]
+                                  if base else None)
     rep["step_time_median_of"] = "undisturbed steps" if quiet else "all steps"
     fault_rows = []
     for f in faults:
@@ -287,7 +290,10 @@ def render(rep):
         L.append(f"- {p}")
     if rep["problems"]:
         L.append("")
-    L.append(f"Median step time ({rep['step_time_median_of']}): {rep['step_time_median_s'] * 1e3:.1f} ms\n")
+    spread = rep.get("step_time_p10_p90_s")
+    L.append(f"Median step time ({rep['step_time_median_of']}): {rep['step_time_median_s'] * 1e3:.1f} ms"
+             + (f" (p10 {spread[0] * 1e3:.1f}, p90 {spread[1] * 1e3:.1f} ms: a fault's time lost within a few "
+                "times that spread is noise)" if spread else "") + "\n")
     L.append("| # | fault | step | detail | steps in window | fault step ms | time lost s | switch calls | host-path calls | recovered | fallbacks | returns |")
     L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for i, f in enumerate(rep["faults"]):
