@@ -178,6 +178,8 @@ def cmd_report(a):
     quiet = [t for i, t in enumerate(times, 1) if i not in inside]
     median = statistics.median(quiet) if quiet else (statistics.median(times) if times else 0.0)
     rep["step_time_median_s"] = median
+    r0 = ref[0] or {}
+    rep["reference_step_time_median_s"] = statistics.median(r0["step_time_s"]) if r0.get("step_time_s") else None
     base = sorted(quiet or times)
     rep["step_time_p10_p90_s"] = ([base[int(0.1 * (len(base) - 1))], base[int(0.9 * (len(base) - 1))]]
                                   if base else None)
@@ -293,7 +295,9 @@ def render(rep):
     spread = rep.get("step_time_p10_p90_s")
     L.append(f"Median step time ({rep['step_time_median_of']}): {rep['step_time_median_s'] * 1e3:.1f} ms"
              + (f" (p10 {spread[0] * 1e3:.1f}, p90 {spread[1] * 1e3:.1f} ms: a fault's time lost within a few "
-                "times that spread is noise)" if spread else "") + "\n")
+                "times that spread is noise)" if spread else "")
+             + (f"; the Gloo reference's median step time: {rep['reference_step_time_median_s'] * 1e3:.1f} ms"
+                if rep.get("reference_step_time_median_s") else "") + "\n")
     L.append("| # | fault | step | detail | steps in window | fault step ms | time lost s | switch calls | host-path calls | recovered | fallbacks | returns |")
     L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for i, f in enumerate(rep["faults"]):
