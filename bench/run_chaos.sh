@@ -71,7 +71,8 @@ Options:
   --hidden H          hidden width of the MLP (default 1024: 1.1 M parameters, 4.5 MB of
                       gradients per step)
   --quick             --steps 25 --gap 4 --warmup 4 --hidden 512 (300 k parameters): a smoke run
-  --out DIR           results and logs (default: a new /tmp/switchml-chaos.XXXXXX, kept)
+  --out DIR           results and logs (default: a new /tmp/switchml-chaos.XXXXXX, kept); an
+                      earlier run's results and logs there are replaced
   --build DIR         build directory (default: $REPO/build)
   --python PATH       interpreter that imports torch (default: \$SWITCHML_VENV or REPO/.venv)
   --timeout S         limit of each run, seconds (default 900)
@@ -158,10 +159,12 @@ mapfile -t plan_lines <<<"$plan"
 # Output directory (kept: it is the result), and the exit trap of scripts/lib.sh: every process
 # this script started is stopped, then the cluster removed, whatever happens.
 if [[ -z "$OUT" ]]; then OUT=$(mktemp -d /tmp/switchml-chaos.XXXXXX); fi
-mkdir -p "$OUT/logs" || die "cannot create --out directory '$OUT'"
+mkdir -p "$OUT" || die "cannot create --out directory '$OUT'"
 OUT=$(cd "$OUT" && pwd)
-rm -rf "$OUT/ref" "$OUT/chaos" "$OUT/faults.jsonl" "$OUT/chaos.json" "$OUT/chaos.md" "$OUT/progress"
-mkdir -p "$OUT/ref" "$OUT/chaos"
+# A reused --out must not mix in an earlier run's results.
+rm -rf "$OUT/ref" "$OUT/chaos" "$OUT/logs" "$OUT/faults.jsonl" "$OUT/chaos.json" "$OUT/chaos.md" \
+    "$OUT/meta.json" "$OUT"/progress.*
+mkdir -p "$OUT/ref" "$OUT/chaos" "$OUT/logs" || die "cannot write to --out directory '$OUT'"
 sml_exit_trap
 sml_netns_sweep smlchaos
 NAME=$(sml_netns_owner smlchaos)
@@ -196,7 +199,7 @@ SW_HOST=sw
 # shellcheck disable=SC2317
 on_switch_host() { exec "$CLUSTER" exec --name "$NAME" --host "$SW_HOST" -- "$@"; }
 
-# run_ranks BACKEND DIR EXTRA_ENV...: starts the WORKERS ranks of chaos_train.py in the
+# start_ranks BACKEND DIR EXTRA_ENV...: starts the WORKERS ranks of chaos_train.py in the
 # background (rank i in worker host wi), sets RANK_PIDS.
 RANK_PIDS=()
 start_ranks() {
