@@ -40,16 +40,18 @@ import sys
 KINDS = ("switch", "shard", "controller")
 
 # Which stats() counters count calls on which path (summed when several are present).
-# calls_completed: all-reduces the switch finished; the host-path and failover counters
-# come with the fallback (integrations/pytorch); fallback_allreduces: calls the backend sends to
-# its inner Gloo group by design (dtype/op the switch cannot aggregate).
+# calls_completed: all-reduces the switch finished; recovered_calls / host_path_calls: the names
+# the MPI interposer's failover uses (calls the recovery finished, calls run on the host path
+# after a failure), expected from the PyTorch backend's too; failovers / returns_to_switch: path
+# switches (check against the backend when it lands); fallback_allreduces: calls the backend
+# sends to its inner Gloo group by design (dtype/op the switch cannot aggregate).
 PATH_COUNTERS = {
     "switch": ["calls_completed"],
     "failed_on_switch": ["calls_failed"],
-    "recovered": ["calls_recovered"],
-    "host_path": ["host_path_allreduces", "calls_on_host", "host_path_calls"],
-    "fallback_events": ["failovers", "fallback_events", "switch_failures"],
-    "returns_to_switch": ["switch_returns", "returns_to_switch", "returns"],
+    "recovered": ["recovered_calls"],
+    "host_path": ["host_path_calls"],
+    "fallback_events": ["failovers"],
+    "returns_to_switch": ["returns_to_switch"],
     "gloo_by_design": ["fallback_allreduces"],
 }
 
