@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "switchml/status.h"
@@ -77,9 +78,23 @@ class Failover {
   // for OK and for every other failure (a rank that died, the caller's own mistakes).
   bool SwitchFailed(const Status& call_status) const;
 
+  // Whether this context broke because the switch failed (its next calls fail; Agree then
+  // reports this rank as failed even at a probe).
+  bool SwitchFailedBefore() const;
+
+  // Breaks the context as a switch failure would (UNAVAILABLE: `why`): running calls stop, the
+  // next calls fail, and the ranks recover at the next agreement. For tests and fire drills:
+  // exercises the whole failover without killing a switch.
+  void InjectSwitchFailure(const std::string& why);
+
+  // Whether the context broke for another reason than the switch (a rank died, a timeout the
+  // controller does not explain): no recovery will follow, so probing (Agree(false)) is useless.
+  bool BrokenOtherwise() const;
+
   // The agreement; every rank calls it at the same points: once at its first call that failed
   // with SwitchFailed (`failed` = true), and, while on the switch path, at each synchronisation
-  // point (`failed` = false: before a host-network collective, at barriers, at shutdown). Blocks
+  // point (`failed` = false: before a host-network collective, at barriers, at shutdown; a rank
+  // whose context broke because the switch failed counts as failed there too). Blocks
   // in one host-path all-gather. If no rank failed, returns nullopt (nothing changed). Otherwise
   // every rank recovers: a rank whose context is still healthy gives it up (its running calls
   // stop at once and are finished by the recovery like the others'), then Context recovery runs

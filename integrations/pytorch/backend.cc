@@ -133,8 +133,12 @@ void SwitchMLWork::Complete(std::exception_ptr error) {
 
 SwitchMLBackend::SwitchMLBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                  std::chrono::milliseconds timeout, SwitchMLConfig config,
-                                 c10::intrusive_ptr<c10d::Backend> gloo)
-    : c10d::Backend(rank, size), timeout_(timeout), gloo_(std::move(gloo)), mark_timeout_ms_(timeout.count()) {
+                                 c10::intrusive_ptr<c10d::Backend> gloo, c10::intrusive_ptr<c10d::Backend> host)
+    : c10d::Backend(rank, size),
+      timeout_(timeout),
+      gloo_(std::move(gloo)),
+      mark_timeout_ms_(timeout.count()),
+      host_(std::move(host)) {
   for (const char* reason : kFallbackReasons) fallback_counts_.emplace_back(reason, 0);
   TORCH_CHECK_VALUE(size >= 1 && size <= 256, "switchml: world size must be in [1, 256], got ", size);
   TORCH_CHECK_VALUE(gloo_ && gloo_->getRank() == rank && gloo_->getSize() == size,
@@ -168,10 +172,20 @@ SwitchMLBackend::SwitchMLBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   TORCH_CHECK(context.ok(), "switchml: rank ", rank, " of ", size, " could not join the SwitchML job through ",
               "the controller at ", controller_address_, ": ", context.status().ToString());
   context_ = std::move(*context);
+  if (config.failover && host_) {
+    TORCH_CHECK_VALUE(host_->getRank() == rank && host_->getSize() == size,
+                      "switchml: the host Gloo group must have this group's rank and size");
+    host_timeout_ms_ = timeout_.count();
+    host_path_ = MakeGlooHostPath(host_, size, host_timeout_ms_);
+    failover_ = std::make_unique<switchml::Failover>(*context_, *host_path_);
+  } else {
+    host_.reset();
+  }
   init();
 }
 
 SwitchMLBackend::~SwitchMLBackend() {
+  ProbeAtExit();  // unless shutdown() did
   // Calls still waiting to start fail (closing_, when an earlier call completes); destroying
   // the context cancels jobs still queued or running: their handles complete with CANCELLED
   // (every SwitchML callback has run when the context is gone), which completes their calls.
@@ -190,6 +204,8 @@ SwitchMLBackend::~SwitchMLBackend() {
     StartReadyLocked(started);  // fails every call not started yet
   }
   for (auto& c : started) Arm(c);
+  StopRecoveryThread();  // a recovery under way finishes first (it needs the context)
+  failover_.reset();
   context_.reset();
   std::unique_lock lock(mu_);
   progress_cv_.wait(lock, [&] { return queue_.empty() && completing_ == 0; });
@@ -288,6 +304,16 @@ SwitchMLBackend::Route SwitchMLBackend::CheckTensors(const std::vector<at::Tenso
 
 void SwitchMLBackend::SubmitJob(const at::Tensor& buffer, std::string name, Call& c) {
   if (buffer.numel() == 0) return;  // nothing to send; every rank skips it alike
+  if (path_ == Path::kHost) {
+    // After a switch failure (failover.cc): the host group, in call order like every rank.
+    std::vector<at::Tensor> t = {buffer};
+    c.gloo_works.push_back(host_->allreduce(t));
+    failover_host_calls_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  TORCH_CHECK(path_ != Path::kFailed, "switchml: ", name, ": ", failover_error_);
+  ++handles_unsettled_;
+  c.job_buffers.push_back(buffer);
   const switchml::DataType type =
       buffer.scalar_type() == at::kInt ? switchml::DataType::kInt32 : switchml::DataType::kFloat32;
   void* data = buffer.data_ptr();
@@ -300,7 +326,8 @@ bool SwitchMLBackend::ConflictsLocked(const Call& c, size_t count) const {
   for (size_t i = 0; i < count && i < queue_.size(); ++i) {
     const Call& earlier = *queue_[i];
     if (&earlier == &c) break;
-    if (earlier.direct && c.direct) continue;  // the library orders these itself
+    // The library orders these itself (not the host path after a failover).
+    if (earlier.direct && c.direct && path_ == Path::kSwitch) continue;
     if (earlier.staged && earlier.staged == c.staged) continue;  // chunks of one call: disjoint
     for (const Span& a : earlier.spans) {
       for (const Span& b : c.spans) {
@@ -327,6 +354,8 @@ void SwitchMLBackend::StartReadyLocked(std::vector<std::shared_ptr<Call>>& start
     // SwitchML thread the pending jobs need, may be waiting for mu_).
     // A staged chunk whose device copy is not done holds back the calls after it likewise.
     if (!c.ready || ConflictsLocked(c, j) || jobs_in_flight_ + c.max_jobs > kMaxJobsInFlight) return;
+    // While the failover recovers, nothing goes to the switch (FinishRecovery starts them).
+    if (path_ == Path::kRecovering) return;
     c.started = true;
     if (!c.error) {  // set: the staging thread gave up on its device copy
       try {
@@ -353,6 +382,7 @@ void SwitchMLBackend::Arm(const std::shared_ptr<Call>& c) {
   for (size_t i = 0; i < c->handles.size(); ++i) {
     // On the SwitchML worker thread that finished the job (or here): short, never blocks long.
     c->handles[i].OnComplete([this, c, i, rank](const switchml::Status& s) {
+      if (SettleHandle(c, i, s)) return;  // parked for the failover's recovery
       if (!s.ok()) {
         std::lock_guard lock(c->part_mu);
         if (!c->part_error) {
@@ -507,6 +537,7 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::EnqueueSwitchML(std::shared_ptr<
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::RunOnGloo(std::shared_ptr<Call> c, const Route& route,
                                                                const char* collective) {
   c10::intrusive_ptr<c10d::Work> work = c->work;
+  ProbeSwitch(collective);
   {
     std::unique_lock lock(mu_);
     // Issued now, in call order on every rank (as every Gloo collective), once the earlier calls
@@ -863,8 +894,8 @@ std::string DtypeList(const std::vector<at::Tensor>& tensors) {
 // only at wait()), unless `any_dtype` (send/recv move bytes); an error Gloo raises at the call
 // gets a line naming both (same exception type).
 template <typename F>
-c10::intrusive_ptr<c10d::Work> Delegate(const char* collective, const std::vector<at::Tensor>& tensors, F&& call,
-                                        bool any_dtype = false) {
+c10::intrusive_ptr<c10d::Work> Delegate(SwitchMLBackend& self, const char* collective,
+                                        const std::vector<at::Tensor>& tensors, F&& call, bool any_dtype = false) {
   for (size_t i = 0; i < tensors.size() && !any_dtype; ++i) {
     if (!tensors[i].defined()) continue;
     const at::ScalarType type = tensors[i].scalar_type();
@@ -872,6 +903,9 @@ c10::intrusive_ptr<c10d::Work> Delegate(const char* collective, const std::vecto
                      " is not supported: it runs on the inner Gloo group, which takes float32, float64, float16, "
                      "bfloat16, int8, uint8, int32, int64 and bool only");
   }
+  // A collective every rank enters (not send/recv): a rank that saw no switch failure must join
+  // the others' recovery first, or they would wait for each other.
+  if (!any_dtype) self.ProbeSwitch(collective);
   try {
     return call();
   } catch (c10::Error& e) {
@@ -885,65 +919,65 @@ c10::intrusive_ptr<c10d::Work> Delegate(const char* collective, const std::vecto
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                                const c10d::BroadcastOptions& opts) {
-  return Delegate("broadcast", tensors, [&] { return gloo_->broadcast(tensors, opts); });
+  return Delegate(*this, "broadcast", tensors, [&] { return gloo_->broadcast(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::reduce(std::vector<at::Tensor>& tensors,
                                                             const c10d::ReduceOptions& opts) {
-  return Delegate("reduce", tensors, [&] { return gloo_->reduce(tensors, opts); });
+  return Delegate(*this, "reduce", tensors, [&] { return gloo_->reduce(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                                std::vector<at::Tensor>& inputs,
                                                                const c10d::AllgatherOptions& opts) {
-  return Delegate("all_gather", inputs, [&] { return gloo_->allgather(outputs, inputs, opts); });
+  return Delegate(*this, "all_gather", inputs, [&] { return gloo_->allgather(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                      const c10d::AllgatherOptions& opts) {
-  return Delegate("all_gather_into_tensor", std::vector<at::Tensor>{input},
+  return Delegate(*this, "all_gather_into_tensor", std::vector<at::Tensor>{input},
                   [&] { return gloo_->_allgather_base(output, input, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  return Delegate("all_gather_coalesced", inputs, [&] { return gloo_->allgather_coalesced(outputs, inputs, opts); });
+  return Delegate(*this, "all_gather_coalesced", inputs, [&] { return gloo_->allgather_coalesced(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  return Delegate("all_gather_into_tensor (coalesced)", inputs,
+  return Delegate(*this, "all_gather_into_tensor (coalesced)", inputs,
                   [&] { return gloo_->allgather_into_tensor_coalesced(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                        std::vector<at::Tensor>& inputs,
                                                        const c10d::GatherOptions& opts) {
-  return Delegate("gather", inputs, [&] { return gloo_->gather(outputs, inputs, opts); });
+  return Delegate(*this, "gather", inputs, [&] { return gloo_->gather(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::scatter(std::vector<at::Tensor>& outputs,
                                                         std::vector<std::vector<at::Tensor>>& inputs,
                                                         const c10d::ScatterOptions& opts) {
-  return Delegate("scatter", outputs, [&] { return gloo_->scatter(outputs, inputs, opts); });
+  return Delegate(*this, "scatter", outputs, [&] { return gloo_->scatter(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                std::vector<std::vector<at::Tensor>>& inputs,
                                                                const c10d::ReduceScatterOptions& opts) {
-  return Delegate("reduce_scatter", outputs, [&] { return gloo_->reduce_scatter(outputs, inputs, opts); });
+  return Delegate(*this, "reduce_scatter", outputs, [&] { return gloo_->reduce_scatter(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                      const c10d::ReduceScatterOptions& opts) {
-  return Delegate("reduce_scatter_tensor", std::vector<at::Tensor>{output},
+  return Delegate(*this, "reduce_scatter_tensor", std::vector<at::Tensor>{output},
                   [&] { return gloo_->_reduce_scatter_base(output, input, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  return Delegate("reduce_scatter_tensor (coalesced)", outputs,
+  return Delegate(*this, "reduce_scatter_tensor (coalesced)", outputs,
                   [&] { return gloo_->reduce_scatter_tensor_coalesced(outputs, inputs, opts); });
 }
 
@@ -951,28 +985,28 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::alltoall_base(at::Tensor& output
                                                               std::vector<int64_t>& output_split_sizes,
                                                               std::vector<int64_t>& input_split_sizes,
                                                               const c10d::AllToAllOptions& opts) {
-  return Delegate("all_to_all_single", std::vector<at::Tensor>{input},
+  return Delegate(*this, "all_to_all_single", std::vector<at::Tensor>{input},
                   [&] { return gloo_->alltoall_base(output, input, output_split_sizes, input_split_sizes, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::AllToAllOptions& opts) {
-  return Delegate("all_to_all", inputs, [&] { return gloo_->alltoall(outputs, inputs, opts); });
+  return Delegate(*this, "all_to_all", inputs, [&] { return gloo_->alltoall(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::send(std::vector<at::Tensor>& tensors, int dst_rank,
                                                           int tag) {
-  return Delegate("send", tensors, [&] { return gloo_->send(tensors, dst_rank, tag); }, /*any_dtype=*/true);
+  return Delegate(*this, "send", tensors, [&] { return gloo_->send(tensors, dst_rank, tag); }, /*any_dtype=*/true);
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::recv(std::vector<at::Tensor>& tensors, int src_rank,
                                                           int tag) {
-  return Delegate("recv", tensors, [&] { return gloo_->recv(tensors, src_rank, tag); }, /*any_dtype=*/true);
+  return Delegate(*this, "recv", tensors, [&] { return gloo_->recv(tensors, src_rank, tag); }, /*any_dtype=*/true);
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  return Delegate("recv (any source)", tensors, [&] { return gloo_->recvAnysource(tensors, tag); }, /*any_dtype=*/true);
+  return Delegate(*this, "recv (any source)", tensors, [&] { return gloo_->recvAnysource(tensors, tag); }, /*any_dtype=*/true);
 }
 
 c10::intrusive_ptr<c10d::Work> SwitchMLBackend::barrier(const c10d::BarrierOptions& opts) {
@@ -980,6 +1014,7 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::barrier(const c10d::BarrierOptio
     std::unique_lock lock(mu_);
     WaitLocked(lock, [&] { return queue_.empty() && completing_ == 0; }, "barrier");
   }
+  ProbeSwitch("barrier");
   return gloo_->barrier(opts);
 }
 
@@ -988,6 +1023,7 @@ void SwitchMLBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
     std::unique_lock lock(mu_);
     WaitLocked(lock, [&] { return queue_.empty() && completing_ == 0; }, "monitoredBarrier");
   }
+  ProbeSwitch("monitoredBarrier");
   gloo_->monitoredBarrier(opts, wait_all_ranks);
 }
 

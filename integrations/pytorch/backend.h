@@ -87,6 +87,7 @@
 
 #include "staging.h"
 #include "switchml/context.h"
+#include "switchml/failover.h"
 
 namespace switchml::pytorch {
 
@@ -116,6 +117,11 @@ struct SwitchMLConfig {
   // CUDA tensors are staged through pinned host memory in chunks of this many bytes (0: 4 MiB;
   // see staging.h). Must be equal on every rank (it decides how many SwitchML calls a tensor is).
   int64_t staging_chunk_bytes = 0;
+  // Survive a failing switch (docs/reliability.md, "Surviving a failing switch"): when a call
+  // fails because the switch, a shard or the controller is gone, every rank finishes the calls
+  // in flight on the host path (a second Gloo group given to the constructor) and runs every
+  // later all-reduce there. false: such a call fails (RuntimeError at wait()), as every later one.
+  bool failover = true;
   // float16/bfloat16 SUM/AVG through the switch, widened to float32 (true), or on the inner Gloo
   // group (false, the default): the switch carries 4 bytes per element whatever the dtype, a
   // Gloo ring 2 × 2(n−1)/n, so on bandwidth-bound links Gloo is faster for half precision
@@ -150,6 +156,11 @@ class SwitchMLWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// switchml::HostPath over a c10d Gloo group of `size` ranks; each collective waits at most
+// `timeout_ms` as it reads when the collective starts (failover.cc).
+std::unique_ptr<switchml::HostPath> MakeGlooHostPath(c10::intrusive_ptr<c10d::Backend> host, int size,
+                                                     const std::atomic<int64_t>& timeout_ms);
+
 class SwitchMLBackend : public c10d::Backend {
  public:
   // `gloo` is the inner Gloo group (torch's ProcessGroupGloo on PrefixStore("gloo", store), made
@@ -160,15 +171,23 @@ class SwitchMLBackend : public c10d::Backend {
   // `timeout` is the group timeout (store reads, waits for earlier calls). Throws c10::Error
   // with the SwitchML status text if the controller cannot be reached or the options are
   // invalid.
+  // `host` (may be null: no failover) is a second Gloo group of the same ranks (Python:
+  // ProcessGroupGloo on PrefixStore("switchml-host", store)), used only by the failover: the
+  // agreement, the recovery and, after a switch failure, every SwitchML all-reduce. It is
+  // separate from `gloo` because the recovery runs on a thread of its own at a point that
+  // differs between ranks, which would reorder it against the delegated collectives.
   SwitchMLBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                   std::chrono::milliseconds timeout, SwitchMLConfig config,
-                  c10::intrusive_ptr<c10d::Backend> gloo);
+                  c10::intrusive_ptr<c10d::Backend> gloo, c10::intrusive_ptr<c10d::Backend> host = {});
   // Stops the SwitchML context (jobs still running fail with CANCELLED, their works complete
   // with that error), then waits until every call's work completed (Gloo fallbacks: within
   // Gloo's timeout).
   ~SwitchMLBackend() override;
 
   const std::string getBackendName() const override { return "switchml"; }
+  // destroy_process_group() calls it first: a rank that saw no switch failure joins the others'
+  // recovery there (ProbeAtExit), while the inner Gloo groups still connect every rank.
+  void shutdown() override { ProbeAtExit(); }
 
   c10::intrusive_ptr<c10d::Work> allreduce(
       std::vector<at::Tensor>& tensors,
@@ -239,6 +258,19 @@ class SwitchMLBackend : public c10d::Backend {
   // present (0 if unused). A call counts under one reason: its op if SwitchML lacks it, else the
   // first tensor's dtype SwitchML lacks.
   std::vector<std::pair<std::string, uint64_t>> FallbackCounts() const;
+  // The failover's counters: ("failover", 1 once the group moved to the host path, else 0),
+  // ("failover_recovered_calls", SwitchML calls in flight at the failure that the recovery
+  // finished), ("failover_host_calls", SwitchML calls run on the host path since).
+  std::vector<std::pair<std::string, uint64_t>> FailoverCounts() const;
+  // While on the switch path: one agreement with the other ranks (switchml::Failover::Agree),
+  // so that a rank that saw no failure joins the others' recovery before it waits for them in
+  // a collective (called before every delegated collective, Gloo fallback and barrier, and at
+  // destruction). No-op on the host path or without failover. Throws if the agreement or the
+  // recovery failed.
+  void ProbeSwitch(const char* where);
+  // Tests and fire drills (Python: _inject_switch_failure): this rank's context breaks as if the
+  // switch had failed; the ranks then fail over at the next call or probe. Throws without failover.
+  void InjectSwitchFailure();
 
   // Tests only (Python: _test_staging_*): from now on, SwitchML all-reduces of CPU tensors take
   // the device staging path (chunks of `chunk_bytes`, a staging thread, copies back) with
@@ -300,12 +332,15 @@ class SwitchMLBackend : public c10d::Backend {
     // finish. A throw from a SwitchML call's start becomes its work's error.
     std::function<void(Call&)> start;
     std::vector<switchml::AllReduceHandle> handles;
+    std::vector<at::Tensor> job_buffers;  // per handle: the buffer it reduces in place
     std::vector<std::string> job_names;  // "allreduce of tensor 0 (float32, 1000 elements)"
     std::vector<c10::intrusive_ptr<c10d::Work>> gloo_works;
     std::function<void()> finish;  // after every job succeeded, in CompleteCall
     std::exception_ptr error;      // start failed (or the group was closing)
     size_t max_jobs = 0;           // SwitchML jobs its start submits, at most (set at the call)
     std::atomic<size_t> parts{0};  // handles + Gloo works not finished, + 1 while being armed
+                                   // (a handle parked by the failover stays unfinished until
+                                   // the recovery settles it)
     std::mutex part_mu;            // guards part_error
     std::exception_ptr part_error; // the first failed handle or Gloo work
     // Device calls (staging.h). A staged chunk is not `ready` (guarded by mu_) until the staging
@@ -370,6 +405,26 @@ class SwitchMLBackend : public c10d::Backend {
                                            DeviceOps* ops);
   void StagedPartDone(const std::shared_ptr<Staged>& s, std::exception_ptr error);
   void StagingThread();
+  // ---- Surviving a failing switch (failover.cc) ----
+  // kSwitch → (a handle failed because the switch is gone) kRecovering → kHost (recovered:
+  // every SwitchML all-reduce runs on `host_`), or kFailed (the recovery failed: calls fail).
+  enum class Path { kSwitch, kRecovering, kHost, kFailed };
+  struct Parked {
+    std::shared_ptr<Call> call;
+    size_t index;  // of the handle in call->handles
+  };
+  // Every SwitchML handle's completion callback first: settles the handle's count; a handle that
+  // failed because the switch is gone is parked (its part stays open) and the recovery starts.
+  bool SettleHandle(const std::shared_ptr<Call>& c, size_t index, const switchml::Status& s);
+  void RecoveryThread();
+  // With host_mu_ held, after this rank's agreement: settles every parked handle (OK from the
+  // recovery, re-run on the host, or failed) and moves the group to the host (or failed) path.
+  void FinishRecovery(const switchml::StatusOr<std::optional<switchml::RecoveryReport>>& agreed);
+  void StopRecoveryThread();
+  // Once, at shutdown() or else at destruction: the last agreement, bounded by
+  // 2 x call_timeout + 30 s, when no call is pending (logged, never thrown).
+  void ProbeAtExit();
+
   std::string ResolveControllerAddress(const c10::intrusive_ptr<c10d::Store>& store,
                                        const std::string& own);
   // ValueError on a rank whose settings differ from rank 0's (kSettingsStoreKey).
@@ -407,6 +462,25 @@ class SwitchMLBackend : public c10d::Backend {
   std::deque<StageItem> stage_queue_;           // guarded by stage_mu_; call order
   std::atomic<bool> stage_stop_{false};
   std::thread stage_thread_;                    // started by the first staged call (under stage_mu_)
+
+  // Failover (failover.cc). host_ and failover_ are null without failover.
+  c10::intrusive_ptr<c10d::Backend> host_;
+  std::unique_ptr<switchml::HostPath> host_path_;
+  // The host path's deadline per collective: the group timeout, but shorter for the agreement at
+  // destruction (a rank that died must not keep the others there for the group timeout).
+  std::atomic<int64_t> host_timeout_ms_{0};
+  std::unique_ptr<switchml::Failover> failover_;
+  std::mutex host_mu_;            // one agreement at a time (probes and the recovery thread)
+  Path path_ = Path::kSwitch;     // guarded by mu_
+  std::vector<Parked> parked_;    // guarded by mu_
+  size_t handles_unsettled_ = 0;  // guarded by mu_: SwitchML handles whose callback has not run
+  std::string failover_error_;    // guarded by mu_: why the path is kFailed
+  std::condition_variable recovery_cv_;  // with mu_: path_ became kRecovering, or stop
+  bool recovery_stop_ = false;           // guarded by mu_
+  std::thread recovery_thread_;          // started with the first parked handle (under mu_)
+  std::atomic<uint64_t> failover_recovered_calls_{0}, failover_host_calls_{0};
+  std::atomic<bool> failover_moved_{false};
+  std::once_flag exit_probe_;
 
   mutable std::mutex fallback_mu_;
   uint64_t fallback_total_ = 0;                                     // guarded by fallback_mu_

@@ -96,30 +96,38 @@ PYBIND11_MODULE(_torch, m) {
       .def_readwrite("job_id", &SwitchMLConfig::job_id)
       .def_readwrite("job_token", &SwitchMLConfig::job_token)
       .def_readwrite("staging_chunk_bytes", &SwitchMLConfig::staging_chunk_bytes)
-      .def_readwrite("half_via_switch", &SwitchMLConfig::half_via_switch);
+      .def_readwrite("half_via_switch", &SwitchMLConfig::half_via_switch)
+      .def_readwrite("failover", &SwitchMLConfig::failover);
 
   py::class_<SwitchMLBackend, c10d::Backend, switchml::pytorch::NoGilHolder<SwitchMLBackend>>(
       m, "SwitchMLBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, const SwitchMLConfig& config,
-                       const c10::intrusive_ptr<c10d::Backend>& gloo) {
+                       const c10::intrusive_ptr<c10d::Backend>& gloo, const c10::intrusive_ptr<c10d::Backend>& host) {
              return switchml::pytorch::NoGilHolder<SwitchMLBackend>(
-                 c10::make_intrusive<SwitchMLBackend>(store, rank, size, timeout, config, gloo));
+                 c10::make_intrusive<SwitchMLBackend>(store, rank, size, timeout, config, gloo, host));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("config"),
-           py::arg("gloo"),
+           py::arg("gloo"), py::arg("host") = c10::intrusive_ptr<c10d::Backend>(),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("controller_address", &SwitchMLBackend::controller_address)
       .def("stats",
            [](const SwitchMLBackend& pg) {
              py::dict d = switchml::pytorch::StatsToDict(pg.GetStats());
              for (const auto& [key, count] : pg.FallbackCounts()) d[py::str(key)] = count;
+             for (const auto& [key, count] : pg.FailoverCounts()) d[py::str(key)] = count;
              return d;
            },
            "The SwitchML client library's counters for this group (calls_submitted/completed/failed, "
            "packets, retransmissions; jobs_* are deprecated aliases of calls_*), and "
            "the all-reduce calls sent to the inner Gloo group: fallback_allreduces (total) and one "
-           "fallback_<reason> per reason (fallback_op_max, ..., fallback_dtype_float64, ...).")
+           "fallback_<reason> per reason (fallback_op_max, ..., fallback_dtype_float64, ...); and the "
+           "failover's: failover (1 once the group moved to the host path after a switch failure), "
+           "failover_recovered_calls (SwitchML calls in flight then that the recovery finished), "
+           "failover_host_calls (SwitchML calls run on the host path since).")
+      .def("_inject_switch_failure", &SwitchMLBackend::InjectSwitchFailure,
+           "Tests and fire drills: this rank's SwitchML context breaks as if the switch had failed; "
+           "the group then moves to the host path at the next all-reduce or collective.")
       // Tests only: CPU all-reduces take the device staging path with a fake device (staging.h).
       .def("_test_staging_enable",
            [](SwitchMLBackend& pg, int64_t chunk_bytes, std::chrono::milliseconds mark_timeout) {

@@ -51,9 +51,9 @@ struct CallState {
   // The caller got the error at once through another, already done, handle; this call is not
   // counted in Stats a second time.
   bool rejected_at_submit = false;
-  // Submitted after the context recovered onto the host path (Failover): the caller runs it
-  // there; never sent.
-  bool refused_after_recovery = false;
+  // Submitted after the context broke (never sent): after a recovery (Failover) the caller
+  // runs it on the host path.
+  bool refused_broken = false;
 };
 
 // Takes the block exponents of every slice of a float32 call (call.in, the slice vectors) into

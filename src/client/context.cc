@@ -292,9 +292,9 @@ AllReduceHandle ContextImpl::Failed(Status s) {
   return AllReduceHandle(call);
 }
 
-AllReduceHandle ContextImpl::FailedAfterRecovery(Status s) {
+AllReduceHandle ContextImpl::FailedBroken(Status s) {
   AllReduceHandle h = Failed(std::move(s));
-  h.state_->refused_after_recovery = true;
+  h.state_->refused_broken = true;
   return h;
 }
 
@@ -335,11 +335,11 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
     // Nothing pairs up any more: no round for this call either.
     if (!invalid.ok()) return Failed(invalid);
     if (recovered_.load(std::memory_order_acquire)) {
-      return FailedAfterRecovery(FailedPreconditionError(
+      return FailedBroken(FailedPreconditionError(
           "context recovered onto the host path after the switch failed (" + broken_status().ToString() +
           "); run this all-reduce on the host path"));
     }
-    return Failed(FailedPreconditionError("context unusable after an earlier failure: " + broken_status().ToString()));
+    return FailedBroken(FailedPreconditionError("context unusable after an earlier failure: " + broken_status().ToString()));
   }
   auto call = std::make_shared<CallState>();
   const size_t bytes = n * ElementSize(type);
@@ -364,7 +364,7 @@ AllReduceHandle ContextImpl::Submit(const void* in, void* out, size_t n, DataTyp
 
   // Submission order is call order: everything below happens under submit_mu_.
   std::lock_guard lock(submit_mu_);
-  if (Status st = WaitForInflightRoom(); !st.ok()) return Failed(invalid.ok() ? st : invalid);
+  if (Status st = WaitForInflightRoom(); !st.ok()) return invalid.ok() ? FailedBroken(st) : Failed(invalid);
   bool reads_pending_output = false;
   // Finished calls leave. A call that failed because the context broke stays (recovery finishes
   // it): the context is marked broken before such a call is marked done (OnSliceDone), so it is

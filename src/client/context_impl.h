@@ -131,8 +131,8 @@ class ContextImpl {
  private:
   ContextImpl(const Options& options, transport::Endpoint switch_endpoint);
   AllReduceHandle Failed(Status s);
-  // A call refused because the context recovered: marked for the host path (RunOnHost).
-  AllReduceHandle FailedAfterRecovery(Status s);
+  // A call refused because the context broke: marked for the host path (RunOnHost).
+  AllReduceHandle FailedBroken(Status s);
   // Blocks until fewer than max_calls_in_flight calls are queued or running. FAILED_PRECONDITION
   // if the context broke meanwhile.
   Status WaitForInflightRoom();

@@ -35,9 +35,21 @@ Failover::~Failover() = default;
 
 bool Failover::SwitchFailed(const Status& call_status) const {
   if (call_status.ok()) return false;
-  if (call_status.code() == StatusCode::kUnavailable) return true;
+  return call_status.code() == StatusCode::kUnavailable || SwitchFailedBefore();
+}
+
+bool Failover::SwitchFailedBefore() const {
   client::ContextImpl& c = state_->context;
   return c.broken() && c.broken_status().code() == StatusCode::kUnavailable;
+}
+
+void Failover::InjectSwitchFailure(const std::string& why) {
+  state_->context.Break(UnavailableError(why));
+}
+
+bool Failover::BrokenOtherwise() const {
+  client::ContextImpl& c = state_->context;
+  return c.broken() && c.broken_status().code() != StatusCode::kUnavailable;
 }
 
 StatusOr<std::optional<RecoveryReport>> Failover::Agree(bool failed) {
@@ -46,7 +58,8 @@ StatusOr<std::optional<RecoveryReport>> Failover::Agree(bool failed) {
   if (s.recovered) {
     return FailedPreconditionError("Failover::Agree: this context already recovered onto the host path");
   }
-  const int64_t mine = failed ? 1 : 0;
+  // A rank whose context broke because the switch failed says so even at a probe.
+  const int64_t mine = failed || SwitchFailedBefore() ? 1 : 0;
   SWITCHML_ASSIGN_OR_RETURN(std::vector<int64_t> flags,
                             s.host.AllGather(std::span<const int64_t>(&mine, 1)));
   const uint32_t n = s.context.options().num_workers;
@@ -75,7 +88,7 @@ bool Failover::RunOnHost(const AllReduceHandle& handle) const {
   std::lock_guard lock(s.mu);
   if (!s.recovered || !client::ContextImpl::HasState(handle)) return false;
   const client::CallState& call = client::ContextImpl::StateOf(handle);
-  if (call.refused_after_recovery) return true;
+  if (call.refused_broken) return true;
   // Also a call this rank rejected (non-finite input): the other ranks run it on the host path,
   // so this one must too, or every later host-path call would pair with the wrong one.
   return call.id >= s.report.end_call && call.id < s.report.submitted;

@@ -19,8 +19,9 @@ Each mode starts its own switch (`switchml switch` on free ports) and two worker
             dtype, each against the same call on a Gloo group (printed as two tables); DDP
             comm hooks; ZeroRedundancyOptimizer, FSDP and FSDP2 against the same runs over
             Gloo; the parent checks each fallback reason was logged once. Then 2 ranks on a
-            switch of their own that the parent kills between two calls: every rank's next
-            all-reduces fail naming the cause, Gloo collectives still work, clean exit. Then,
+            switch of their own that the parent kills between two calls, with
+            SWITCHML_FAILOVER=0: every rank's next all-reduces fail naming the cause, Gloo
+            collectives still work, clean exit (test_failover.py: the default, surviving it). Then,
             twice (a JobService job; job 0 with the operator credential in the ranks'
             environment), 3 ranks of which the parent kills rank 2 between two calls: the next
             all-reduce of ranks 0 and 1 raises a RuntimeError naming rank 2, clean exit.
@@ -171,6 +172,7 @@ def run_switch_death(args, tmpdir):
         env = base_env(args.pythonpath)
         env["SWITCHML_CONTROLLER"] = controller
         env["SWITCHML_CALL_TIMEOUT_MS"] = str(DEATH_CALL_TIMEOUT_MS)
+        env["SWITCHML_FAILOVER"] = "0"  # the failure itself (test_failover.py: surviving it)
 
         def kill(_):
             switch.kill()

@@ -45,6 +45,11 @@ Settings come from environment variables, read when a group is created:
                                  float32; 0 (default): to the inner Gloo group, which is faster
                                  for them on bandwidth-bound links (the switch carries 4 bytes
                                  per element, a ring 2 x 2(n-1)/n)
+  SWITCHML_FAILOVER              1 (default): survive a failing switch. When an all-reduce
+                                 fails because the switch, a shard or the controller is gone,
+                                 every rank finishes the calls in flight on a second Gloo group
+                                 (the host path) and runs every later all-reduce there; logged
+                                 once, counted in stats()["failover*"]. 0: such calls fail.
   GLOO_SOCKET_IFNAME             network interface(s) of the inner Gloo group (as for Gloo)
 
 The three window/packet settings, the staging chunk size and SWITCHML_HALF_VIA_SWITCH must be
@@ -114,6 +119,7 @@ def config_from_env(environ=None):
     config.job_token = env.get("SWITCHML_JOB_TOKEN", "").strip()
     config.staging_chunk_bytes = _env_int(env, "SWITCHML_STAGING_CHUNK_BYTES", 4)
     config.half_via_switch = _env_bool(env, "SWITCHML_HALF_VIA_SWITCH")
+    config.failover = env.get("SWITCHML_FAILOVER", "").strip() == "" or _env_bool(env, "SWITCHML_FAILOVER")
     return config
 
 
@@ -151,7 +157,24 @@ def _create_backend(store, rank, world_size, timeout):
     """
     config = config_from_env()  # bad settings fail before any connection is made
     gloo = ProcessGroupGloo(PrefixStore("gloo", store), rank, world_size, timeout)
-    return SwitchMLBackend(store, rank, world_size, timeout, config, gloo)
+    host = _host_group(store, rank, world_size, timeout) if config.failover else None
+    return SwitchMLBackend(store, rank, world_size, timeout, config, gloo, host)
+
+
+def _host_group(store, rank, world_size, timeout):
+    """The failover's host path: a Gloo group of its own (its collectives run at points that
+    differ between ranks and must not interleave with the delegated ones), with one thread, so
+    that its all-reduces run one after another in call order (two re-run calls on one tensor
+    must not run at once)."""
+    opts = ProcessGroupGloo._Options()
+    opts._timeout = timeout
+    ifnames = os.environ.get("GLOO_SOCKET_IFNAME", "").strip()
+    if ifnames:
+        opts._devices = [ProcessGroupGloo.create_device(interface=i.strip()) for i in ifnames.split(",") if i.strip()]
+    else:
+        opts._devices = [ProcessGroupGloo.create_default_device()]
+    opts._threads = 1
+    return ProcessGroupGloo(PrefixStore("switchml-host", store), rank, world_size, opts)
 
 
 if BACKEND_NAME.upper() not in dist.Backend._plugins:
