@@ -16,8 +16,12 @@
 
 How the report measures:
   - time lost per fault: the fault's window is its step and the steps after it, up to the
-    next fault's step and at most --window steps (default 10); time lost = sum over the
-    window of (step time - median step time of the steps outside every window).
+    next fault's step and at most --window steps (default 10); the pace before is the median
+    of the last 5 steps before the fault (but for each earlier fault's step and the step after
+    it); time lost = sum over
+    the window of max(0, step time - pace before): what the steps took beyond the pace before
+    (a path that is faster afterwards gives nothing back); the pace after (the median of the
+    window's second half) shows the path the training ended on.
   - calls on each path: the backend's stats() after every step of rank 0, as differences
     over each fault's window and over the run; which counters mean which path is listed in
     PATH_COUNTERS below (a counter the backend does not have is reported as absent).
@@ -40,17 +44,19 @@ import sys
 KINDS = ("switch", "shard", "controller")
 
 # Which stats() counters count calls on which path (summed when several are present).
-# calls_completed: all-reduces the switch finished; recovered_calls / host_path_calls: the names
-# the MPI interposer's failover uses (calls the recovery finished, calls run on the host path
-# after a failure), expected from the PyTorch backend's too; failovers / returns_to_switch: path
-# switches (check against the backend when it lands); fallback_allreduces: calls the backend
-# sends to its inner Gloo group by design (dtype/op the switch cannot aggregate).
+# calls_completed: all-reduces the switch finished; the PyTorch backend's failover counters
+# (integrations/pytorch/README.md): failover (1 once the group moved to the host path),
+# failover_recovered_calls (calls in flight then that the recovery finished),
+# failover_host_calls (calls run on the host path since); recovered_calls / host_path_calls are
+# the MPI interposer's names of the same; returns_to_switch: coming back (not in the backend
+# yet); fallback_allreduces: calls the backend sends to its inner Gloo group by design
+# (dtype/op the switch cannot aggregate).
 PATH_COUNTERS = {
     "switch": ["calls_completed"],
     "failed_on_switch": ["calls_failed"],
-    "recovered": ["recovered_calls"],
-    "host_path": ["host_path_calls"],
-    "fallback_events": ["failovers"],
+    "recovered": ["failover_recovered_calls", "recovered_calls"],
+    "host_path": ["failover_host_calls", "host_path_calls"],
+    "fallback_events": ["failover"],
     "returns_to_switch": ["returns_to_switch"],
     "gloo_by_design": ["fallback_allreduces"],
 }
@@ -199,7 +205,16 @@ def cmd_report(a):
             win = times[s - 1:e - 1]
             row["window_steps"] = [s, e - 1] if e > s else None
             row["window_steps_done"] = len(win)
-            row["time_lost_s"] = sum(t - median for t in win) if win else None
+            # The pace before: the median of the last 5 steps before the fault, but for the step
+            # of each earlier fault and the step after it (where its stall is).
+            hit = {x["step"] + k for x in fired if x["step"] < s for k in (0, 1)}
+            before = [t for i, t in enumerate(times[:s - 1], 1) if i not in hit][-5:]
+            pace = statistics.median(before) if before else median
+            row["pace_before_s"] = pace
+            # The pace after: the median of the window's second half (the path it ended on).
+            half = win[len(win) // 2:]
+            row["pace_after_s"] = statistics.median(half) if half else None
+            row["time_lost_s"] = sum(max(0.0, t - pace) for t in win) if win else None
             if s - 1 < len(times):
                 row["fault_step_time_s"] = times[s - 1]
             elif s - 1 == len(times) and c0.get("failed_step_time_s") is not None:
@@ -214,6 +229,7 @@ def cmd_report(a):
     rep["faults"] = fault_rows
     rep["calls_total"] = path_calls(None, c0["stats_end"]) if c0.get("stats_end") else None
     rep["stats_end_rank0"] = c0.get("stats_end")
+    rep["allreduce_calls_rank0"] = c0.get("allreduce_calls")
     known = {n for names in PATH_COUNTERS.values() for n in names}
     rep["other_path_counters"] = {k: v for k, v in (c0.get("stats_end") or {}).items()
                                   if k not in known and any(w in k for w in PATH_WORDS)}
@@ -308,8 +324,8 @@ def render(rep):
                 "times that spread is noise)" if spread else "")
              + (f"; the Gloo reference's median step time: {rep['reference_step_time_median_s'] * 1e3:.1f} ms"
                 if rep.get("reference_step_time_median_s") else "") + "\n")
-    L.append("| # | fault | step | detail | steps in window | fault step ms | time lost s | switch calls | host-path calls | recovered | fallbacks | returns |")
-    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    L.append("| # | fault | step | detail | steps in window | fault step ms | pace before / after ms | time lost s | switch calls | host-path calls | recovered | fallbacks | returns |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for i, f in enumerate(rep["faults"]):
         calls = f.get("calls") or {}
         if f.get("fired"):
@@ -319,15 +335,18 @@ def render(rep):
                      f"{f'{w[0]}..{w[1]}' if w else 'none (training had ended)'} | "
                      f"{fmt(f.get('fault_step_time_s') and f['fault_step_time_s'] * 1e3, '.1f')}"
                      f"{' (failed)' if f.get('fault_step_failed') else ''} | "
+                     f"{fmt(f.get('pace_before_s') and f['pace_before_s'] * 1e3, '.1f')} / "
+                     f"{fmt(f.get('pace_after_s') and f['pace_after_s'] * 1e3, '.1f')} | "
                      f"{fmt(f.get('time_lost_s'), '.3f')} | {fmt(calls.get('switch'))} | "
                      f"{fmt(calls.get('host_path'), none='n/a')} | {fmt(calls.get('recovered'), none='n/a')} | "
                      f"{fmt(calls.get('fallback_events'), none='n/a')} | {fmt(calls.get('returns_to_switch'), none='n/a')} |")
         else:
-            L.append(f"| {i + 1} | {f['kind']} | {f['step']} | not injected: {f.get('why', '?')} | | | | | | | | |")
+            L.append(f"| {i + 1} | {f['kind']} | {f['step']} | not injected: {f.get('why', '?')} | | | | | | | | | |")
     L.append("")
     t = rep.get("calls_total")
     if t:
-        L.append("Calls over the whole disturbed run (rank 0's stats()): " + ", ".join(
+        L.append(f"All-reduces over the whole disturbed run (rank 0): {fmt(rep.get('allreduce_calls_rank0'))} made; "
+                 "stats(): " + ", ".join(
             f"{k} {fmt(v, none='n/a')}" for k, v in t.items()) + "\n")
     if rep.get("other_path_counters"):
         L.append("Other path counters of the backend (end of run, rank 0): " + ", ".join(

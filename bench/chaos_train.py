@@ -91,6 +91,9 @@ def batch_indices(torch, seed, step, rank, world, batch):
     return perm[rank * batch:(rank + 1) * batch]
 
 
+CALLS = [0]  # all-reduces this rank made (through the hooks)
+
+
 def int32_hook(torch, dist, bits, world):
     """The fixed-point DDP communication hook of --grad-mode int32 (see the module docstring)."""
     scale = float(2 ** bits)
@@ -99,6 +102,7 @@ def int32_hook(torch, dist, bits, world):
     def hook(state, bucket):
         g = bucket.buffer()
         q = torch.clamp(torch.round(g * scale), -limit, limit).to(torch.int32)
+        CALLS[0] += 1
         fut = dist.all_reduce(q, async_op=True).get_future()
 
         def done(f):
@@ -125,7 +129,7 @@ def main(argv):
               "grad_mode": a.grad_mode, "fixed_point_bits": a.fixed_point_bits, "seed": a.seed,
               "steps_requested": a.steps, "steps_done": 0, "step_time_s": [], "loss": [],
               "stats_per_step": [], "stats_end": None, "error": None, "error_step": None,
-              "failed_step_time_s": None,
+              "failed_step_time_s": None, "allreduce_calls": 0,
               "error_traceback": None}
     out_json = os.path.join(a.out_dir, f"rank{a.rank}.json")
 
@@ -161,6 +165,12 @@ def main(argv):
         ddp = DDP(model)
         if a.grad_mode == "int32":
             ddp.register_comm_hook(None, int32_hook(torch, dist, a.fixed_point_bits, a.world_size))
+        else:  # DDP's own all-reduce, counted
+            def counted(state, bucket):
+                CALLS[0] += 1
+                return torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook(state, bucket)
+            import torch.distributed.algorithms.ddp_comm_hooks.default_hooks  # noqa: F401
+            ddp.register_comm_hook(None, counted)
         opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9)
         x, y = make_data(torch, a.seed)
         loss_fn = torch.nn.CrossEntropyLoss()
@@ -178,6 +188,7 @@ def main(argv):
             result["step_time_s"].append(dt)
             result["loss"].append(loss.item())
             result["stats_per_step"].append(backend_stats())
+            result["allreduce_calls"] = CALLS[0]
             if progress:
                 progress.write(f"{step + 1} {time.monotonic() - t_start:.6f}\n")
             if a.rank == 0 and (step + 1) % 10 == 0:

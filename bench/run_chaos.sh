@@ -70,7 +70,7 @@ Options:
   --warmup W          undisturbed steps before the first fault (default 5; --quick: 4)
   --hidden H          hidden width of the MLP (default 1024: 1.1 M parameters, 4.5 MB of
                       gradients per step)
-  --quick             --steps 25 --gap 4 --warmup 4 --hidden 512 (300 k parameters): a smoke run
+  --quick             --steps 25 --gap 4 --warmup 4: a smoke run
   --out DIR           results and logs (default: a new /tmp/switchml-chaos.XXXXXX, kept); an
                       earlier run's results and logs there are replaced
   --build DIR         build directory (default: $REPO/build)
@@ -118,7 +118,7 @@ while (($#)); do
   esac
 done
 if ((QUICK)); then
-  STEPS=${STEPS:-25} GAP=${GAP:-4} WARMUP=${WARMUP:-4} HIDDEN=${HIDDEN:-512}
+  STEPS=${STEPS:-25} GAP=${GAP:-4} WARMUP=${WARMUP:-4}
 fi
 STEPS=${STEPS:-60} GAP=${GAP:-5} WARMUP=${WARMUP:-5} HIDDEN=${HIDDEN:-1024}
 ((STEPS >= 1)) || die "--steps must be >= 1"
@@ -317,21 +317,27 @@ say "controller $CONTROLLER drives switches ${SWITCH_IPS[*]}; job $JOB_ID on 2 o
 # switch's own job list (the scenario's job is the only one there besides job 0). The questions
 # go from switch host 0 (ip netns exec: cluster.sh exec costs more than a step).
 switches_holding_job() {
-  local j out=()
-  for ((j = 0; j < SWITCHES; j++)); do
+  local j out=() pids=()
+  for ((j = 0; j < SWITCHES; j++)); do  # in parallel: a switch being re-placed may answer slowly
+    rm -f "$OUT/logs/holds.$j"
     [[ -n "${SW_PID_OF[j]:-}" ]] || continue
-    if ip netns exec "$CLUSTER_SWITCH_NS" timeout 5 "$SWITCHML" jobs list \
-        --controller "${SWITCH_IPS[j]}:${SW_CTL_OF[j]}" --operator-token-file "$TOKEN_FILE" 2>/dev/null |
-       awk '$1 ~ /^[1-9][0-9]*$/ && $2 != "ended" { f = 1 } END { exit !f }'; then
-      out+=("$j")
-    fi
+    { ip netns exec "$CLUSTER_SWITCH_NS" timeout 3 "$SWITCHML" jobs list --rpc-timeout-ms 1000 \
+          --controller "${SWITCH_IPS[j]}:${SW_CTL_OF[j]}" --operator-token-file "$TOKEN_FILE" 2>/dev/null |
+        awk '$1 ~ /^[1-9][0-9]*$/ && $2 != "ended" { f = 1 } END { exit !f }' && : >"$OUT/logs/holds.$j"; } &
+    pids+=($!)
+  done
+  wait ${pids[@]+"${pids[@]}"} 2>/dev/null || true
+  for ((j = 0; j < SWITCHES; j++)); do
+    [[ -e "$OUT/logs/holds.$j" ]] && out+=("$j")
+    rm -f "$OUT/logs/holds.$j"
   done
   echo "${out[*]}"
 }
-# placement: "PLACEMENT/STATE" of the job at the controller (`jobs show`), "?" if it does not answer.
+# placement: "PLACEMENT/STATE" of the job at the controller (`jobs show`), "?" if it does not answer
+# within a second.
 placement() {
   local out
-  out=$(ip netns exec "$CLUSTER_SWITCH_NS" timeout 5 "$SWITCHML" jobs show "$JOB_ID" \
+  out=$(ip netns exec "$CLUSTER_SWITCH_NS" timeout 3 "$SWITCHML" jobs show "$JOB_ID" --rpc-timeout-ms 1000 \
       --controller "$CONTROLLER" --operator-token-file "$TOKEN_FILE" 2>/dev/null) || { echo "?"; return 0; }
   awk -F'[:,]' '/"placement"/ { gsub(/[ "]/, "", $2); p = $2 } /"state"/ { gsub(/[ "]/, "", $2); s = $2 }
                 END { print (p == "" ? "?" : p) "/" (s == "" ? "?" : s) }' <<<"$out"
@@ -377,16 +383,20 @@ restart_shard_switch() {
   if start_switch "$j"; then say "  switch $j restarted after ${SHARD_DOWN_S} s down (placement $(placement))"
   else say "  switch $j did NOT restart (see $OUT/logs)"; fi
 }
-# prepare KIND: what a fault needs to know before it fires (asked two steps ahead, since the
-# questions may take longer than a step): VICTIM (the switch to kill: for "switch" the first switch
+# prepare KIND: what a fault needs to know before it fires (asked ahead, since the questions may
+# take longer than a step): VICTIM (the switch to kill: for "switch" the first switch
 # holding a shard of the job, for "shard" the last), P0 (the job's placement), PREP_ERR.
 prepare() {
   local holders hs
   VICTIM="" P0="" PREP_ERR=""
+  [[ -z "$SHARD_DOWN" ]] || restart_shard_switch  # one fault at a time: the killed shard returns first
   [[ $1 == controller ]] && return 0
-  [[ -z "$SHARD_DOWN" ]] || restart_shard_switch  # never two switches down at once
-  P0=$(placement)
+  local ppid
+  placement >"$OUT/logs/placement" &
+  ppid=$!
   holders=$(switches_holding_job)
+  wait "$ppid" 2>/dev/null || true
+  P0=$(cat "$OUT/logs/placement" 2>/dev/null || echo "?")
   if [[ -z "$holders" ]]; then
     PREP_ERR="no switch holds a live shard of job $JOB_ID (placement/state $P0)"
     return 0
@@ -399,6 +409,11 @@ fire() {  # KIND PLANNED_STEP: injects one fault now (after prepare KIND), logs 
   t0=$(now_us)
   progress
   step=$((DONE + 1))  # the step that runs as the fault fires
+  if ((DONE >= STEPS)); then
+    say "fault $kind (planned at step $planned) not injected: the training had finished its $STEPS steps"
+    log_fault "\"kind\": \"$kind\", \"planned_step\": $planned, \"step\": $step, \"fired\": false, \"why\": \"the training had finished its $STEPS steps\""
+    return 0
+  fi
   if [[ -z "$err" ]]; then
     case "$kind" in
       switch|shard)
@@ -431,7 +446,7 @@ fire() {  # KIND PLANNED_STEP: injects one fault now (after prepare KIND), logs 
   log_fault "\"kind\": \"$kind\", \"planned_step\": $planned, \"step\": $step, \"fired\": true, \"t_us\": $t0, \"detail\": $(json_str "$detail")${err:+, \"error\": $(json_str "$err")}"
 }
 
-fi_next=0 armed_at=0 prepared=-1
+fi_next=0 armed_at=0 prepared=-1 LAST_FIRE_US=0 PREP_LEAD_US=2000000
 deadline=$(($(now_us) + TIMEOUT * 1000000))
 # Once a rank failed, the others get GRACE_S to end on their own (their calls fail within the
 # call timeout, Gloo's within --timeout); then they are stopped and reported so.
@@ -445,8 +460,12 @@ while reap_ranks; ranks_alive; do
   progress
   if ((fi_next < ${#plan_lines[@]})); then
     read -r kind fstep frac <<<"${plan_lines[fi_next]}"
-    if ((prepared != fi_next && DONE + 3 >= fstep)); then
-      prepare "$kind"  # two steps ahead
+    # Prepared two steps ahead, or earlier when those steps would take less than PREP_LEAD_US (the
+    # questions may take a second while the controller re-places the job), but never sooner
+    # than PREP_LEAD_US after the previous fault (the job's shards have moved by then).
+    if ((prepared != fi_next && (DONE + 3 >= fstep || ((fstep - DONE - 1) * STEP_US <= PREP_LEAD_US &&
+                                   $(now_us) >= LAST_FIRE_US + PREP_LEAD_US)))); then
+      prepare "$kind"
       prepared=$fi_next
       progress
     fi
@@ -456,7 +475,7 @@ while reap_ranks; ranks_alive; do
     fi
     if ((armed_at != 0 && $(now_us) >= armed_at)); then
       fire "$kind" "$fstep"
-      fi_next=$((fi_next + 1)) armed_at=0
+      fi_next=$((fi_next + 1)) armed_at=0 LAST_FIRE_US=$(now_us)
     fi
   fi
   if [[ -n "$SHARD_DOWN" ]] && (($(now_us) >= SHARD_RESTART_AT)); then restart_shard_switch; fi
