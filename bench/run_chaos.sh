@@ -78,6 +78,11 @@ Options:
   --timeout S         limit of each run, seconds (default 900)
   -h, --help          this text
 
+Environment: SWITCHML_* settings pass through to the ranks (e.g. SWITCHML_FAILOVER=0: the
+backend does not fall back to its host path, so a switch fault ends the run), but for those the
+script sets: SWITCHML_CONTROLLER, _JOB_ID, _JOB_TOKEN, _WORKER_THREADS, _WINDOW_PACKETS,
+_CALL_TIMEOUT_MS.
+
 Builds nothing: needs BUILD/switchml and BUILD/python/switchml (ninja -C BUILD switchml_cli
 switchml_torch_ext). Exit status: 0 when the disturbed run finished every step and its final
 model passed the comparison; 1 when it did not (the report says why) or a run failed; 2 for bad
