@@ -14,6 +14,7 @@
 # Asserts correctness only, never speed. Usage: chaos_smoke.sh BUILD_DIR (exit 77 = skipped: not
 # root, no `ip netns`, no torch, or the PyTorch backend not built).
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 BUILD=${1:?usage: chaos_smoke.sh BUILD_DIR}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -35,8 +36,10 @@ if command -v setpriv >/dev/null; then
   rc=0
   setpriv --reuid 65534 --regid 65534 --clear-groups "$HERE/run_chaos.sh" --quick --build "$BUILD" \
       --python "$PYTHON" --out "$WORK/nonroot" > "$WORK/nonroot.log" 2>&1 || rc=$?
-  ((rc == 2)) && grep -q "needs root" "$WORK/nonroot.log" ||
-    { cat "$WORK/nonroot.log"; fail "without root run_chaos.sh must refuse (exit 2, 'needs root'), got exit $rc"; }
+  if ((rc != 2)) || ! grep -q "needs root" "$WORK/nonroot.log"; then
+    cat "$WORK/nonroot.log"
+    fail "without root run_chaos.sh must refuse (exit 2, 'needs root'), got exit $rc"
+  fi
   pass "without root: refused ($(head -1 "$WORK/nonroot.log"))"
 fi
 
