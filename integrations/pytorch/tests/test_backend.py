@@ -16,7 +16,8 @@ Each mode starts its own switch (`switchml switch` on free ports) and two worker
             the same parameters as the same run over Gloo. Then a world-size-1 group without
             SWITCHML_CONTROLLER must fail with a message naming the variable, and a group whose
             rank 1 has another SWITCHML_HALF_VIA_SWITCH than rank 0 must fail on rank 1 with a
-            ValueError naming both values (and on rank 0 with an error, not a hang).
+            ValueError naming both values (and on rank 0 with an error, not a hang); ranks that
+            disagree on SWITCHML_FAILOVER all raise ValueError naming every rank's value.
   matrix:   (ctest pytorch_backend_matrix) all_reduce op x dtype and every other collective x
             dtype, each against the same call on a Gloo group (printed as two tables); DDP
             comm hooks; ZeroRedundancyOptimizer, FSDP and FSDP2 against the same runs over
@@ -102,6 +103,16 @@ def run_suite(args, tmpdir, controller):
             env["SWITCHML_HALF_VIA_SWITCH"] = "0"
         cmds.append((worker_cmd(__file__, "worker-settings-mismatch", rank, 2, init2, args), env))
     ok = report(run_processes(cmds, tmpdir, WORKER_TIMEOUT_S, "mismatch"), "settings-mismatch") and ok
+
+    # SWITCHML_FAILOVER differs: every rank raises at once, naming every rank's value.
+    init3 = "file://" + os.path.join(tmpdir, "store3")
+    cmds = []
+    for rank in range(2):
+        env = base_env(args.pythonpath)
+        env["SWITCHML_CONTROLLER"] = controller
+        env["SWITCHML_FAILOVER"] = "1" if rank == 0 else "0"
+        cmds.append((worker_cmd(__file__, "worker-failover-mismatch", rank, 2, init3, args), env))
+    ok = report(run_processes(cmds, tmpdir, WORKER_TIMEOUT_S, "failover_mismatch"), "failover-mismatch") and ok
     return ok
 
 
@@ -743,6 +754,18 @@ def worker_settings_mismatch(args):
     return 1 if c.failures else 0
 
 
+def worker_failover_mismatch(args):
+    use_pythonpath(args)
+    import torch.distributed as dist
+    import switchml.torch  # noqa: F401
+    c = Checker(args.rank)
+    c.raises(lambda: dist.init_process_group("switchml", init_method=args.init, rank=args.rank,
+                                             world_size=args.world, timeout=datetime.timedelta(seconds=20)),
+             ValueError, "SWITCHML_FAILOVER differs between ranks (rank 0: 1, rank 1: 0)",
+             "every rank refuses a group whose ranks disagree on SWITCHML_FAILOVER")
+    return 1 if c.failures else 0
+
+
 def worker_torchrun(args):
     use_pythonpath(args)
     import torch
@@ -1355,7 +1378,7 @@ def worker_rank_death(args):
 
 
 WORKERS = {"worker-suite": worker_suite, "worker-stream": worker_stream, "worker-no-controller": worker_no_controller,
-           "worker-settings-mismatch": worker_settings_mismatch,
+           "worker-settings-mismatch": worker_settings_mismatch, "worker-failover-mismatch": worker_failover_mismatch,
            "worker-torchrun": worker_torchrun, "worker-matrix": worker_matrix,
            "worker-switch-death": worker_switch_death, "worker-rank-death": worker_rank_death}
 
