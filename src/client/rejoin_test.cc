@@ -97,8 +97,10 @@ Options RankOptions(uint32_t rank, const std::string& controller) {
   o.initial_rto = 20ms;
   o.min_rto = 5ms;
   o.max_rto = 100ms;
-  o.call_timeout = 1s;
-  o.rpc_timeout = 2s;
+  // Generous for a busy host (a spurious timeout before the kill fails the test); the kill is
+  // found within call_timeout, and a rank waits up to rpc_timeout in a failed attempt's barrier.
+  o.call_timeout = 2s;
+  o.rpc_timeout = 5s;
   return o;
 }
 
