@@ -37,12 +37,13 @@ std::string RankList(const std::vector<uint32_t>& ranks) {
 }  // namespace
 
 struct SwitchRejoin::State {
-  State(const Options& o, HostPath& h, const RejoinOptions& r) : options(o), host(h), rejoin(r) {}
+  State(const Options& o, HostPath& h, const RejoinOptions& r, client::RejoinHooks k)
+      : options(o), host(h), rejoin(r), hooks(std::move(k)) {}
 
   const Options options;
   HostPath& host;
   const RejoinOptions rejoin;
-  std::function<void(uint64_t, Options&)> options_for_attempt;  // tests only
+  const client::RejoinHooks hooks;  // tests only (client/rejoin_test_peer.h)
 
   // The caller's thread (Poll) only.
   uint64_t polls = 0;
@@ -63,6 +64,7 @@ struct SwitchRejoin::State {
 
   // Whether the job can be served now; "" if so, otherwise why not.
   std::string Check(uint32_t* placement) {
+    if (hooks.check) return hooks.check();
     auto client = rendezvous::JobClient::Connect(options.controller_address, rejoin.check_timeout);
     if (!client.ok()) return "the controller does not answer: " + client.status().message();
     if (options.job_id == control::kReferenceJobId) return "";  // its controller is the switch's
@@ -108,15 +110,17 @@ struct SwitchRejoin::State {
   }
 };
 
-void client::RejoinTestPeer::SetOptionsForAttempt(
-    SwitchRejoin& rejoin, std::function<void(uint64_t attempt, Options& options)> fn) {
-  rejoin.state_->options_for_attempt = std::move(fn);
-}
-
 SwitchRejoin::SwitchRejoin(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
-StatusOr<std::unique_ptr<SwitchRejoin>> SwitchRejoin::Start(const Options& given, HostPath& host,
+StatusOr<std::unique_ptr<SwitchRejoin>> SwitchRejoin::Start(const Options& options, HostPath& host,
                                                             RejoinOptions rejoin) {
+  return client::RejoinTestPeer::Start(options, host, rejoin, {});
+}
+
+StatusOr<std::unique_ptr<SwitchRejoin>> client::RejoinTestPeer::Start(const Options& given,
+                                                                      HostPath& host,
+                                                                      RejoinOptions rejoin,
+                                                                      RejoinHooks hooks) {
   SWITCHML_RETURN_IF_ERROR(given.Validate());
   SWITCHML_ASSIGN_OR_RETURN(const Options options, given.Resolved());
   if (rejoin.min_backoff.count() <= 0) {
@@ -132,9 +136,9 @@ StatusOr<std::unique_ptr<SwitchRejoin>> SwitchRejoin::Start(const Options& given
   if (rejoin.poll_every_calls == 0) {
     return InvalidArgumentError("RejoinOptions::poll_every_calls must be >= 1, got 0");
   }
-  auto state = std::make_unique<State>(options, host, rejoin);
+  auto state = std::make_unique<SwitchRejoin::State>(options, host, rejoin, std::move(hooks));
   if (options.rank == 0) {
-    State* s = state.get();
+    SwitchRejoin::State* s = state.get();
     s->thread = std::thread([s] { s->Run(); });
   }
   return std::unique_ptr<SwitchRejoin>(new SwitchRejoin(std::move(state)));
@@ -181,8 +185,9 @@ StatusOr<std::unique_ptr<Context>> SwitchRejoin::Poll() {
   attempt.number = ++s.attempts;
   attempt.at_poll = poll;
   Options options = s.options;
-  if (s.options_for_attempt) s.options_for_attempt(attempt.number, options);
-  StatusOr<std::unique_ptr<Context>> created = client::CreateContextOnPorts(options, s.ports);
+  if (s.hooks.options_for_attempt) s.hooks.options_for_attempt(attempt.number, options);
+  StatusOr<std::unique_ptr<Context>> created = s.hooks.create ? s.hooks.create(options, s.ports)
+                                                              : client::CreateContextOnPorts(options, s.ports);
   attempt.status = created.status();
   SWITCHML_ASSIGN_OR_RETURN(std::vector<int64_t> outcomes, gather(created.ok() ? 1 : 0, "registration outcomes"));
   for (uint32_t r = 0; r < n; ++r) {

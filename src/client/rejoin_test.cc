@@ -11,6 +11,9 @@
 //    on the other switch (same id and token); the first attempt fails for one rank (a wrong
 //    token) after the others registered into the new placement, and the retry, which registers
 //    them again with the same ports, succeeds.
+// Then the agreement alone (SwitchRejoinAgreementTest: the controller question and the
+// registration replaced; no gRPC, so it also runs under ThreadSanitizer, which excludes the
+// SwitchRejoinTest cases: scripts/sanitize.sh).
 #include "switchml/rejoin.h"
 
 #include <gmock/gmock.h>
@@ -18,11 +21,14 @@
 
 #include <atomic>
 #include <functional>
+#include <mutex>
+#include <span>
 #include <future>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "client/context_impl.h"
 #include "client/rejoin_test_peer.h"
 #include "controller/local_switch_for_tests.h"
 #include "controller/remote_switches.h"
@@ -34,6 +40,7 @@
 #include "testing/exact_inputs.h"
 #include "testing/loopback_cluster.h"
 #include "testing/shared_host_path.h"
+#include "transport/loopback.h"
 
 namespace switchml {
 namespace {
@@ -191,10 +198,10 @@ std::vector<RankRun> RunScenario(std::vector<std::unique_ptr<Context>>& contexts
     }
     ++call;
 
-    auto rejoin = SwitchRejoin::Start(ctx.options(), host, FastRejoin());
+    client::RejoinHooks hooks;
+    if (adjust) hooks.options_for_attempt = [&, r](uint64_t attempt, Options& o) { adjust(r, attempt, o); };
+    auto rejoin = client::RejoinTestPeer::Start(ctx.options(), host, FastRejoin(), hooks);
     if (!rejoin.ok()) return fail("Start: " + rejoin.status().ToString());
-    client::RejoinTestPeer::SetOptionsForAttempt(
-        **rejoin, [&, r](uint64_t attempt, Options& o) { if (adjust) adjust(r, attempt, o); });
     uint64_t seen_attempts = 0;
     // Polls once per host-path call; returns the new context or null.
     auto poll = [&]() -> std::unique_ptr<Context> {
@@ -425,7 +432,154 @@ TEST(SwitchRejoinTest, AJobRePlacedOnAnotherSwitchComesBackAndARetryAfterAHalfRe
   for (SwitchProcess& p : procs) p.Kill();
 }
 
-TEST(SwitchRejoinTest, BadRejoinOptionsAreRefusedNamingTheField) {
+// The agreement alone (no controller, no gRPC: the question and the registration replaced),
+// also under ThreadSanitizer. A host path that counts its all-gathers.
+class CountingHostPath : public HostPath {
+ public:
+  explicit CountingHostPath(HostPath& inner) : inner_(inner) {}
+  StatusOr<std::vector<int64_t>> AllGather(std::span<const int64_t> mine) override {
+    ++all_gathers;
+    if (!fail_with.ok()) return fail_with;
+    return inner_.AllGather(mine);
+  }
+  Status Broadcast(void* data, size_t bytes, uint32_t root) override { return inner_.Broadcast(data, bytes, root); }
+  Status AllReduce(void* data, size_t n, DataType type) override { return inner_.AllReduce(data, n, type); }
+  uint64_t all_gathers = 0;
+  Status fail_with;
+
+ private:
+  HostPath& inner_;
+};
+
+// A context that is never used (no switch behind it): what a registration returns here.
+struct IdleContexts {
+  IdleContexts() : fabric(transport::LoopbackFabric::Create().value()) {}
+  StatusOr<std::unique_ptr<Context>> Make(const Options& o, uint16_t port) {
+    std::vector<std::unique_ptr<transport::Channel>> channels;
+    for (uint32_t t = 0; t < o.num_worker_threads; ++t) {
+      SWITCHML_ASSIGN_OR_RETURN(auto ch, fabric->CreateChannel(transport::Endpoint{0x0A000001u + o.rank,
+                                                                                   uint16_t(port + t)}));
+      channels.push_back(std::move(ch));
+    }
+    return client::ContextImpl::CreateWithChannels(o, std::move(channels), testing::LoopbackCluster::kSwitchEndpoint);
+  }
+  std::unique_ptr<transport::LoopbackFabric> fabric;
+};
+
+// Rank 0's question says "not yet" twice, then "ready"; rank 1's first registration fails
+// after opening its sockets. Every rank polls: all-gathers only every third Poll, the first
+// attempt fails on every rank at the same Poll, the second (each rank on the ports of its
+// first) returns a context on every rank at the same Poll.
+TEST(SwitchRejoinAgreementTest, EveryRankSwitchesAtTheSamePollAfterAFailedAttempt) {
+  constexpr uint64_t kEvery = 3;
+  SharedGroup group(kRanks);
+  IdleContexts idle;
+  std::atomic<int> checks{0};
+  struct Seen {
+    std::vector<std::string> errors;
+    uint64_t returned_at = 0, all_gathers = 0, polls = 0;
+    std::vector<std::vector<uint16_t>> ports_in;  // per attempt
+    std::optional<RejoinAttempt> first, last;
+    std::string last_check;
+  };
+  std::vector<Seen> seen(kRanks);
+  std::mutex idle_mu;  // the fabric's channel creation from several ranks
+  OnEveryRank(kRanks, [&](uint32_t r) {
+    Seen& me = seen[r];
+    SharedHostPath shared(group, r);
+    CountingHostPath host(shared);
+    Options o = testing::FastOptions(1);
+    o.rank = r;
+    o.num_workers = kRanks;
+    client::RejoinHooks hooks;
+    hooks.check = [&]() -> std::string { return checks.fetch_add(1) < 2 ? "not yet (test)" : ""; };
+    hooks.create = [&, r](const Options& opt, std::vector<uint16_t>& ports) -> StatusOr<std::unique_ptr<Context>> {
+      me.ports_in.push_back(ports);
+      const size_t attempt = me.ports_in.size();
+      ports = {uint16_t(7000 + 100 * r + attempt)};  // "bound": the next attempt gets them
+      if (r == 1 && attempt == 1) return UnavailableError("test: rank 1 cannot register");
+      std::lock_guard lock(idle_mu);
+      return idle.Make(opt, ports[0]);
+    };
+    RejoinOptions ro;
+    ro.min_backoff = 1ms;
+    ro.max_backoff = 5ms;
+    ro.poll_every_calls = kEvery;
+    auto rejoin = client::RejoinTestPeer::Start(o, host, ro, hooks);
+    if (!rejoin.ok()) return me.errors.push_back(rejoin.status().ToString());
+    std::unique_ptr<Context> back;
+    for (uint64_t k = 0; k < 60000 && !back; ++k) {  // a hang guard: at least 60 s
+      auto p = (*rejoin)->Poll();
+      if (!p.ok()) return me.errors.push_back(p.status().ToString());
+      back = std::move(*p);
+      if (auto a = (*rejoin)->last_attempt(); a && !a->succeeded && !me.first) me.first = a;
+      if (!back) std::this_thread::sleep_for(1ms);
+    }
+    if (!back) return me.errors.push_back("no context within the hang guard");
+    if (back->options().rank != r) me.errors.push_back("the context of another rank");
+    me.polls = (*rejoin)->polls();
+    me.returned_at = me.polls;
+    me.all_gathers = host.all_gathers;
+    me.last = (*rejoin)->last_attempt();
+    me.last_check = (*rejoin)->last_check();
+  });
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const Seen& me = seen[r];
+    for (const std::string& e : me.errors) ADD_FAILURE() << e;
+    EXPECT_EQ(me.returned_at, seen[0].returned_at);
+    EXPECT_EQ(me.returned_at % kEvery, 0u);
+    // One all-gather per kEvery polls, and one more per attempt (2).
+    EXPECT_EQ(me.all_gathers, me.polls / kEvery + 2);
+    ASSERT_TRUE(me.first.has_value());
+    EXPECT_EQ(me.first->number, 1u);
+    EXPECT_EQ(me.first->at_poll, seen[0].first->at_poll);
+    EXPECT_EQ(me.first->failed_ranks, std::vector<uint32_t>{1});
+    EXPECT_EQ(me.first->status.ok(), r != 1) << me.first->status;
+    EXPECT_THAT(me.first->description, HasSubstr("failed: rank(s) 1 could not register"));
+    ASSERT_TRUE(me.last.has_value());
+    EXPECT_TRUE(me.last->succeeded);
+    EXPECT_EQ(me.last->number, 2u);
+    EXPECT_EQ(me.last->at_poll, me.returned_at);
+    EXPECT_GT(me.last->at_poll, me.first->at_poll);
+    // Attempt 1 on ephemeral ports, attempt 2 on attempt 1's.
+    ASSERT_EQ(me.ports_in.size(), 2u);
+    EXPECT_TRUE(me.ports_in[0].empty());
+    EXPECT_EQ(me.ports_in[1], std::vector<uint16_t>{uint16_t(7000 + 100 * r + 1)});
+    EXPECT_EQ(me.last_check, r == 0 ? "ready" : "");
+  }
+  EXPECT_GE(checks.load(), 4);  // 2 "not yet", "ready" before each attempt
+}
+
+// Poll's only errors are the host path's; a rank whose flag is never set stays put.
+TEST(SwitchRejoinAgreementTest, PollReturnsTheHostPathsErrorAndNullOtherwise) {
+  SharedGroup group(1);
+  SharedHostPath shared(group, 0);
+  CountingHostPath host(shared);
+  Options o = testing::FastOptions(1);
+  client::RejoinHooks hooks;
+  hooks.check = [] { return std::string("not yet (test)"); };
+  RejoinOptions ro;
+  ro.min_backoff = 1ms;
+  ro.max_backoff = 2ms;
+  ro.poll_every_calls = 4;
+  auto rejoin = client::RejoinTestPeer::Start(o, host, ro, hooks);
+  ASSERT_TRUE(rejoin.ok()) << rejoin.status();
+  for (int k = 0; k < 8; ++k) {
+    auto p = (*rejoin)->Poll();
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(*p, nullptr);
+  }
+  EXPECT_EQ(host.all_gathers, 2u);
+  host.fail_with = DeadlineExceededError("test host path: a rank did not arrive");
+  for (int k = 0; k < 3; ++k) EXPECT_TRUE((*rejoin)->Poll().ok());  // polls 9..11: no all-gather
+  auto p = (*rejoin)->Poll();                                       // poll 12
+  EXPECT_EQ(p.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(p.status().message(), HasSubstr("a rank did not arrive"));
+  EXPECT_FALSE((*rejoin)->last_attempt().has_value());
+}
+
+TEST(SwitchRejoinOptionsTest, BadRejoinOptionsAreRefusedNamingTheField) {
   SharedGroup group(1);
   SharedHostPath host(group, 0);
   Options o;
