@@ -105,7 +105,7 @@ struct SwitchRejoin::State {
         attempt_placement = placement;
         cv.wait(lock, [&] { return stop || !ready; });  // Poll resets it after a failed attempt
       }
-      backoff = std::min(backoff * 2, rejoin.max_backoff);
+      backoff = backoff > rejoin.max_backoff / 2 ? rejoin.max_backoff : backoff * 2;
     }
   }
 };
