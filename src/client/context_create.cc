@@ -2,7 +2,9 @@
 // (docs/protocol.md#session-sequence) and starts the worker threads.
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "client/context_create.h"
 #include "client/context_impl.h"
 #include "rendezvous/rendezvous.h"
 #include "transport/udp_channel.h"
@@ -10,6 +12,12 @@
 namespace switchml {
 
 StatusOr<std::unique_ptr<Context>> Context::Create(const Options& given) {
+  std::vector<uint16_t> ports;  // ephemeral
+  return client::CreateContextOnPorts(given, ports);
+}
+
+StatusOr<std::unique_ptr<Context>> client::CreateContextOnPorts(const Options& given,
+                                                                std::vector<uint16_t>& ports) {
   SWITCHML_RETURN_IF_ERROR(given.Validate());
   SWITCHML_ASSIGN_OR_RETURN(const Options options, given.Resolved());  // deprecated fields folded in
   SWITCHML_ASSIGN_OR_RETURN(transport::Endpoint controller,
@@ -42,15 +50,22 @@ StatusOr<std::unique_ptr<Context>> Context::Create(const Options& given) {
   reg.num_worker_threads = options.num_worker_threads;
   reg.window_packets = options.window_packets;
   reg.elements_per_packet = options.elements_per_packet;
+  const bool fixed = ports.size() == options.num_worker_threads;
   for (uint32_t t = 0; t < options.num_worker_threads; ++t) {
     transport::UdpChannelOptions uo;
-    uo.local = transport::Endpoint{bind_ip, 0};
+    uo.local = transport::Endpoint{bind_ip, fixed ? ports[t] : uint16_t{0}};
     uo.gso = uo.gro = options.udp_offload;
     uo.busy_poll = options.busy_poll;
-    SWITCHML_ASSIGN_OR_RETURN(auto ch, transport::UdpChannel::Create(uo));
-    reg.udp_ports.push_back(ch->local_endpoint().port);
-    channels.push_back(std::move(ch));
+    auto ch = transport::UdpChannel::Create(uo);
+    if (!ch.ok() && fixed && ports[t] != 0) {  // the port is gone: an ephemeral one
+      uo.local.port = 0;
+      ch = transport::UdpChannel::Create(uo);
+    }
+    if (!ch.ok()) return ch.status();
+    reg.udp_ports.push_back((*ch)->local_endpoint().port);
+    channels.push_back(std::move(*ch));
   }
+  ports = reg.udp_ports;
 
   // One path for job 0 (the reference session) and the JobService's jobs. ConnectRendezvous
   // also refuses a half-set job identity (as Options::Validate does), so that it can never fall

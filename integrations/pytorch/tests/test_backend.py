@@ -14,7 +14,10 @@ Each mode starts its own switch (`switchml switch` on free ports) and two worker
             wait/is_completed/get_future, errors at the call (dtype, op) and at wait() (NaN),
             delegated broadcast/allgather/barrier, and a 2-process DDP run that must end with
             the same parameters as the same run over Gloo. Then a world-size-1 group without
-            SWITCHML_CONTROLLER must fail with a message naming the variable.
+            SWITCHML_CONTROLLER must fail with a message naming the variable, and a group whose
+            rank 1 has another SWITCHML_HALF_VIA_SWITCH than rank 0 must fail on rank 1 with a
+            ValueError naming both values (and on rank 0 with an error, not a hang); ranks that
+            disagree on SWITCHML_FAILOVER all raise ValueError naming every rank's value.
   matrix:   (ctest pytorch_backend_matrix) all_reduce op x dtype and every other collective x
             dtype, each against the same call on a Gloo group (printed as two tables); DDP
             comm hooks; ZeroRedundancyOptimizer, FSDP and FSDP2 against the same runs over
@@ -88,6 +91,28 @@ def run_suite(args, tmpdir, controller):
     init1 = "file://" + os.path.join(tmpdir, "store1")
     cmd = (worker_cmd(__file__, "worker-no-controller", 0, 1, init1, args), base_env(args.pythonpath))
     ok = report(run_processes([cmd], tmpdir, 60, "nocontroller"), "no-controller") and ok
+
+    # Rank 1 routes half precision differently from rank 0: a ValueError naming both settings
+    # on rank 1; rank 0 fails too (its registration waits for rank 1 until its deadline).
+    init2 = "file://" + os.path.join(tmpdir, "store2")
+    cmds = []
+    for rank in range(2):
+        env = base_env(args.pythonpath)  # SWITCHML_HALF_VIA_SWITCH=1
+        env["SWITCHML_CONTROLLER"] = controller
+        if rank == 1:
+            env["SWITCHML_HALF_VIA_SWITCH"] = "0"
+        cmds.append((worker_cmd(__file__, "worker-settings-mismatch", rank, 2, init2, args), env))
+    ok = report(run_processes(cmds, tmpdir, WORKER_TIMEOUT_S, "mismatch"), "settings-mismatch") and ok
+
+    # SWITCHML_FAILOVER differs: every rank raises at once, naming every rank's value.
+    init3 = "file://" + os.path.join(tmpdir, "store3")
+    cmds = []
+    for rank in range(2):
+        env = base_env(args.pythonpath)
+        env["SWITCHML_CONTROLLER"] = controller
+        env["SWITCHML_FAILOVER"] = "1" if rank == 0 else "0"
+        cmds.append((worker_cmd(__file__, "worker-failover-mismatch", rank, 2, init3, args), env))
+    ok = report(run_processes(cmds, tmpdir, WORKER_TIMEOUT_S, "failover_mismatch"), "failover-mismatch") and ok
     return ok
 
 
@@ -706,6 +731,41 @@ def worker_no_controller(args):
     return 1 if c.failures else 0
 
 
+def worker_settings_mismatch(args):
+    """Rank 1's SWITCHML_HALF_VIA_SWITCH differs from rank 0's: group creation must fail on rank 1
+    with a ValueError naming both values, and on rank 0 with an error (no hang: the hang guard)."""
+    use_pythonpath(args)
+    import torch.distributed as dist
+    import switchml.torch  # noqa: F401
+    c = Checker(args.rank)
+    start = time.monotonic()
+
+    def init():
+        dist.init_process_group("switchml", init_method=args.init, rank=args.rank, world_size=args.world,
+                                timeout=datetime.timedelta(seconds=20))
+    if args.rank == 1:
+        c.raises(init, ValueError, "rank 1 has SWITCHML_HALF_VIA_SWITCH=0 SWITCHML_STAGING_CHUNK_BYTES=0 but "
+                 "rank 0 has SWITCHML_HALF_VIA_SWITCH=1 SWITCHML_STAGING_CHUNK_BYTES=0",
+                 "a rank whose SWITCHML_HALF_VIA_SWITCH differs from rank 0's cannot create the group")
+    else:
+        c.raises(init, (RuntimeError, ValueError), "switchml",
+                 "rank 0 fails too when rank 1 refused to join")
+    print(f"rank {args.rank}: failed after {time.monotonic() - start:.1f} s (not checked: timing)", flush=True)
+    return 1 if c.failures else 0
+
+
+def worker_failover_mismatch(args):
+    use_pythonpath(args)
+    import torch.distributed as dist
+    import switchml.torch  # noqa: F401
+    c = Checker(args.rank)
+    c.raises(lambda: dist.init_process_group("switchml", init_method=args.init, rank=args.rank,
+                                             world_size=args.world, timeout=datetime.timedelta(seconds=20)),
+             ValueError, "SWITCHML_FAILOVER differs between ranks (rank 0: 1, rank 1: 0)",
+             "every rank refuses a group whose ranks disagree on SWITCHML_FAILOVER")
+    return 1 if c.failures else 0
+
+
 def worker_torchrun(args):
     use_pythonpath(args)
     import torch
@@ -1318,6 +1378,7 @@ def worker_rank_death(args):
 
 
 WORKERS = {"worker-suite": worker_suite, "worker-stream": worker_stream, "worker-no-controller": worker_no_controller,
+           "worker-settings-mismatch": worker_settings_mismatch, "worker-failover-mismatch": worker_failover_mismatch,
            "worker-torchrun": worker_torchrun, "worker-matrix": worker_matrix,
            "worker-switch-death": worker_switch_death, "worker-rank-death": worker_rank_death}
 

@@ -52,8 +52,9 @@ Settings come from environment variables, read when a group is created:
                                  once, counted in stats()["failover*"]. 0: such calls fail.
   GLOO_SOCKET_IFNAME             network interface(s) of the inner Gloo group (as for Gloo)
 
-The three window/packet settings, the staging chunk size and SWITCHML_HALF_VIA_SWITCH must be
-equal on every rank.
+The three window/packet settings, the staging chunk size, SWITCHML_HALF_VIA_SWITCH and
+SWITCHML_FAILOVER must be equal on every rank (the last three are checked when the group is
+created: ValueError naming the values).
 """
 
 import datetime
@@ -157,8 +158,21 @@ def _create_backend(store, rank, world_size, timeout):
     """
     config = config_from_env()  # bad settings fail before any connection is made
     gloo = ProcessGroupGloo(PrefixStore("gloo", store), rank, world_size, timeout)
+    _check_failover_agrees(store, rank, world_size, config.failover)
     host = _host_group(store, rank, world_size, timeout) if config.failover else None
     return SwitchMLBackend(store, rank, world_size, timeout, config, gloo, host)
+
+
+def _check_failover_agrees(store, rank, world_size, failover):
+    """Every rank publishes its SWITCHML_FAILOVER and reads every other's, so that all of them
+    raise (instead of the ranks with failover waiting for the others' host group until the
+    group timeout)."""
+    store.set(f"switchml/failover/{rank}", "1" if failover else "0")
+    values = [store.get(f"switchml/failover/{r}").decode() for r in range(world_size)]
+    if len(set(values)) > 1:
+        per_rank = ", ".join(f"rank {r}: {v}" for r, v in enumerate(values))
+        raise ValueError(f"switchml: SWITCHML_FAILOVER differs between ranks ({per_rank}); every rank must "
+                         "use the same value")
 
 
 def _host_group(store, rank, world_size, timeout):
