@@ -34,10 +34,12 @@ hosts and 3 switch hosts, tbf RATE on every link.
                    (the controller re-places the job on the spare switch), then restarts
        controller  kill -9 the standalone controller, restart it at once (same port)
   3. The report (stdout, and chaos.md / chaos.json in --out): steps completed, per fault its
-     step, the time lost (the step times of its window, the fault's step up to --window steps
-     and before the next fault, minus the median undisturbed step time), the calls on each
-     path in that window (the backend's stats() after every step: switch, host path,
-     recovered, fallbacks, returns), and whether the final model equals the Gloo run's.
+     step (planned and actual), the time lost (over its window, the fault's step up to
+     --window steps and before the next fault: the sum of what each step took beyond the pace
+     before the fault, the median of the 5 steps before it), the pace after, the calls on each
+     path in that window (the backend's stats() after every step: switch, recovered, host
+     path, failovers, returns), and whether the final model equals the Gloo run's.
+     bench/chaos_report.py --help says how each is computed.
 
 The comparison (--grad-mode): int32 (default) all-reduces each gradient bucket as int32 fixed
 point (units of 2^-F, F = --fixed-point-bits), an exact sum on every path, so every step's
