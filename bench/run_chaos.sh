@@ -470,7 +470,7 @@ while reap_ranks; ranks_alive; do
     # Prepared two steps ahead, or earlier when those steps would take less than PREP_LEAD_US (the
     # questions may take a second while the controller re-places the job), but never sooner
     # than PREP_LEAD_US after the previous fault (the job's shards have moved by then).
-    if ((prepared != fi_next && (DONE + 3 >= fstep || ((fstep - DONE - 1) * STEP_US <= PREP_LEAD_US &&
+    if ((prepared != fi_next && (DONE + 3 >= fstep || (STEP_US > 0 && (fstep - DONE - 1) * STEP_US <= PREP_LEAD_US &&
                                    $(now_us) >= LAST_FIRE_US + PREP_LEAD_US)))); then
       prepare "$kind"
       prepared=$fi_next
