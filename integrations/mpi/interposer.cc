@@ -55,7 +55,7 @@
 //    on MPI_COMM_WORLD passed to PMPI probe (Agree(false)): they are collective, so every rank
 //    reaches them in the same order, and a rank that saw no failure joins there.
 // After the agreement the recovering thread settles every outstanding routed call in call
-// order (Resolve: finished by the recovery, or run again with PMPI_Allreduce on the private
+// order (Resolve: finished by the recovery, or run again with PMPI_Iallreduce on the private
 // communicator from its intact input, or failed) and completes its request; every later
 // eligible call runs on the private communicator too, so the k-th call after the failure meets
 // the k-th on every rank whatever each had submitted when the switch died.
@@ -126,6 +126,8 @@ struct Counters {
   // calls this rank ran on MPI's all-reduce itself (RunOnHost ones and every later one).
   std::atomic<uint64_t> recovered_calls{0};
   std::atomic<uint64_t> host_path_calls{0};
+  // Of those, calls submitted to the switch that ran again from their input (RunOnHost).
+  std::atomic<uint64_t> rerun_calls{0};
 };
 
 enum class AsyncMode { kNone, kInline, kThread, kMpix };
@@ -297,11 +299,16 @@ void SignalFailure(const Status& status) {
   s.signal_cv.notify_all();
 }
 
-// PMPI_Allreduce of a routed call on the host communicator. fo_mu held.
+// A routed call on the host communicator, to completion. fo_mu held. Started as
+// PMPI_Iallreduce, like a routed MPI_Iallreduce after the failure: MPI never matches a blocking
+// collective with a nonblocking one, and the same call may be a rerun of an MPI_Iallreduce on
+// one rank and a later MPI_Iallreduce (or an MPI_Allreduce rerun) on another.
 int HostAllreduceLocked(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype) {
   State& s = S();
   s.counters.host_path_calls.fetch_add(1, std::memory_order_relaxed);
-  int rc = PMPI_Allreduce(sendbuf, recvbuf, count, datatype, MPI_SUM, s.host_comm);
+  MPI_Request req = MPI_REQUEST_NULL;
+  int rc = PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, MPI_SUM, s.host_comm, &req);
+  if (rc == MPI_SUCCESS) rc = PMPI_Wait(&req, MPI_STATUS_IGNORE);
   if (rc != MPI_SUCCESS) {
     s.counters.routed_errors.fetch_add(1, std::memory_order_relaxed);
     std::fprintf(stderr, "switchml-mpi: rank %d: MPI_Allreduce on the host path failed with MPI error %d\n",
@@ -318,7 +325,10 @@ int Resolve(RoutedOp* op, const Status& failure) {
   if (!failure.ok()) return RecordFailure(name, failure);
   Status st = op->handle.Wait();  // done: the recovery waited for every call
   if (st.ok()) return MPI_SUCCESS;
-  if (s.fo->RunOnHost(op->handle)) return HostAllreduceLocked(op->sendbuf, op->recvbuf, op->count, op->datatype);
+  if (s.fo->RunOnHost(op->handle)) {
+    s.counters.rerun_calls.fetch_add(1, std::memory_order_relaxed);
+    return HostAllreduceLocked(op->sendbuf, op->recvbuf, op->count, op->datatype);
+  }
   return RecordFailure(name, st);
 }
 
@@ -659,7 +669,7 @@ void PrintStats() {
                "routed_iallreduce=%llu routed_bytes=%llu routed_errors=%llu passthrough_calls=%llu "
                "passthrough_allreduce=%llu passthrough_iallreduce=%llu packets_sent=%llu "
                "retransmissions=%llu async_completion=%s failover=%s recovered_calls=%llu host_path_calls=%llu "
-               "fallback_reason=\"%s\"\n",
+               "rerun_calls=%llu fallback_reason=\"%s\"\n",
                s.rank, s.ctx ? "on" : "off", (unsigned long long)routed,
                (unsigned long long)k.routed_allreduce.load(), (unsigned long long)k.routed_iallreduce.load(),
                (unsigned long long)k.routed_bytes.load(), (unsigned long long)k.routed_errors.load(),
@@ -669,6 +679,7 @@ void PrintStats() {
                kAsyncModeNames[static_cast<int>(s.async_mode)],
                !s.failover_on ? "off" : s.gave_up.load() ? "failed" : s.on_host.load() ? "done" : "ready",
                (unsigned long long)k.recovered_calls.load(), (unsigned long long)k.host_path_calls.load(),
+               (unsigned long long)k.rerun_calls.load(),
                s.disabled_reason.c_str());
 }
 
@@ -786,7 +797,8 @@ int FailoverIallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Dataty
       delete op;
       int rc;
       if (s.on_host.load(std::memory_order_acquire)) {
-        // A real request on the host communicator; only this thread starts collectives there now.
+        // A real request on the host communicator; only this thread starts collectives there
+        // now (see HostAllreduceLocked).
         s.counters.host_path_calls.fetch_add(1, std::memory_order_relaxed);
         rc = PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, MPI_SUM, s.host_comm, request);
       } else {

@@ -28,7 +28,11 @@
  * creates ACK (the switch is gone; at most 120 s, then it goes on anyway, saying so). MODE
  * "barrier": all ranks call MPI_Barrier before call KILL_AT (rank 0 after the kill), so ranks
  * 1..N-1 wait in the barrier while rank 0 waits for the kill. MODE "async": pairs of calls are
- * MPI_Iallreduce + MPI_Waitall, single ones MPI_Iallreduce + MPI_Wait, every third call.
+ * MPI_Iallreduce + MPI_Waitall, single ones MPI_Iallreduce + MPI_Wait, every third call. MODE
+ * "mixed" (with "async"): ranks other than 0 set SWITCHML_MPI_COMPLETION=inline before MPI_Init
+ * (their rank from OMPI_COMM_WORLD_RANK or PMI_RANK), so their MPI_Iallreduce blocks: when the
+ * switch dies before a pair, they fail in its first call before submitting the second, which
+ * rank 0 (async) has submitted: the interposer must run that one again on MPI (RunOnHost).
  * Ends with a pass-through MPI_Allreduce of the error count (MPI_LONG). Exit status 0 iff all
  * are exact.
  *
@@ -186,6 +190,12 @@ static int FailoverMode(int argc, char** argv) {
   const int wait = strstr(mode, "nowait") == NULL;
   const int barrier = strstr(mode, "barrier") != NULL;
   const int async = strstr(mode, "async") != NULL;
+  if (strstr(mode, "mixed") != NULL) {
+    const char* r = getenv("OMPI_COMM_WORLD_RANK");
+    if (r == NULL) r = getenv("PMI_RANK");
+    if (r == NULL) { fprintf(stderr, "mixed mode: no OMPI_COMM_WORLD_RANK or PMI_RANK\n"); return 2; }
+    if (atoi(r) != 0) setenv("SWITCHML_MPI_COMPLETION", "inline", 1);
+  }
   enum { kCalls = 100 };
   static const long kSizes[] = {1, 64, 300, 1000, 2500};  /* and 1 in 12: 70000 (> one window) */
   Must(MPI_Init(&argc, &argv), "MPI_Init");

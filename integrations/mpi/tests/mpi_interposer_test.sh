@@ -37,7 +37,10 @@
 #               finished by the recovery, 49 calls run on MPI's all-reduce).
 # failover_async: as (a) with pairs of MPI_Iallreduce + MPI_Waitall and MPI_Iallreduce +
 #               MPI_Wait, the kill before one of them (Open MPI: completion callbacks; MPICH:
-#               MPIX callbacks; the failover thread agrees and completes the requests).
+#               MPIX callbacks; the failover thread agrees and completes the requests); then
+#               with ranks 1 and 2 completing inline (they fail before submitting the pair's
+#               second call, which rank 0 submitted): rank 0 runs it again from its input
+#               (rerun_calls=1).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../../scripts/lib.sh"
 SCENARIO=$1 FLAVOR=$2 MPIRUN=$3 SWITCHML=$4 LIB=$5 CHECK=$6 COMPARE=$7
@@ -197,6 +200,7 @@ error)
   sml_stop_switch || true
   ;;
 failover|failover_probe|failover_async)
+  sml_deadline 580 "mpi_interposer_test.sh $SCENARIO $FLAVOR"  # below CTest's TIMEOUT 600
   SEED=${TEST_SEED:-$RANDOM}
   echo "seed $SEED (set SWITCHML_TEST_SEED to repeat)"
   run_mpi "$WORK/base.log" -- --failover "$WORK/base.txt" "$SEED" 1000 "$WORK/unused" "$WORK/unused" nowait ||
@@ -307,6 +311,19 @@ failover|failover_probe|failover_async)
     if [ "$FLAVOR" = openmpi ]; then expect_stats "$WORK/async.log" async_completion=thread
     else expect_stats "$WORK/async.log" async_completion=mpix; fi
     pass "$FLAVOR MPI_Iallreduce: switch killed before call $K, every rank fell back there, exact"
+
+    # Ranks 1 and 2 complete MPI_Iallreduce inline: they fail in the pair's first call before
+    # submitting its second, which rank 0 submitted: rank 0 runs it again from its input.
+    K=$(( 3 * ((SEED / 33) % 33) ))
+    failover_case mixed "$K" async,mixed || fail "run failed: $(tail -30 "$WORK/mixed.log")"
+    check_exact mixed
+    [ "$STATE" = done ] || fail "mixed: no fallback: $(grep stats "$WORK/mixed.log")"
+    [ "$(stat_of "$WORK/mixed.log" 1 async_completion)" = inline ] || fail "mixed: rank 1 not inline"
+    if [ "$K" -lt 99 ] && [ "$SUM" = $(( 100 - K )) ]; then
+      [ "$(stat_of "$WORK/mixed.log" 0 rerun_calls)" = 1 ] ||
+        fail "mixed: rank 0 did not run call $((K + 1)) again: $(grep stats "$WORK/mixed.log")"
+    fi
+    pass "$FLAVOR MPI_Iallreduce, ranks 1-2 inline, kill before call $K: rerun_calls $(stat_of "$WORK/mixed.log" 0 rerun_calls) on rank 0, exact"
     ;;
   esac
   ;;
