@@ -51,9 +51,13 @@
 //    completion callback) or in MPICH's poll/wait callbacks, where no MPI collective may run;
 //    they only flag it (SignalFailure) and leave the request incomplete, and the failover
 //    thread (started at MPI_Init in those modes; needs MPI_THREAD_MULTIPLE) agrees;
-//  - while on the switch path, MPI_Barrier, MPI_Finalize and the MPI_Allreduce/MPI_Iallreduce
-//    on MPI_COMM_WORLD passed to PMPI probe (Agree(false)): they are collective, so every rank
-//    reaches them in the same order, and a rank that saw no failure joins there.
+//  - while on the switch path, MPI_Barrier, MPI_Finalize and the MPI_Allreduce on
+//    MPI_COMM_WORLD passed to PMPI probe (Agree(false)): they are blocking collectives, which
+//    MPI lets synchronise, so every rank reaches them in the same order, and a rank that saw no
+//    failure joins there. A pass-through MPI_Iallreduce does not probe: starting a nonblocking
+//    collective is local in MPI, and a blocking probe there could deadlock a correct program
+//    (rank 0 in MPI_Iallreduce waiting for rank 1, which waits in MPI_Send for rank 0's
+//    receive after it) even when nothing failed.
 // After the agreement the recovering thread settles every outstanding routed call in call
 // order (Resolve: finished by the recovery, or run again with PMPI_Iallreduce on the private
 // communicator from its intact input, or failed) and completes its request; every later
@@ -405,7 +409,7 @@ void RecoverLocked(bool failed, const Status& why = OkStatus()) {
 }
 
 // At a synchronisation point every rank reaches in the same order (MPI_Barrier, MPI_Finalize,
-// a pass-through all-reduce on MPI_COMM_WORLD): while on the switch path, agree.
+// a pass-through MPI_Allreduce on MPI_COMM_WORLD): while on the switch path, agree.
 void Probe() {
   State& s = S();
   if (!s.failover_on || s.on_host.load(std::memory_order_acquire) || s.gave_up.load(std::memory_order_acquire)) {
@@ -897,7 +901,7 @@ __attribute__((visibility("default"))) int MPI_Iallreduce(const void* sendbuf, v
   auto& k = st.counters;
   if (!type) {
     k.passthrough_iallreduce.fetch_add(1, std::memory_order_relaxed);
-    if (comm == MPI_COMM_WORLD && st.active.load(std::memory_order_acquire)) switchml::mpi::Probe();
+    // No probe here: starting a nonblocking collective must stay local (see the header).
     return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
   }
   k.routed_iallreduce.fetch_add(1, std::memory_order_relaxed);
