@@ -34,7 +34,8 @@
 #               interposer; each rank prints the fallback line once.
 # failover_probe: the kill between two phases: ranks 1 and 2 wait in MPI_Barrier (their probe)
 #               while rank 0 waits for the kill, then the second phase falls back (call 50 is
-#               finished by the recovery, 49 calls run on MPI's all-reduce).
+#               finished by the recovery, 49 calls run on MPI's all-reduce); then the same with
+#               MPI_FLOAT (within the quantization bound of the run without the interposer).
 # failover_async: as (a) with pairs of MPI_Iallreduce + MPI_Waitall and MPI_Iallreduce +
 #               MPI_Wait, the kill before one of them (Open MPI: completion callbacks; MPICH:
 #               MPIX callbacks; the failover thread agrees and completes the requests); then
@@ -212,7 +213,8 @@ failover|failover_probe|failover_async)
   # interposer, kills the switch (SIGKILL) when rank 0's marker appears and then creates the
   # ACK file; the run's log is $WORK/NAME.log. Returns mpirun's exit status.
   failover_case() {
-    local name=$1 kill_at=$2 mode=$3; shift 3
+    local name=$1 kill_at=$2 mode=$3 tol=0; shift 3
+    [[ "$mode" != *float* ]] || tol=$TOL
     local marker="$WORK/$name.marker" ack="$WORK/$name.ack" rc=0
     start_switch
     local sw=$SW_PID
@@ -226,7 +228,7 @@ failover|failover_probe|failover_async)
     sml_track "$killer"
     run_mpi "$WORK/$name.log" LD_PRELOAD="$LIB" SWITCHML_CONTROLLER="127.0.0.1:$CTL_PORT" SWITCHML_MPI_STATS=1 \
         SWITCHML_CALL_TIMEOUT_MS=1000 SWITCHML_RPC_TIMEOUT_MS=2000 "$@" \
-        -- --failover "$WORK/$name.txt" "$SEED" "$kill_at" "$marker" "$ack" "$mode" || rc=$?
+        -- --failover "$WORK/$name.txt" "$SEED" "$kill_at" "$marker" "$ack" "$mode" "$tol" || rc=$?
     [ -e "$marker" ] || fail "$name: rank 0 never wrote the marker: $(tail -20 "$WORK/$name.log")"
     wait "$killer" 2>/dev/null || true
     sml_untrack "$killer"
@@ -234,13 +236,19 @@ failover|failover_probe|failover_async)
     sml_untrack "$sw"
     return $rc
   }
-  # check_exact NAME: every element exact on every rank, identical to the baseline, one
+  # check_exact NAME [BASELINE]: every element exact on every rank (with BASELINE, a float run:
+  # within the quantization bound of that baseline, mpi_result_compare), identical to the
+  # baseline, the same result bits on every rank (the check's own hash), one
   # fallback line per rank iff the counters say the rank fell back, the same state on every rank.
   # Sets STATE (rank 0's failover=) and SUM (its recovered_calls + host_path_calls).
   check_exact() {
     local log="$WORK/$1.log"
-    grep -q ", 0 wrong elements" "$log" || fail "$1: results wrong: $(tail -30 "$log")"
-    cmp -s "$WORK/base.txt" "$WORK/$1.txt" || fail "$1: results differ from the run without the interposer"
+    grep -q "results identical on every rank, 0 wrong elements" "$log" || fail "$1: results wrong: $(tail -30 "$log")"
+    if [ -n "${2:-}" ]; then
+      "$COMPARE" "$2" "$WORK/$1.txt" "$NP" || fail "$1: results differ from the run without the interposer"
+    else
+      cmp -s "$WORK/base.txt" "$WORK/$1.txt" || fail "$1: results differ from the run without the interposer"
+    fi
     local state0 sum0
     state0=$(stat_of "$log" 0 failover)
     sum0=$(( $(stat_of "$log" 0 recovered_calls) + $(stat_of "$log" 0 host_path_calls) ))
@@ -299,6 +307,17 @@ failover|failover_probe|failover_async)
     [ "$STATE" = done ] && { [ "$SUM" = 50 ] || [ "$SUM" = 51 ]; } ||
       fail "want the fallback at call 50 (49 if a rank lost call 49's results): $(grep stats "$WORK/probe.log")"
     pass "$FLAVOR switch killed between phases (ranks waiting in MPI_Barrier): fell back at call 50, exact"
+
+    # The same with MPI_FLOAT: call 50 is finished by the recovery's host all-reduce of float32
+    # packets (MPI_Reduce + MPI_Bcast: the same bits on every rank).
+    run_mpi "$WORK/base_float.log" -- --failover "$WORK/base_float.txt" "$SEED" 1000 "$WORK/unused" \
+        "$WORK/unused" nowait,float 0 || fail "float baseline failed: $(tail -20 "$WORK/base_float.log")"
+    grep -q ", 0 wrong elements" "$WORK/base_float.log" || fail "float baseline: $(tail -5 "$WORK/base_float.log")"
+    failover_case probe_float 50 barrier,float || fail "float run failed: $(tail -30 "$WORK/probe_float.log")"
+    check_exact probe_float "$WORK/base_float.txt"
+    [ "$STATE" = done ] && { [ "$SUM" = 50 ] || [ "$SUM" = 51 ]; } ||
+      fail "float: want the fallback at call 50: $(grep stats "$WORK/probe_float.log")"
+    pass "$FLAVOR MPI_FLOAT, switch killed between phases: fell back at call 50, within the bound, same bits on every rank"
     ;;
   failover_async)
     # Calls 3j (and 3j+1) are MPI_Iallreduce: the kill lands before one, so the first failure
