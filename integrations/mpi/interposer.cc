@@ -399,11 +399,14 @@ void RecoverLocked(bool failed, const Status& why = OkStatus()) {
             " found it; this rank learned of it at a synchronisation point";
   }
   s.counters.recovered_calls.store(r.end_call - r.first_call, std::memory_order_relaxed);
+  std::string finished = "no call left for the recovery to finish";
+  if (r.end_call > r.first_call) {
+    finished = "calls #" + std::to_string(r.first_call) + " to #" + std::to_string(r.end_call - 1) +
+               " finished by the recovery";
+  }
   std::fprintf(stderr,
-               "switchml-mpi: rank %d: the switch failed (%s); calls from #%llu on run on MPI's own all-reduce "
-               "(calls #%llu to #%llu finished by the recovery)\n",
-               s.rank, cause.c_str(), (unsigned long long)r.end_call, (unsigned long long)r.first_call,
-               (unsigned long long)(r.end_call == 0 ? 0 : r.end_call - 1));
+               "switchml-mpi: rank %d: the switch failed (%s); calls from #%llu on run on MPI's own all-reduce (%s)\n",
+               s.rank, cause.c_str(), (unsigned long long)r.end_call, finished.c_str());
   ResolveAll(OkStatus());
   s.on_host.store(true, std::memory_order_release);
 }
