@@ -37,7 +37,8 @@
 // Errors on a routed call: the SwitchML Status is printed on stderr, the communicator's error
 // handler is invoked with MPI_ERR_OTHER (by default MPI_ERRORS_ARE_FATAL: the job aborts with
 // that message) and, if it returns, MPI_ERR_OTHER is returned. A routed call never waits longer
-// than SWITCHML_CALL_TIMEOUT_MS without progress.
+// than SWITCHML_CALL_TIMEOUT_MS without progress. (A failed switch is not an error with
+// failover, below; the host path then waits as long as MPI does.)
 //
 // Failover (SWITCHML_MPI_FAILOVER=1, the default; README.md "Failover"): a routed call that
 // fails because the switch is gone (switchml::Failover::SwitchFailed) moves every rank onto
