@@ -611,9 +611,12 @@ int SetUp(int provided) {
     } else {
       s.async_mode = AsyncMode::kInline;
     }
-    if (c.failover) {
-      // Collective, like everything here: every rank has the same SWITCHML_MPI_FAILOVER.
-      PMPI_Comm_dup(MPI_COMM_WORLD, &s.host_comm);
+    // Collective, like everything here: every rank has the same SWITCHML_MPI_FAILOVER.
+    if (c.failover && PMPI_Comm_dup(MPI_COMM_WORLD, &s.host_comm) != MPI_SUCCESS) {
+      std::fprintf(stderr, "switchml-mpi: rank %d: warning: MPI_Comm_dup failed: failover is off\n", s.rank);
+      s.host_comm = MPI_COMM_NULL;
+    }
+    if (c.failover && s.host_comm != MPI_COMM_NULL) {
       PMPI_Comm_set_errhandler(s.host_comm, MPI_ERRORS_RETURN);
       s.host = std::make_unique<MpiHostPath>(s.host_comm);
       s.fo = std::make_unique<Failover>(*s.ctx, *s.host);
