@@ -83,6 +83,16 @@ InterposerConfig ParseInterposerConfig(const EnvLookup& getenv) {
       fail(InvalidArgumentError("SWITCHML_MPI_STATS must be 0 or 1, got '" + std::string(s) + "'"));
     }
   }
+  if (const char* v = get("SWITCHML_MPI_FAILOVER")) {
+    std::string_view s(v);
+    if (s == "1") {
+      c.failover = true;
+    } else if (s == "0") {
+      c.failover = false;
+    } else {
+      fail(InvalidArgumentError("SWITCHML_MPI_FAILOVER must be 0 or 1, got '" + std::string(s) + "'"));
+    }
+  }
   if (const char* v = get("SWITCHML_MPI_MIN_ELEMENTS")) {
     auto n = ParseUint("SWITCHML_MPI_MIN_ELEMENTS", v, 0, uint64_t{1} << 62);
     if (n.ok()) c.min_elements = *n; else fail(n.status());

@@ -17,6 +17,7 @@
 //   SWITCHML_MPI_STATS           0 (default) | 1
 //   SWITCHML_MPI_MIN_ELEMENTS    calls with fewer elements go to PMPI (default 0)
 //   SWITCHML_MPI_COMPLETION      async (default) | inline: how routed MPI_Iallreduce completes
+//   SWITCHML_MPI_FAILOVER        1 (default) | 0: move to MPI's own all-reduce when the switch fails
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,9 @@ struct InterposerConfig {
   FallbackMode fallback = FallbackMode::kPmpi;
   CompletionMode completion = CompletionMode::kAsync;
   bool print_stats = false;
+  // SWITCHML_MPI_FAILOVER: when a routed call fails because the switch is gone, finish the
+  // calls on MPI's own all-reduce and run every later one there (README.md, "Failover").
+  bool failover = true;
   // Routed calls need at least this many elements (and always at least 1).
   uint64_t min_elements = 0;
   // One line each for deprecated variables that were used (the interposer prints them on

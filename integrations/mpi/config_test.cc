@@ -27,6 +27,7 @@ TEST(MpiConfigTest, NothingSetMeansDisabledWithoutError) {
   EXPECT_FALSE(c.print_stats);
   EXPECT_EQ(c.min_elements, 0u);
   EXPECT_EQ(c.completion, CompletionMode::kAsync);
+  EXPECT_TRUE(c.failover);
 }
 
 TEST(MpiConfigTest, EmptyControllerMeansDisabled) {
@@ -45,8 +46,10 @@ TEST(MpiConfigTest, AllVariablesParsed) {
                               {"SWITCHML_MPI_FALLBACK", "fail"},
                               {"SWITCHML_MPI_STATS", "1"},
                               {"SWITCHML_MPI_MIN_ELEMENTS", "4096"},
-                              {"SWITCHML_MPI_COMPLETION", "inline"}});
+                              {"SWITCHML_MPI_COMPLETION", "inline"},
+                              {"SWITCHML_MPI_FAILOVER", "0"}});
   ASSERT_TRUE(c.status.ok()) << c.status;
+  EXPECT_FALSE(c.failover);
   EXPECT_TRUE(c.enabled);
   EXPECT_EQ(c.options.controller_address, "10.0.0.1:5000");
   EXPECT_EQ(c.options.num_worker_threads, 2u);
@@ -131,6 +134,13 @@ TEST(MpiConfigTest, BadCompletionNamesTheVariable) {
   InterposerConfig c = Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"}, {"SWITCHML_MPI_COMPLETION", "thread"}});
   EXPECT_FALSE(c.enabled);
   EXPECT_THAT(c.status.message(), HasSubstr("SWITCHML_MPI_COMPLETION must be 'async' or 'inline', got 'thread'"));
+}
+
+TEST(MpiConfigTest, FailoverSetting) {
+  EXPECT_TRUE(Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"}, {"SWITCHML_MPI_FAILOVER", "1"}}).failover);
+  InterposerConfig c = Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"}, {"SWITCHML_MPI_FAILOVER", "yes"}});
+  EXPECT_FALSE(c.enabled);
+  EXPECT_THAT(c.status.message(), HasSubstr("SWITCHML_MPI_FAILOVER must be 0 or 1, got 'yes'"));
 }
 
 TEST(MpiConfigTest, BadStatsValueKeepsStatsOn) {

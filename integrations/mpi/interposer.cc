@@ -37,7 +37,33 @@
 // Errors on a routed call: the SwitchML Status is printed on stderr, the communicator's error
 // handler is invoked with MPI_ERR_OTHER (by default MPI_ERRORS_ARE_FATAL: the job aborts with
 // that message) and, if it returns, MPI_ERR_OTHER is returned. A routed call never waits longer
-// than SWITCHML_CALL_TIMEOUT_MS without progress.
+// than SWITCHML_CALL_TIMEOUT_MS without progress. (A failed switch is not an error with
+// failover, below; the host path then waits as long as MPI does.)
+//
+// Failover (SWITCHML_MPI_FAILOVER=1, the default; README.md "Failover"): a routed call that
+// fails because the switch is gone (switchml::Failover::SwitchFailed) moves every rank onto
+// MPI's own all-reduce at the same call. The host path (MpiHostPath) runs on a private
+// duplicate of MPI_COMM_WORLD made at MPI_Init, so it never mixes with the application's
+// traffic; every use of it, every Agree and every routed submission happen under fo_mu, so one
+// thread at a time uses it and no call is submitted while a recovery runs. Who agrees:
+//  - a blocking MPI_Allreduce (and MPI_Iallreduce in inline mode) whose call failed: the
+//    application's thread, in that call (Agree(true));
+//  - an asynchronous MPI_Iallreduce: its failure is seen on a SwitchML worker thread (Open MPI's
+//    completion callback) or in MPICH's poll/wait callbacks, where no MPI collective may run;
+//    they only flag it (SignalFailure) and leave the request incomplete, and the failover
+//    thread (started at MPI_Init in those modes; needs MPI_THREAD_MULTIPLE) agrees;
+//  - while on the switch path, MPI_Barrier, MPI_Finalize and the MPI_Allreduce on
+//    MPI_COMM_WORLD passed to PMPI probe (Agree(false)): they are blocking collectives, which
+//    MPI lets synchronise, so every rank reaches them in the same order, and a rank that saw no
+//    failure joins there. A pass-through MPI_Iallreduce does not probe: starting a nonblocking
+//    collective is local in MPI, and a blocking probe there could deadlock a correct program
+//    (rank 0 in MPI_Iallreduce waiting for rank 1, which waits in MPI_Send for rank 0's
+//    receive after it) even when nothing failed.
+// After the agreement the recovering thread settles every outstanding routed call in call
+// order (Resolve: finished by the recovery, or run again with PMPI_Iallreduce on the private
+// communicator from its intact input, or failed) and completes its request; every later
+// eligible call runs on the private communicator too, so the k-th call after the failure meets
+// the k-th on every rank whatever each had submitted when the switch died.
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
 #endif
@@ -46,33 +72,49 @@
 #endif
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
-#include <unordered_set>
 #include <vector>
 
 #include "config.h"
 #include "switchml/context.h"
+#include "switchml/failover.h"
 
 namespace switchml::mpi {
 namespace {
 
-// One MPI_Iallreduce routed through SwitchML. Owned jointly by the completion side (whoever
-// calls MPI_Grequest_complete: the job's completion callback, an MPIX callback, MPI_Iallreduce
-// itself in inline mode, or MPI_Finalize; see CompleteOp) and by MPI (until free_fn): the last
-// to let go deletes it.
-struct AsyncOp {
+// One routed call. Blocking MPI_Allreduce: owned by the caller (refs 1) and, while a recovery
+// settles it, by the recovering thread. MPI_Iallreduce: owned jointly by the completion side
+// (whoever calls MPI_Grequest_complete: the job's completion callback, an MPIX callback,
+// MPI_Iallreduce itself in inline mode, a recovery, or MPI_Finalize; see FinishOp) and by MPI
+// (until free_fn): the last to let go deletes it.
+struct RoutedOp {
   AllReduceHandle handle;
+  bool is_async = false;
+  // The call's arguments, for running it again on the host path.
+  const void* sendbuf = nullptr;  // MPI_IN_PLACE or the input
+  void* recvbuf = nullptr;
+  int count = 0;
+  MPI_Datatype datatype = MPI_DATATYPE_NULL;
+  uint64_t seq = 0;  // routed calls on this rank, from 0 (the context's call numbers)
   MPI_Request request = MPI_REQUEST_NULL;
   int error_code = MPI_SUCCESS;  // written before MPI_Grequest_complete, read by query_fn after
   std::atomic<bool> completed{false};  // MPI_Grequest_complete called (exactly once)
-  std::atomic<int> refs{2};
+  // A recovery settled the call: rc is its result (written before resolved is set).
+  std::atomic<bool> resolved{false};
+  int rc = MPI_SUCCESS;
+  std::atomic<int> refs{1};
   void Unref() {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
@@ -85,6 +127,12 @@ struct Counters {
   std::atomic<uint64_t> routed_errors{0};
   std::atomic<uint64_t> passthrough_allreduce{0};
   std::atomic<uint64_t> passthrough_iallreduce{0};
+  // Failover: calls the recovery finished (RecoveryReport [first_call, end_call)), and routed
+  // calls this rank ran on MPI's all-reduce itself (RunOnHost ones and every later one).
+  std::atomic<uint64_t> recovered_calls{0};
+  std::atomic<uint64_t> host_path_calls{0};
+  // Of those, calls submitted to the switch that ran again from their input (RunOnHost).
+  std::atomic<uint64_t> rerun_calls{0};
 };
 
 enum class AsyncMode { kNone, kInline, kThread, kMpix };
@@ -95,6 +143,74 @@ constexpr bool kHaveMpixGrequest = true;
 constexpr bool kHaveMpixGrequest = false;
 #endif
 
+// switchml::HostPath over PMPI on the interposer's private duplicate of MPI_COMM_WORLD (errors
+// returned, not fatal). MPI collectives have no deadline: each blocks until every rank joins
+// (docs: README.md "Failover", limits).
+class MpiHostPath final : public HostPath {
+ public:
+  explicit MpiHostPath(MPI_Comm comm) : comm_(comm) {}
+
+  StatusOr<std::vector<int64_t>> AllGather(std::span<const int64_t> mine) override {
+    int n = 0;
+    PMPI_Comm_size(comm_, &n);
+    if (mine.size() > size_t(INT_MAX)) return InvalidArgumentError("host path: all-gather of too many values");
+    std::vector<int64_t> all(mine.size() * size_t(n));
+    const int k = int(mine.size());
+    if (int rc = PMPI_Allgather(mine.data(), k, MPI_INT64_T, all.data(), k, MPI_INT64_T, comm_); rc != MPI_SUCCESS) {
+      return Error("MPI_Allgather", rc);
+    }
+    return all;
+  }
+
+  Status Broadcast(void* data, size_t bytes, uint32_t root) override {
+    auto* p = static_cast<char*>(data);
+    for (size_t off = 0; off < bytes; off += kChunk) {
+      const int k = int(std::min(kChunk, bytes - off));
+      if (int rc = PMPI_Bcast(p + off, k, MPI_BYTE, int(root), comm_); rc != MPI_SUCCESS) return Error("MPI_Bcast", rc);
+    }
+    return OkStatus();
+  }
+
+  // int32: MPI_UINT32_T sums wrap (defined behaviour), bit for bit the wrapping int32 sum, and
+  // integer sums do not depend on the order. float32: MPI_Reduce to rank 0, then MPI_Bcast of
+  // its result, so every rank gets the same bits whatever order the reduction takes (the MPI
+  // standard only recommends, not requires, that MPI_Allreduce gives every rank the same
+  // floating-point result).
+  Status AllReduce(void* data, size_t n, DataType type) override {
+    auto* p = static_cast<char*>(data);
+    const size_t per = kChunk / 4;
+    int rank = 0;
+    PMPI_Comm_rank(comm_, &rank);
+    for (size_t off = 0; off < n; off += per) {
+      const int k = int(std::min(per, n - off));
+      void* chunk = p + off * 4;
+      if (type == DataType::kInt32) {
+        if (int rc = PMPI_Allreduce(MPI_IN_PLACE, chunk, k, MPI_UINT32_T, MPI_SUM, comm_); rc != MPI_SUCCESS) {
+          return Error("MPI_Allreduce", rc);
+        }
+      } else if (type == DataType::kFloat32) {
+        int rc = rank == 0 ? PMPI_Reduce(MPI_IN_PLACE, chunk, k, MPI_FLOAT, MPI_SUM, 0, comm_)
+                           : PMPI_Reduce(chunk, nullptr, k, MPI_FLOAT, MPI_SUM, 0, comm_);
+        if (rc != MPI_SUCCESS) return Error("MPI_Reduce", rc);
+        if ((rc = PMPI_Bcast(chunk, k, MPI_FLOAT, 0, comm_)) != MPI_SUCCESS) return Error("MPI_Bcast", rc);
+      } else {
+        return InvalidArgumentError("host path: only int32 and float32 all-reduces");
+      }
+    }
+    return OkStatus();
+  }
+
+ private:
+  static constexpr size_t kChunk = size_t{1} << 30;  // bytes per MPI call (counts are int)
+  static Status Error(const char* call, int rc) {
+    char text[MPI_MAX_ERROR_STRING] = {};
+    int len = 0;
+    PMPI_Error_string(rc, text, &len);
+    return UnavailableError(std::string("host path: ") + call + " on the interposer's communicator failed: " + text);
+  }
+  MPI_Comm comm_;
+};
+
 struct State {
   InterposerConfig config;
   int rank = -1;
@@ -104,12 +220,33 @@ struct State {
   std::atomic<bool> active{false};
   std::unique_ptr<Context> ctx;
   AsyncMode async_mode = AsyncMode::kNone;  // set with active
-  // kThread and kMpix: requests not completed yet; MPI_Finalize waits for them (the program may
-  // have freed one with MPI_Request_free before it completed).
+  // Routed calls not settled yet, by call order: MPI_Iallreduce requests not completed (the
+  // program may have freed one with MPI_Request_free before it completed: MPI_Finalize waits
+  // for them) and, with failover, the blocking call in progress. A recovery settles them all.
   std::mutex pending_mu;
-  std::unordered_set<AsyncOp*> pending;  // guarded by pending_mu
+  std::map<uint64_t, RoutedOp*> pending;  // guarded by pending_mu
+  std::condition_variable resolved_cv;    // with pending_mu: a RoutedOp::resolved was set
   std::string disabled_reason = "MPI_Init not intercepted yet";
   Counters counters;
+
+  // Failover (set with active when SWITCHML_MPI_FAILOVER=1).
+  bool failover_on = false;
+  MPI_Comm host_comm = MPI_COMM_NULL;  // private duplicate of MPI_COMM_WORLD
+  std::unique_ptr<MpiHostPath> host;
+  std::unique_ptr<Failover> fo;  // destroyed before ctx
+  // Serialises routed submissions, Agree / recovery and every use of host_comm.
+  std::mutex fo_mu;
+  uint64_t next_seq = 0;               // guarded by fo_mu
+  std::atomic<bool> on_host{false};    // recovered: every eligible call runs on host_comm
+  std::atomic<bool> gave_up{false};    // the agreement or the recovery failed: calls fail
+  std::atomic<bool> failure_seen{false};  // a routed call of this rank failed with SwitchFailed
+  // The failover thread (async modes kThread / kMpix): agrees for failures flagged where no
+  // collective may run.
+  std::thread fo_thread;
+  std::mutex signal_mu;
+  std::condition_variable signal_cv;
+  bool fo_stop = false;       // guarded by signal_mu
+  std::string first_failure;  // guarded by signal_mu
 };
 
 // Never destroyed: MPI calls from atexit handlers or other static destructors stay safe.
@@ -129,21 +266,180 @@ int RecordFailure(const char* call, const Status& status) {
   return MPI_ERR_OTHER;
 }
 
-// Completes op's generalized request with the job's result `s`, once (later calls do nothing),
-// and drops the completion side's reference.
-void CompleteOp(AsyncOp* op, const Status& s) {
-  if (op->completed.exchange(true, std::memory_order_acq_rel)) return;
-  if (!s.ok()) op->error_code = RecordFailure("MPI_Iallreduce", s);
+// Completes op's generalized request with `rc`, once (later calls do nothing), and drops the
+// completion side's reference. FinishOp: rc known; CompleteOp: from the job's status.
+void FinishOpOnce(RoutedOp* op, int rc) {
+  op->error_code = rc;
   {
     std::lock_guard lock(S().pending_mu);
-    S().pending.erase(op);
+    S().pending.erase(op->seq);
   }
   PMPI_Grequest_complete(op->request);
   op->Unref();
 }
+void FinishOp(RoutedOp* op, int rc) {
+  if (op->completed.exchange(true, std::memory_order_acq_rel)) return;
+  FinishOpOnce(op, rc);
+}
+void CompleteOp(RoutedOp* op, const Status& s) {
+  if (op->completed.exchange(true, std::memory_order_acq_rel)) return;
+  FinishOpOnce(op, s.ok() ? MPI_SUCCESS : RecordFailure("MPI_Iallreduce", s));
+}
+
+// Whether a failed routed call is one failover handles (the switch is gone and nothing gave up).
+bool FailoverApplies(const Status& status) {
+  State& s = S();
+  return !status.ok() && s.failover_on && !s.gave_up.load(std::memory_order_acquire) && s.fo->SwitchFailed(status);
+}
+
+// Flags a switch failure seen where no collective may run (a SwitchML worker thread, an MPIX
+// callback): the failover thread agrees.
+void SignalFailure(const Status& status) {
+  State& s = S();
+  {
+    std::lock_guard lock(s.signal_mu);
+    if (s.first_failure.empty()) s.first_failure = status.ToString();
+    s.failure_seen.store(true, std::memory_order_release);
+  }
+  s.signal_cv.notify_all();
+}
+
+// A routed call on the host communicator, to completion. fo_mu held. Started as
+// PMPI_Iallreduce, like a routed MPI_Iallreduce after the failure: MPI never matches a blocking
+// collective with a nonblocking one, and the same call may be a rerun of an MPI_Iallreduce on
+// one rank and a later MPI_Iallreduce (or an MPI_Allreduce rerun) on another.
+int HostAllreduceLocked(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype) {
+  State& s = S();
+  s.counters.host_path_calls.fetch_add(1, std::memory_order_relaxed);
+  MPI_Request req = MPI_REQUEST_NULL;
+  int rc = PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, MPI_SUM, s.host_comm, &req);
+  if (rc == MPI_SUCCESS) rc = PMPI_Wait(&req, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) {
+    s.counters.routed_errors.fetch_add(1, std::memory_order_relaxed);
+    std::fprintf(stderr, "switchml-mpi: rank %d: MPI_Allreduce on the host path failed with MPI error %d\n",
+                 s.rank, rc);
+  }
+  return rc;
+}
+
+// After an agreement (fo_mu held): the result of one outstanding routed call. `failure` not OK:
+// the recovery failed, so does the call.
+int Resolve(RoutedOp* op, const Status& failure) {
+  State& s = S();
+  const char* name = op->is_async ? "MPI_Iallreduce" : "MPI_Allreduce";
+  if (!failure.ok()) return RecordFailure(name, failure);
+  Status st = op->handle.Wait();  // done: the recovery waited for every call
+  if (st.ok()) return MPI_SUCCESS;
+  if (s.fo->RunOnHost(op->handle)) {
+    s.counters.rerun_calls.fetch_add(1, std::memory_order_relaxed);
+    return HostAllreduceLocked(op->sendbuf, op->recvbuf, op->count, op->datatype);
+  }
+  return RecordFailure(name, st);
+}
+
+// Hands a settled call's result to whoever completes it.
+void Publish(RoutedOp* op, int rc) {
+  State& s = S();
+  if (op->is_async && s.async_mode != AsyncMode::kMpix) {
+    FinishOp(op, rc);  // MPI_Grequest_complete from here (MPI_THREAD_MULTIPLE in kThread)
+    return;
+  }
+  // Blocking calls: their caller reads rc. MPIX requests: PollFn/WaitFn complete them.
+  {
+    std::lock_guard lock(s.pending_mu);
+    op->rc = rc;
+    op->resolved.store(true, std::memory_order_release);
+  }
+  s.resolved_cv.notify_all();
+}
+
+// Settles every outstanding routed call in call order (see Resolve).
+void ResolveAll(const Status& failure) {
+  State& s = S();
+  std::vector<RoutedOp*> ops;
+  {
+    std::lock_guard lock(s.pending_mu);
+    for (auto& [seq, op] : s.pending) {
+      if (op->resolved.load(std::memory_order_acquire) || op->completed.load(std::memory_order_acquire)) continue;
+      // Still pending under this lock: its owners have not let go.
+      op->refs.fetch_add(1, std::memory_order_relaxed);
+      ops.push_back(op);
+    }
+  }
+  for (RoutedOp* op : ops) {
+    if (!op->completed.load(std::memory_order_acquire)) Publish(op, Resolve(op, failure));
+    op->Unref();
+  }
+}
+
+// The agreement (fo_mu held): `failed` = this rank's own call failed with SwitchFailed (`why`),
+// else a probe at a synchronisation point. On a recovery, settles every outstanding call and
+// moves this rank onto the host path; on an error, fails them and gives up.
+void RecoverLocked(bool failed, const Status& why = OkStatus()) {
+  State& s = S();
+  if (s.on_host.load(std::memory_order_acquire) || s.gave_up.load(std::memory_order_acquire)) return;
+  std::string cause;
+  if (failed) {
+    std::lock_guard lock(s.signal_mu);
+    if (s.first_failure.empty() && !why.ok()) s.first_failure = why.ToString();
+    cause = s.first_failure;
+  }
+  auto agreed = s.fo->Agree(failed);
+  if (!agreed.ok()) {
+    s.gave_up.store(true, std::memory_order_release);
+    std::fprintf(stderr,
+                 "switchml-mpi: rank %d: error: the switch failed and moving to MPI's own all-reduce failed: %s\n",
+                 s.rank, agreed.status().ToString().c_str());
+    ResolveAll(agreed.status());
+    return;
+  }
+  if (!agreed->has_value()) return;  // nobody failed
+  const RecoveryReport& r = **agreed;
+  if (cause.empty()) {
+    cause = "rank " + std::to_string(r.failed_ranks.empty() ? 0u : r.failed_ranks[0]) +
+            " found it; this rank learned of it at a synchronisation point";
+  }
+  s.counters.recovered_calls.store(r.end_call - r.first_call, std::memory_order_relaxed);
+  std::string finished = "no call left for the recovery to finish";
+  if (r.end_call > r.first_call) {
+    finished = "calls #" + std::to_string(r.first_call) + " to #" + std::to_string(r.end_call - 1) +
+               " finished by the recovery";
+  }
+  std::fprintf(stderr,
+               "switchml-mpi: rank %d: the switch failed (%s); calls from #%llu on run on MPI's own all-reduce (%s)\n",
+               s.rank, cause.c_str(), (unsigned long long)r.end_call, finished.c_str());
+  ResolveAll(OkStatus());
+  s.on_host.store(true, std::memory_order_release);
+}
+
+// At a synchronisation point every rank reaches in the same order (MPI_Barrier, MPI_Finalize,
+// a pass-through MPI_Allreduce on MPI_COMM_WORLD): while on the switch path, agree.
+void Probe() {
+  State& s = S();
+  if (!s.failover_on || s.on_host.load(std::memory_order_acquire) || s.gave_up.load(std::memory_order_acquire)) {
+    return;
+  }
+  std::lock_guard lock(s.fo_mu);
+  RecoverLocked(s.failure_seen.load(std::memory_order_acquire));
+}
+
+void FailoverThread() {
+  State& s = S();
+  for (;;) {
+    {
+      std::unique_lock lock(s.signal_mu);
+      s.signal_cv.wait(lock, [&] {
+        return s.fo_stop || (s.failure_seen.load() && !s.on_host.load() && !s.gave_up.load());
+      });
+      if (s.fo_stop) return;
+    }
+    std::lock_guard lock(s.fo_mu);
+    RecoverLocked(true);  // sets on_host or gave_up
+  }
+}
 
 int QueryFn(void* extra_state, MPI_Status* status) {
-  auto* op = static_cast<AsyncOp*>(extra_state);
+  auto* op = static_cast<RoutedOp*>(extra_state);
   PMPI_Status_set_elements(status, MPI_BYTE, 0);
   PMPI_Status_set_cancelled(status, 0);
   status->MPI_SOURCE = MPI_ANY_SOURCE;
@@ -153,7 +449,7 @@ int QueryFn(void* extra_state, MPI_Status* status) {
 }
 
 int FreeFn(void* extra_state) {
-  static_cast<AsyncOp*>(extra_state)->Unref();
+  static_cast<RoutedOp*>(extra_state)->Unref();
   return MPI_SUCCESS;
 }
 
@@ -162,12 +458,22 @@ int CancelFn(void* /*extra_state*/, int /*complete*/) { return MPI_SUCCESS; }
 
 #ifdef MPICH_VERSION
 // MPIX poll function: never blocks. MPI_Wait calls it in a loop until the request completes,
-// so yield the core to the SwitchML threads while the job runs.
+// so yield the core to the SwitchML threads while the job runs. A switch failure is only
+// flagged here (no collective may run inside MPI_Test/MPI_Wait): the failover thread settles
+// the call and a later poll completes it.
 int PollFn(void* extra_state, MPI_Status* /*status*/) {
-  auto* op = static_cast<AsyncOp*>(extra_state);
+  auto* op = static_cast<RoutedOp*>(extra_state);
   if (op->completed.load(std::memory_order_acquire)) return MPI_SUCCESS;
-  if (op->handle.IsDone()) {
-    CompleteOp(op, op->handle.status());
+  if (op->resolved.load(std::memory_order_acquire)) {
+    FinishOp(op, op->rc);
+  } else if (op->handle.IsDone()) {
+    Status st = op->handle.status();
+    if (FailoverApplies(st)) {
+      SignalFailure(st);
+      std::this_thread::yield();
+    } else {
+      CompleteOp(op, st);
+    }
   } else {
     std::this_thread::yield();
   }
@@ -175,16 +481,29 @@ int PollFn(void* extra_state, MPI_Status* /*status*/) {
 }
 
 // MPIX wait function: blocks until every given job is done (at most the job timeout each)
-// and completes their requests. `timeout` is ignored, as ROMIO's wait functions do.
+// and completes their requests; a call the switch failed waits for the failover thread to settle
+// it. `timeout` is ignored, as ROMIO's wait functions do.
 int WaitFn(int count, void** states, double /*timeout*/, MPI_Status* /*status*/) {
+  State& s = S();
   for (int i = 0; i < count; ++i) {
-    auto* op = static_cast<AsyncOp*>(states[i]);
-    if (!op->completed.load(std::memory_order_acquire)) CompleteOp(op, op->handle.Wait());
+    auto* op = static_cast<RoutedOp*>(states[i]);
+    if (op->completed.load(std::memory_order_acquire)) continue;
+    Status st = op->handle.Wait();
+    if (!op->resolved.load(std::memory_order_acquire) && FailoverApplies(st)) {
+      SignalFailure(st);
+      std::unique_lock lock(s.pending_mu);
+      // A failure the failover thread cannot settle makes it give up, which settles every call.
+      s.resolved_cv.wait(lock, [&] { return op->resolved.load() || op->completed.load(); });
+    }
+    if (op->resolved.load(std::memory_order_acquire)) {
+      FinishOp(op, op->rc);
+    } else {
+      CompleteOp(op, op->handle.status());
+    }
   }
   return MPI_SUCCESS;
 }
 #endif
-
 // The SwitchML type for a routable call, or nullopt: pass it to PMPI.
 std::optional<DataType> RoutedType(int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   State& s = S();
@@ -204,12 +523,13 @@ int ReportError(MPI_Comm comm, const char* call, const Status& status) {
 }
 
 // Settings that must be equal on every rank; checked at MPI_Init.
-constexpr int kNumShared = 4;
+constexpr int kNumShared = 5;
 void SharedSettings(const InterposerConfig& c, long long out[kNumShared]) {
   out[0] = c.options.num_worker_threads;
   out[1] = c.options.window_packets;
   out[2] = c.options.elements_per_packet;
   out[3] = static_cast<long long>(c.min_elements);
+  out[4] = c.failover ? 1 : 0;
 }
 
 // Collective over MPI_COMM_WORLD: decides on every rank the same way whether SwitchML is used.
@@ -251,7 +571,8 @@ int SetUp(int provided) {
   if (all[1] != 0) warn = true;  // someone asked for SwitchML and will not get it
   if (reason.empty()) {
     static const char* kNames[kNumShared] = {"SWITCHML_THREADS", "SWITCHML_WINDOW",
-                                             "SWITCHML_ELEMENTS_PER_PACKET", "SWITCHML_MPI_MIN_ELEMENTS"};
+                                             "SWITCHML_ELEMENTS_PER_PACKET", "SWITCHML_MPI_MIN_ELEMENTS",
+                                             "SWITCHML_MPI_FAILOVER"};
     for (int i = 0; i < kNumShared; ++i) {
       if (all[2 + 2 * i] != -all[3 + 2 * i]) {
         reason = std::string(kNames[i]) + " differs across ranks (must be equal on all)";
@@ -279,14 +600,30 @@ int SetUp(int provided) {
   }
 
   if (reason.empty()) {
+    // MPIX callbacks need no thread of ours, but failover then needs the failover thread, which
+    // calls MPI concurrently with the program.
     if (c.completion == CompletionMode::kInline) {
       s.async_mode = AsyncMode::kInline;
-    } else if (kHaveMpixGrequest) {
+    } else if (kHaveMpixGrequest && (!c.failover || provided >= MPI_THREAD_MULTIPLE)) {
       s.async_mode = AsyncMode::kMpix;
-    } else if (provided >= MPI_THREAD_MULTIPLE) {
+    } else if (!kHaveMpixGrequest && provided >= MPI_THREAD_MULTIPLE) {
       s.async_mode = AsyncMode::kThread;
     } else {
       s.async_mode = AsyncMode::kInline;
+    }
+    // Collective, like everything here: every rank has the same SWITCHML_MPI_FAILOVER.
+    if (c.failover && PMPI_Comm_dup(MPI_COMM_WORLD, &s.host_comm) != MPI_SUCCESS) {
+      std::fprintf(stderr, "switchml-mpi: rank %d: warning: MPI_Comm_dup failed: failover is off\n", s.rank);
+      s.host_comm = MPI_COMM_NULL;
+    }
+    if (c.failover && s.host_comm != MPI_COMM_NULL) {
+      PMPI_Comm_set_errhandler(s.host_comm, MPI_ERRORS_RETURN);
+      s.host = std::make_unique<MpiHostPath>(s.host_comm);
+      s.fo = std::make_unique<Failover>(*s.ctx, *s.host);
+      s.failover_on = true;
+      if (s.async_mode == AsyncMode::kThread || s.async_mode == AsyncMode::kMpix) {
+        s.fo_thread = std::thread(FailoverThread);
+      }
     }
     s.disabled_reason.clear();
     s.active.store(true, std::memory_order_release);
@@ -313,9 +650,11 @@ int InitCommon(int* argc, char*** argv, int required, int* provided) {
   s.config = ParseInterposerConfig([](const char* name) { return std::getenv(name); });
   int rc;
   int level = MPI_THREAD_SINGLE;
-  if (s.config.enabled && s.config.completion == CompletionMode::kAsync && !kHaveMpixGrequest) {
-    // Completion callbacks call MPI_Grequest_complete from SwitchML's worker threads,
-    // concurrently with the application.
+  if (s.config.enabled && s.config.completion == CompletionMode::kAsync &&
+      (!kHaveMpixGrequest || s.config.failover)) {
+    // Completion callbacks call MPI_Grequest_complete from SwitchML's worker threads, and the
+    // failover thread runs collectives on the interposer's communicator, concurrently with the
+    // application.
     rc = PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &level);
   } else if (required >= 0) {
     rc = PMPI_Init_thread(argc, argv, required, &level);
@@ -340,7 +679,8 @@ void PrintStats() {
                "switchml-mpi stats: rank=%d switchml=%s routed_calls=%llu routed_allreduce=%llu "
                "routed_iallreduce=%llu routed_bytes=%llu routed_errors=%llu passthrough_calls=%llu "
                "passthrough_allreduce=%llu passthrough_iallreduce=%llu packets_sent=%llu "
-               "retransmissions=%llu async_completion=%s fallback_reason=\"%s\"\n",
+               "retransmissions=%llu async_completion=%s failover=%s recovered_calls=%llu host_path_calls=%llu "
+               "rerun_calls=%llu fallback_reason=\"%s\"\n",
                s.rank, s.ctx ? "on" : "off", (unsigned long long)routed,
                (unsigned long long)k.routed_allreduce.load(), (unsigned long long)k.routed_iallreduce.load(),
                (unsigned long long)k.routed_bytes.load(), (unsigned long long)k.routed_errors.load(),
@@ -348,7 +688,181 @@ void PrintStats() {
                (unsigned long long)k.passthrough_iallreduce.load(), (unsigned long long)st.packets_sent,
                (unsigned long long)st.retransmissions,
                kAsyncModeNames[static_cast<int>(s.async_mode)],
+               !s.failover_on ? "off" : s.gave_up.load() ? "failed" : s.on_host.load() ? "done" : "ready",
+               (unsigned long long)k.recovered_calls.load(), (unsigned long long)k.host_path_calls.load(),
+               (unsigned long long)k.rerun_calls.load(),
                s.disabled_reason.c_str());
+}
+
+
+// ---- Routed calls with failover (SWITCHML_MPI_FAILOVER=1) ----
+
+// Before a routed call (fo_mu held): a switch failure this rank already flagged (an
+// asynchronous call) is agreed on now rather than submitting to a broken context.
+void CatchUpLocked() {
+  State& s = S();
+  if (!s.on_host.load(std::memory_order_acquire) && s.failure_seen.load(std::memory_order_acquire)) {
+    RecoverLocked(true);
+  }
+}
+
+// Submits `op` (fo_mu held, not on the host path). Returns false if the context refused it
+// because it broke with a switch failure before any recovery (the call never reached the
+// switch and has no call number: after agreeing, it runs on the host path like any later one).
+bool SubmitLocked(RoutedOp* op, DataType type) {
+  State& s = S();
+  const void* in = op->sendbuf == MPI_IN_PLACE ? op->recvbuf : op->sendbuf;
+  op->handle = s.ctx->AllReduceAsync(in, op->recvbuf, size_t(op->count), type);
+  if (op->handle.IsDone() && FailoverApplies(op->handle.status())) {
+    RecoverLocked(true, op->handle.status());
+    return false;
+  }
+  op->seq = s.next_seq++;
+  std::lock_guard lock(s.pending_mu);
+  s.pending[op->seq] = op;
+  return true;
+}
+
+// A submitted call's outcome, waited for on the caller's thread: its own result, or (a switch
+// failure) the one the recovery settled, agreeing here if nobody has yet.
+int AwaitRouted(RoutedOp* op) {
+  State& s = S();
+  Status st = op->handle.Wait();
+  if (st.ok()) return MPI_SUCCESS;
+  if (!op->resolved.load(std::memory_order_acquire) && FailoverApplies(st)) {
+    std::lock_guard lock(s.fo_mu);
+    RecoverLocked(true, st);
+  }
+  if (op->resolved.load(std::memory_order_acquire)) return op->rc;
+  if (op->completed.load(std::memory_order_acquire)) return op->error_code;
+  return RecordFailure(op->is_async ? "MPI_Iallreduce" : "MPI_Allreduce", st);
+}
+
+int FailoverAllreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, DataType type,
+                      MPI_Comm comm) {
+  State& s = S();
+  auto* op = new RoutedOp;
+  op->sendbuf = sendbuf;
+  op->recvbuf = recvbuf;
+  op->count = count;
+  op->datatype = datatype;
+  int rc = MPI_SUCCESS;
+  bool submitted = false;
+  {
+    std::lock_guard lock(s.fo_mu);
+    CatchUpLocked();
+    if (!s.on_host.load(std::memory_order_acquire) && !s.gave_up.load(std::memory_order_acquire)) {
+      submitted = SubmitLocked(op, type);
+    }
+    if (!submitted) {
+      if (s.on_host.load(std::memory_order_acquire)) {
+        rc = HostAllreduceLocked(sendbuf, recvbuf, count, datatype);
+      } else {
+        rc = RecordFailure("MPI_Allreduce", FailedPreconditionError("the switch failed and failover failed"));
+      }
+    }
+  }
+  if (submitted) {
+    rc = AwaitRouted(op);
+    std::lock_guard lock(s.pending_mu);
+    s.pending.erase(op->seq);
+  }
+  op->Unref();
+  if (rc != MPI_SUCCESS) PMPI_Comm_call_errhandler(comm, rc);
+  return rc;
+}
+
+// Starts the generalized request of a routed MPI_Iallreduce.
+int StartGrequest(RoutedOp* op, MPI_Request* request) {
+  int rc;
+#ifdef MPICH_VERSION
+  if (S().async_mode == AsyncMode::kMpix) {
+    rc = PMPIX_Grequest_start(QueryFn, FreeFn, CancelFn, PollFn, WaitFn, op, request);
+  } else
+#endif
+  {
+    rc = PMPI_Grequest_start(QueryFn, FreeFn, CancelFn, op, request);
+  }
+  if (rc == MPI_SUCCESS) op->request = *request;
+  return rc;
+}
+
+int FailoverIallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, DataType type,
+                       MPI_Comm comm, MPI_Request* request) {
+  State& s = S();
+  auto* op = new RoutedOp;
+  op->is_async = true;
+  op->refs.store(2);
+  op->sendbuf = sendbuf;
+  op->recvbuf = recvbuf;
+  op->count = count;
+  op->datatype = datatype;
+  {
+    std::lock_guard lock(s.fo_mu);
+    CatchUpLocked();
+    bool submitted = false;
+    if (!s.on_host.load(std::memory_order_acquire) && !s.gave_up.load(std::memory_order_acquire)) {
+      submitted = SubmitLocked(op, type);
+    }
+    if (!submitted) {
+      delete op;
+      int rc;
+      if (s.on_host.load(std::memory_order_acquire)) {
+        // A real request on the host communicator; only this thread starts collectives there
+        // now (see HostAllreduceLocked).
+        s.counters.host_path_calls.fetch_add(1, std::memory_order_relaxed);
+        rc = PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, MPI_SUM, s.host_comm, request);
+      } else {
+        rc = RecordFailure("MPI_Iallreduce", FailedPreconditionError("the switch failed and failover failed"));
+      }
+      if (rc != MPI_SUCCESS) PMPI_Comm_call_errhandler(comm, rc);
+      return rc;
+    }
+    if (op->handle.IsDone() && !op->handle.status().ok()) {
+      // Rejected at submission (bad arguments, non-finite input): report it now, as without
+      // failover. (A rejected call still fails on the other ranks and uses its call number.)
+      Status st = op->handle.status();
+      {
+        std::lock_guard l(s.pending_mu);
+        s.pending.erase(op->seq);
+      }
+      delete op;
+      return ReportError(comm, "MPI_Iallreduce", st);
+    }
+    // Registered in pending: a recovery from here on settles it. Its request must exist first.
+    if (int rc = StartGrequest(op, request); rc != MPI_SUCCESS) {
+      {
+        std::lock_guard l(s.pending_mu);
+        s.pending.erase(op->seq);
+      }
+      (void)op->handle.Wait();  // the other ranks count on the job: let it finish first
+      delete op;
+      return rc;
+    }
+  }
+  switch (s.async_mode) {
+    case AsyncMode::kThread:
+      // Runs on the SwitchML worker thread that finishes the job, or here if it already has.
+      // Never blocks: a switch failure is only flagged for the failover thread. A recovery may
+      // complete the request first (and the program free it), so the callback holds its own
+      // reference.
+      op->refs.fetch_add(1, std::memory_order_relaxed);
+      op->handle.OnComplete([op](const Status& st) {
+        if (FailoverApplies(st)) {
+          SignalFailure(st);
+        } else {
+          CompleteOp(op, st);
+        }
+        op->Unref();
+      });
+      break;
+    case AsyncMode::kMpix:
+      break;  // PollFn / WaitFn
+    default:
+      FinishOp(op, AwaitRouted(op));
+      break;
+  }
+  return MPI_SUCCESS;
 }
 
 }  // namespace
@@ -373,10 +887,12 @@ __attribute__((visibility("default"))) int MPI_Allreduce(const void* sendbuf, vo
   auto& k = S().counters;
   if (!type) {
     k.passthrough_allreduce.fetch_add(1, std::memory_order_relaxed);
+    if (comm == MPI_COMM_WORLD && S().active.load(std::memory_order_acquire)) switchml::mpi::Probe();
     return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   }
   k.routed_allreduce.fetch_add(1, std::memory_order_relaxed);
   k.routed_bytes.fetch_add(uint64_t(count) * 4, std::memory_order_relaxed);
+  if (S().failover_on) return switchml::mpi::FailoverAllreduce(sendbuf, recvbuf, count, datatype, *type, comm);
   const void* in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
   switchml::Status s = S().ctx->AllReduce(in, recvbuf, size_t(count), *type);
   if (!s.ok()) return switchml::mpi::ReportError(comm, "MPI_Allreduce", s);
@@ -386,18 +902,24 @@ __attribute__((visibility("default"))) int MPI_Allreduce(const void* sendbuf, vo
 __attribute__((visibility("default"))) int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
                                                           MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
                                                           MPI_Request* request) {
-  using switchml::mpi::AsyncOp;
+  using switchml::mpi::RoutedOp;
   auto type = switchml::mpi::RoutedType(count, datatype, op, comm);
   auto& st = S();
   auto& k = st.counters;
   if (!type) {
     k.passthrough_iallreduce.fetch_add(1, std::memory_order_relaxed);
+    // No probe here: starting a nonblocking collective must stay local (see the header).
     return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
   }
   k.routed_iallreduce.fetch_add(1, std::memory_order_relaxed);
   k.routed_bytes.fetch_add(uint64_t(count) * 4, std::memory_order_relaxed);
+  if (st.failover_on) {
+    return switchml::mpi::FailoverIallreduce(sendbuf, recvbuf, count, datatype, *type, comm, request);
+  }
   const void* in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-  auto* op_state = new AsyncOp;
+  auto* op_state = new RoutedOp;
+  op_state->is_async = true;
+  op_state->refs.store(2);
   op_state->handle = st.ctx->AllReduceAsync(in, recvbuf, size_t(count), *type);
   if (op_state->handle.IsDone() && !op_state->handle.status().ok()) {
     // Rejected at submission (bad arguments, non-finite input, broken context): report it now.
@@ -407,29 +929,22 @@ __attribute__((visibility("default"))) int MPI_Iallreduce(const void* sendbuf, v
     return switchml::mpi::ReportError(comm, "MPI_Iallreduce", s);
   }
   using switchml::mpi::AsyncMode;
-  int rc;
-#ifdef MPICH_VERSION
-  if (st.async_mode == AsyncMode::kMpix) {
-    rc = PMPIX_Grequest_start(switchml::mpi::QueryFn, switchml::mpi::FreeFn, switchml::mpi::CancelFn,
-                              switchml::mpi::PollFn, switchml::mpi::WaitFn, op_state, request);
-  } else
-#endif
-  {
-    rc = PMPI_Grequest_start(switchml::mpi::QueryFn, switchml::mpi::FreeFn, switchml::mpi::CancelFn, op_state,
-                             request);
-  }
-  if (rc != MPI_SUCCESS) {
+  if (int rc = switchml::mpi::StartGrequest(op_state, request); rc != MPI_SUCCESS) {
     // The job is already submitted (the other ranks count on it): let it finish first.
     (void)op_state->handle.Wait();
     delete op_state;
     return rc;
   }
-  op_state->request = *request;
+  {
+    // Without failover nothing reads seq: a counter of our own keeps the keys distinct.
+    std::lock_guard lock(st.pending_mu);
+    op_state->seq = st.next_seq++;
+  }
   switch (st.async_mode) {
     case AsyncMode::kThread: {
       {
         std::lock_guard lock(st.pending_mu);
-        st.pending.insert(op_state);
+        st.pending[op_state->seq] = op_state;
       }
       // Runs on the SwitchML worker thread that finishes the job, or here if it already has.
       // CompleteOp never blocks: a short lock, MPI_Grequest_complete, maybe a line on stderr.
@@ -438,7 +953,7 @@ __attribute__((visibility("default"))) int MPI_Iallreduce(const void* sendbuf, v
     }
     case AsyncMode::kMpix: {
       std::lock_guard lock(st.pending_mu);
-      st.pending.insert(op_state);
+      st.pending[op_state->seq] = op_state;
       break;
     }
     default:
@@ -449,27 +964,56 @@ __attribute__((visibility("default"))) int MPI_Iallreduce(const void* sendbuf, v
   return MPI_SUCCESS;
 }
 
+__attribute__((visibility("default"))) int MPI_Barrier(MPI_Comm comm) {
+  // A synchronisation point every rank reaches in the same order: a rank still on the switch
+  // path learns here of a switch failure another rank saw (failover).
+  if (comm == MPI_COMM_WORLD && S().active.load(std::memory_order_acquire)) switchml::mpi::Probe();
+  return PMPI_Barrier(comm);
+}
+
 __attribute__((visibility("default"))) int MPI_Finalize(void) {
   auto& st = S();
   // Outstanding MPI_Iallreduce requests must be complete by now (MPI requires it); whatever is
   // left (requests freed with MPI_Request_free before completion) is completed here, each
   // within its job timeout. Destroying the context below joins SwitchML's worker threads, so
   // no completion callback is still inside MPI_Grequest_complete when PMPI_Finalize runs.
-  std::vector<switchml::mpi::AsyncOp*> left;
+  std::vector<switchml::mpi::RoutedOp*> left;
   {
     std::lock_guard lock(st.pending_mu);
-    left.assign(st.pending.begin(), st.pending.end());
     // A completion callback may complete one meanwhile (and delete it if MPI freed it already):
     // keep each alive. Still pending under this lock = its completion side has not let go.
-    for (auto* op : left) op->refs.fetch_add(1, std::memory_order_relaxed);
+    for (auto& [seq, op] : st.pending) {
+      op->refs.fetch_add(1, std::memory_order_relaxed);
+      left.push_back(op);
+    }
+  }
+  bool switch_failed = false;
+  for (auto* op : left) switch_failed |= switchml::mpi::FailoverApplies(op->handle.Wait());
+  if (st.failover_on) {
+    // The last synchronisation point: agree once more while on the switch path, so a rank
+    // whose last calls failed is not left waiting for the others (and settle those calls).
+    if (switch_failed) switchml::mpi::SignalFailure(switchml::UnavailableError("a call left at MPI_Finalize"));
+    switchml::mpi::Probe();
+    {
+      std::lock_guard lock(st.signal_mu);
+      st.fo_stop = true;
+    }
+    st.signal_cv.notify_all();
+    if (st.fo_thread.joinable()) st.fo_thread.join();
   }
   for (auto* op : left) {
-    switchml::mpi::CompleteOp(op, op->handle.Wait());
+    if (op->resolved.load(std::memory_order_acquire)) {
+      switchml::mpi::FinishOp(op, op->rc);
+    } else {
+      switchml::mpi::CompleteOp(op, op->handle.status());
+    }
     op->Unref();
   }
   st.active.store(false, std::memory_order_release);
   if (st.config.print_stats) switchml::mpi::PrintStats();
+  st.fo.reset();
   st.ctx.reset();
+  if (st.host_comm != MPI_COMM_NULL) PMPI_Comm_free(&st.host_comm);
   return PMPI_Finalize();
 }
 

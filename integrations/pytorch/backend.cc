@@ -172,12 +172,21 @@ SwitchMLBackend::SwitchMLBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   TORCH_CHECK(context.ok(), "switchml: rank ", rank, " of ", size, " could not join the SwitchML job through ",
               "the controller at ", controller_address_, ": ", context.status().ToString());
   context_ = std::move(*context);
+  rejoin_enabled_ = config.rejoin;
+  if (config.rejoin_min_backoff.count() > 0) rejoin_options_.min_backoff = config.rejoin_min_backoff;
+  if (config.rejoin_max_backoff.count() > 0) rejoin_options_.max_backoff = config.rejoin_max_backoff;
+  if (config.rejoin_every_calls > 0) sync_every_ = config.rejoin_every_calls;
+  rejoin_options_.poll_every_calls = 1;  // SyncPoint decides when (every sync_every_ calls)
+  TORCH_CHECK_VALUE(rejoin_options_.min_backoff <= rejoin_options_.max_backoff,
+                    "switchml: SWITCHML_REJOIN_MIN_BACKOFF_MS (", rejoin_options_.min_backoff.count(),
+                    ") must not exceed SWITCHML_REJOIN_MAX_BACKOFF_MS (", rejoin_options_.max_backoff.count(), ")");
   if (config.failover && host_) {
     TORCH_CHECK_VALUE(host_->getRank() == rank && host_->getSize() == size,
                       "switchml: the host Gloo group must have this group's rank and size");
     host_timeout_ms_ = timeout_.count();
     host_path_ = MakeGlooHostPath(host_, size, host_timeout_ms_);
     failover_ = std::make_unique<switchml::Failover>(*context_, *host_path_);
+    failover_enabled_ = true;
   } else {
     host_.reset();
   }
@@ -205,6 +214,7 @@ SwitchMLBackend::~SwitchMLBackend() {
   }
   for (auto& c : started) Arm(c);
   StopRecoveryThread();  // a recovery under way finishes first (it needs the context)
+  rejoin_.reset();
   failover_.reset();
   context_.reset();
   std::unique_lock lock(mu_);
@@ -239,7 +249,9 @@ std::string SwitchMLBackend::ResolveControllerAddress(const c10::intrusive_ptr<c
 void SwitchMLBackend::CheckSettingsAgree(const c10::intrusive_ptr<c10d::Store>& store,
                                          const SwitchMLConfig& config) {
   const std::string own = "SWITCHML_HALF_VIA_SWITCH=" + std::to_string(config.half_via_switch ? 1 : 0) +
-                          " SWITCHML_STAGING_CHUNK_BYTES=" + std::to_string(config.staging_chunk_bytes);
+                          " SWITCHML_STAGING_CHUNK_BYTES=" + std::to_string(config.staging_chunk_bytes) +
+                          " SWITCHML_REJOIN=" + std::to_string(config.rejoin ? 1 : 0) +
+                          " SWITCHML_REJOIN_EVERY_CALLS=" + std::to_string(config.rejoin_every_calls);
   if (getRank() == 0) {
     store->set(kSettingsStoreKey, std::vector<uint8_t>(own.begin(), own.end()));
     return;
@@ -326,8 +338,11 @@ bool SwitchMLBackend::ConflictsLocked(const Call& c, size_t count) const {
   for (size_t i = 0; i < count && i < queue_.size(); ++i) {
     const Call& earlier = *queue_[i];
     if (&earlier == &c) break;
-    // The library orders these itself (not the host path after a failover).
-    if (earlier.direct && c.direct && path_ == Path::kSwitch) continue;
+    // The library orders these itself: on the switch, on the same context (not on the host
+    // path after a failover, nor a call on a context before a return to the switch).
+    if (earlier.direct && c.direct && path_ == Path::kSwitch && earlier.started && earlier.epoch == path_epoch_) {
+      continue;
+    }
     if (earlier.staged && earlier.staged == c.staged) continue;  // chunks of one call: disjoint
     for (const Span& a : earlier.spans) {
       for (const Span& b : c.spans) {
@@ -357,6 +372,7 @@ void SwitchMLBackend::StartReadyLocked(std::vector<std::shared_ptr<Call>>& start
     // While the failover recovers, nothing goes to the switch (FinishRecovery starts them).
     if (path_ == Path::kRecovering) return;
     c.started = true;
+    c.epoch = path_epoch_;
     if (!c.error) {  // set: the staging thread gave up on its device copy
       try {
         at::NoGradGuard no_grad;
@@ -571,6 +587,7 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allreduce(std::vector<at::Tensor
   }
   const bool avg = opts.reduceOp.op_ == c10d::ReduceOp::AVG;
   const int size = getSize();
+  if (route.reason.empty()) SyncPoint();
   if (route.reason.empty()) {
     if (DeviceOps* ops = StagingOps(first.device())) {
       return StageCall(c10d::OpType::ALLREDUCE, tensors, {StageTensors{tensors, tensors}}, avg, "allreduce", ops);
@@ -622,6 +639,7 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allreduce_coalesced(
   const Route route = CheckTensors(tensors, opts.reduceOp, "allreduce_coalesced");
   const bool avg = opts.reduceOp.op_ == c10d::ReduceOp::AVG;
   const int size = getSize();
+  if (route.reason.empty()) SyncPoint();
   if (route.reason.empty()) {
     if (DeviceOps* ops = StagingOps(tensors[0].device())) {
       std::vector<StageTensors> items;

@@ -88,6 +88,7 @@
 #include "staging.h"
 #include "switchml/context.h"
 #include "switchml/failover.h"
+#include "switchml/rejoin.h"
 
 namespace switchml::pytorch {
 
@@ -95,8 +96,9 @@ namespace switchml::pytorch {
 // (relative to the store the group is created with, which torch already prefixes per group).
 inline constexpr char kControllerStoreKey[] = "switchml/controller";
 // Rank 0's settings that decide which calls go to the switch and how they are cut
-// (half_via_switch, staging_chunk_bytes): every rank must have the same, or its calls would pair
-// with other calls on the switch (CheckSettingsAgree).
+// (half_via_switch, staging_chunk_bytes), and when the ranks agree on coming back (rejoin,
+// rejoin_every_calls): every rank must have the same, or its calls would pair with other calls
+// on the switch or the host path (CheckSettingsAgree).
 inline constexpr char kSettingsStoreKey[] = "switchml/settings";
 
 // Backend settings; the Python package fills them from SWITCHML_* environment variables.
@@ -122,6 +124,15 @@ struct SwitchMLConfig {
   // in flight on the host path (a second Gloo group given to the constructor) and runs every
   // later all-reduce there. false: such a call fails (RuntimeError at wait()), as every later one.
   bool failover = true;
+  // Coming back to the switch after a failover (switchml/rejoin.h): rank 0 asks the controller
+  // whether the job can be served again, first after rejoin_min_backoff, doubling up to
+  // rejoin_max_backoff; every rejoin_every_calls all-reduces on the host path the ranks agree
+  // on its answer and, when yes, register again and move back at the same call. rejoin=false:
+  // stay on the host path. 0 = the library's default.
+  bool rejoin = true;
+  std::chrono::milliseconds rejoin_min_backoff{0};
+  std::chrono::milliseconds rejoin_max_backoff{0};
+  uint32_t rejoin_every_calls = 0;
   // float16/bfloat16 SUM/AVG through the switch, widened to float32 (true), or on the inner Gloo
   // group (false, the default): the switch carries 4 bytes per element whatever the dtype, a
   // Gloo ring 2 × 2(n−1)/n, so on bandwidth-bound links Gloo is faster for half precision
@@ -251,16 +262,19 @@ class SwitchMLBackend : public c10d::Backend {
 
   // The controller address this rank connected to, and the library's counters.
   const std::string& controller_address() const { return controller_address_; }
-  switchml::Stats GetStats() const { return context_->GetStats(); }
+  // The counters of the current SwitchML context (a return to the switch starts a new one).
+  switchml::Stats GetStats() const;
   const c10::intrusive_ptr<c10d::Backend>& gloo() const { return gloo_; }
   // All-reduce calls sent to the inner Gloo group: ("fallback_allreduces", total) first, then
   // one entry per reason ("fallback_op_max", ..., "fallback_dtype_float64", ...), every reason
   // present (0 if unused). A call counts under one reason: its op if SwitchML lacks it, else the
   // first tensor's dtype SwitchML lacks.
   std::vector<std::pair<std::string, uint64_t>> FallbackCounts() const;
-  // The failover's counters: ("failover", 1 once the group moved to the host path, else 0),
-  // ("failover_recovered_calls", SwitchML calls in flight at the failure that the recovery
-  // finished), ("failover_host_calls", SwitchML calls run on the host path since).
+  // The failover's counters: ("failover", times the group moved to the host path),
+  // ("failover_recovered_calls", SwitchML calls in flight at a failure that the recovery
+  // finished), ("failover_host_calls", SwitchML calls run on the host path),
+  // ("failover_returns", times the group came back to the switch), ("failover_rejoin_attempts",
+  // registrations tried for that, successful or not), ("on_host_path", 1 while there).
   std::vector<std::pair<std::string, uint64_t>> FailoverCounts() const;
   // While on the switch path: one agreement with the other ranks (switchml::Failover::Agree),
   // so that a rank that saw no failure joins the others' recovery before it waits for them in
@@ -327,6 +341,7 @@ class SwitchMLBackend : public c10d::Backend {
     std::vector<Span> spans;  // memory of every tensor the call reads or writes
     bool direct = false;      // SwitchML in place, nothing before or after (see above)
     bool started = false;     // guarded by mu_
+    uint64_t epoch = 0;       // path_epoch_ when it started (guarded by mu_)
     // Run once, under mu_, when the call may start: stages host copies, submits the SwitchML
     // jobs (filling handles/job_names) or issues the Gloo calls (gloo_works), and may set
     // finish. A throw from a SwitchML call's start becomes its work's error.
@@ -424,6 +439,12 @@ class SwitchMLBackend : public c10d::Backend {
   // Once, at shutdown() or else at destruction: the last agreement, bounded by
   // 2 x call_timeout + 30 s, when no call is pending (logged, never thrown).
   void ProbeAtExit();
+  // At every sync_every_-th SwitchML-routed all-reduce call (the caller's thread, before queueing
+  // it; every rank at the same calls): on the switch, an agreement (ProbeSwitch); then waits for
+  // a recovery under way; on the host path, drains the queue and asks SwitchRejoin::Poll, and
+  // on a new context moves back to the switch for this call and every later one. Why every
+  // rank then issues the same host collectives: docs/reliability.md, "Coming back".
+  void SyncPoint();
 
   std::string ResolveControllerAddress(const c10::intrusive_ptr<c10d::Store>& store,
                                        const std::string& own);
@@ -442,7 +463,7 @@ class SwitchMLBackend : public c10d::Backend {
 
   // Guards the queue and every start, so that the SwitchML job order is the queue order. Never
   // held while blocking (SwitchML completion callbacks take it).
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable progress_cv_;  // a call completed (barrier(), Gloo fallbacks wait on it)
   std::deque<std::shared_ptr<Call>> queue_;  // guarded by mu_; call order
   size_t jobs_in_flight_ = 0;  // guarded by mu_: SwitchML jobs of started, uncompleted calls
@@ -479,7 +500,18 @@ class SwitchMLBackend : public c10d::Backend {
   bool recovery_stop_ = false;           // guarded by mu_
   std::thread recovery_thread_;          // started with the first parked handle (under mu_)
   std::atomic<uint64_t> failover_recovered_calls_{0}, failover_host_calls_{0};
-  std::atomic<bool> failover_moved_{false};
+  std::atomic<uint64_t> failover_moves_{0}, failover_returns_{0}, rejoin_attempts_{0};
+  // Coming back (guarded by host_mu_; created at a failover when config.rejoin).
+  std::unique_ptr<switchml::SwitchRejoin> rejoin_;
+  switchml::RejoinOptions rejoin_options_;
+  bool rejoin_enabled_ = false;
+  bool failover_enabled_ = false;              // failover_ made at construction
+  uint32_t sync_every_ = 16;                   // SWITCHML_REJOIN_EVERY_CALLS
+  std::atomic<uint64_t> routed_calls_{0};      // SwitchML-routed all-reduce calls so far
+  uint64_t rejoin_logged_attempt_ = 0;
+  // Incremented at every change of path (guarded by mu_); a call records it when it starts:
+  // the library orders only direct calls started on the same context (ConflictsLocked).
+  uint64_t path_epoch_ = 0;
   std::once_flag exit_probe_;
 
   mutable std::mutex fallback_mu_;

@@ -97,7 +97,11 @@ PYBIND11_MODULE(_torch, m) {
       .def_readwrite("job_token", &SwitchMLConfig::job_token)
       .def_readwrite("staging_chunk_bytes", &SwitchMLConfig::staging_chunk_bytes)
       .def_readwrite("half_via_switch", &SwitchMLConfig::half_via_switch)
-      .def_readwrite("failover", &SwitchMLConfig::failover);
+      .def_readwrite("failover", &SwitchMLConfig::failover)
+      .def_readwrite("rejoin", &SwitchMLConfig::rejoin)
+      .def_readwrite("rejoin_min_backoff", &SwitchMLConfig::rejoin_min_backoff)
+      .def_readwrite("rejoin_max_backoff", &SwitchMLConfig::rejoin_max_backoff)
+      .def_readwrite("rejoin_every_calls", &SwitchMLConfig::rejoin_every_calls);
 
   py::class_<SwitchMLBackend, c10d::Backend, switchml::pytorch::NoGilHolder<SwitchMLBackend>>(
       m, "SwitchMLBackend")
@@ -122,9 +126,11 @@ PYBIND11_MODULE(_torch, m) {
            "packets, retransmissions; jobs_* are deprecated aliases of calls_*), and "
            "the all-reduce calls sent to the inner Gloo group: fallback_allreduces (total) and one "
            "fallback_<reason> per reason (fallback_op_max, ..., fallback_dtype_float64, ...); and the "
-           "failover's: failover (1 once the group moved to the host path after a switch failure), "
+           "failover's: failover (times the group moved to the host path after a switch failure), "
            "failover_recovered_calls (SwitchML calls in flight then that the recovery finished), "
-           "failover_host_calls (SwitchML calls run on the host path since).")
+           "failover_host_calls (SwitchML calls run on the host path), failover_returns (times it came "
+           "back to the switch), failover_rejoin_attempts, on_host_path (1 while there). The library's "
+           "counters are the current context's (a return to the switch starts a new one).")
       .def("_inject_switch_failure", &SwitchMLBackend::InjectSwitchFailure,
            "Tests and fire drills: this rank's SwitchML context breaks as if the switch had failed; "
            "the group then moves to the host path at the next all-reduce or collective.")

@@ -133,8 +133,9 @@ void SwitchMLBackend::RecoveryThread() {
 }
 
 void SwitchMLBackend::ProbeSwitch(const char* where) {
-  if (!failover_ || failover_->BrokenOtherwise()) return;
-  std::lock_guard host_lock(host_mu_);
+  if (!failover_) return;
+  std::lock_guard host_lock(host_mu_);  // failover_ is replaced only under it (SyncPoint)
+  if (failover_->BrokenOtherwise()) return;
   {
     std::lock_guard lock(mu_);
     if (path_ != Path::kSwitch) return;  // recovering (its own agreement comes), or done
@@ -174,7 +175,8 @@ void SwitchMLBackend::FinishRecovery(
     } else if (first && agreed->has_value()) {
       const switchml::RecoveryReport& r = **agreed;
       path_ = Path::kHost;
-      failover_moved_ = true;
+      ++path_epoch_;
+      failover_moves_.fetch_add(1, std::memory_order_relaxed);
       std::string who;
       for (uint32_t f : r.failed_ranks) who += (who.empty() ? "" : ", ") + std::to_string(f);
       const std::string finished =
@@ -227,6 +229,16 @@ void SwitchMLBackend::FinishRecovery(
   }
   progress_cv_.notify_all();
   if (!log.empty()) std::fputs(log.c_str(), stderr);
+  if (rejoin_enabled_ && !rejoin_ && failover_->recovered()) {
+    // Coming back: rank 0 starts asking the controller (host_mu_ is held: SyncPoint waits).
+    auto rejoin = switchml::SwitchRejoin::Start(context_->options(), *host_path_, rejoin_options_);
+    if (rejoin.ok()) {
+      rejoin_ = std::move(*rejoin);
+    } else {
+      std::fprintf(stderr, "switchml: rank %d: cannot come back to the switch later: %s\n", rank,
+                   rejoin.status().ToString().c_str());
+    }
+  }
   // Outside mu_: a part may complete its call (CompleteCall takes mu_).
   for (Settled& s : settled) {
     if (s.host_work) {
@@ -252,8 +264,11 @@ void SwitchMLBackend::ProbeAtExit() {
   if (!failover_) return;
   std::call_once(exit_probe_, [&] {
     {
-      std::lock_guard lock(mu_);
-      if (!queue_.empty() || completing_ != 0) return;  // pending calls are cancelled instead
+      // A call whose work the caller saw complete may still be finishing (completing_): wait for
+      // that; calls still pending are cancelled instead (no agreement).
+      std::unique_lock lock(mu_);
+      progress_cv_.wait_for(lock, timeout_, [&] { return !queue_.empty() || completing_ == 0; });
+      if (!queue_.empty() || completing_ != 0) return;
     }
     // Bounded: a rank that failed enters its agreement within its call timeout (plus the
     // controller query); one that died never does.
@@ -276,6 +291,81 @@ void SwitchMLBackend::InjectSwitchFailure() {
                                  " (_inject_switch_failure)");
 }
 
+switchml::Stats SwitchMLBackend::GetStats() const {
+  std::lock_guard lock(mu_);  // a return to the switch replaces the context
+  return context_->GetStats();
+}
+
+void SwitchMLBackend::SyncPoint() {
+  if (!failover_enabled_) return;
+  const uint64_t seq = routed_calls_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (seq % sync_every_ != 0) return;
+  // (1) On the switch: one agreement, so that a failure anywhere moves every rank here.
+  Path path;
+  {
+    std::lock_guard lock(mu_);
+    path = path_;
+  }
+  if (path == Path::kSwitch) ProbeSwitch("all_reduce");
+  // (2) A recovery under way (this rank's own, on the recovery thread) finishes first: the
+  // other ranks meet it at this same call.
+  {
+    std::unique_lock lock(mu_);
+    WaitLocked(lock, [&] { return path_ != Path::kRecovering; }, "all_reduce (waiting for the failover's recovery)");
+    path = path_;
+  }
+  if (path != Path::kHost) return;
+  // (3) On the host path: every earlier call completes, so that the question below is the only
+  // host collective in flight, on every rank at this call.
+  {
+    std::unique_lock lock(mu_);
+    WaitLocked(lock, [&] { return queue_.empty() && completing_ == 0; },
+               "all_reduce (draining the host path before asking whether to come back to the switch)");
+  }
+  std::lock_guard host_lock(host_mu_);
+  if (!rejoin_) return;
+  const int rank = getRank();
+  auto back = rejoin_->Poll();
+  if (!back.ok()) {
+    // The host path itself failed: this call and the later ones will say so; stop polling.
+    std::fprintf(stderr, "switchml: rank %d: stopped trying to come back to the switch: %s\n", rank,
+                 back.status().ToString().c_str());
+    rejoin_.reset();
+    return;
+  }
+  const auto attempt = rejoin_->last_attempt();
+  if (attempt && attempt->number != rejoin_logged_attempt_) {
+    rejoin_logged_attempt_ = attempt->number;
+    rejoin_attempts_.fetch_add(1, std::memory_order_relaxed);
+    if (!attempt->succeeded) std::fprintf(stderr, "switchml: rank %d: %s\n", rank, attempt->description.c_str());
+  }
+  if (!*back) return;
+  // Every rank has a new context now, at this very call: this call and the later ones go to the
+  // switch. Calls still running on the host path finish there; a new call on memory one of them
+  // uses waits for it (ConflictsLocked: a new path epoch).
+  std::unique_ptr<switchml::Context> old_context;
+  std::unique_ptr<switchml::Failover> old_failover;
+  const uint64_t polls = rejoin_->polls();
+  {
+    std::lock_guard lock(mu_);
+    old_failover = std::move(failover_);
+    old_context = std::move(context_);
+    context_ = std::move(*back);
+    failover_ = std::make_unique<switchml::Failover>(*context_, *host_path_);
+    path_ = Path::kSwitch;
+    ++path_epoch_;
+  }
+  failover_returns_.fetch_add(1, std::memory_order_relaxed);
+  rejoin_.reset();  // stops rank 0's questions
+  old_failover.reset();
+  old_context.reset();  // nothing runs on it: its calls were settled by the recovery
+  std::fprintf(stderr,
+               "switchml: rank %d: back on the switch after %llu all-reduce(s) on the host path (%s); "
+               "stats()[\"failover_returns\"] counts the returns; printed once per return\n",
+               rank, static_cast<unsigned long long>(polls),
+               attempt ? attempt->description.c_str() : "rejoined");
+}
+
 void SwitchMLBackend::StopRecoveryThread() {
   {
     std::lock_guard lock(mu_);
@@ -286,9 +376,17 @@ void SwitchMLBackend::StopRecoveryThread() {
 }
 
 std::vector<std::pair<std::string, uint64_t>> SwitchMLBackend::FailoverCounts() const {
-  return {{"failover", failover_moved_.load() ? 1u : 0u},
+  uint64_t on_host = 0;
+  {
+    std::lock_guard lock(mu_);
+    on_host = path_ == Path::kHost ? 1 : 0;
+  }
+  return {{"failover", failover_moves_.load()},
           {"failover_recovered_calls", failover_recovered_calls_.load()},
-          {"failover_host_calls", failover_host_calls_.load()}};
+          {"failover_host_calls", failover_host_calls_.load()},
+          {"failover_returns", failover_returns_.load()},
+          {"failover_rejoin_attempts", rejoin_attempts_.load()},
+          {"on_host_path", on_host}};
 }
 
 }  // namespace switchml::pytorch

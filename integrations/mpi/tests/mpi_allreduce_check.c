@@ -2,6 +2,7 @@
  *
  * Usage: mpirun -np N mpi_allreduce_check RESULT_FILE FLOAT_TOLERANCE
  *        mpirun -np N mpi_allreduce_check --error-mode
+ *        mpirun -np N mpi_allreduce_check --failover RESULT_FILE SEED KILL_AT MARKER ACK [MODE [FLOAT_TOLERANCE]]
  *
  * Issues a fixed sequence of all-reduce calls: some the interposer routes through SwitchML
  * (MPI_SUM on MPI_FLOAT / MPI_INT over MPI_COMM_WORLD, in place and not, blocking and
@@ -19,6 +20,23 @@
  * every rank (the rejection shifted nothing) and a PMPI call must still work.
  * Exit status 0 iff all of that holds on every rank.
  *
+ * --failover (the interposer's failover test; also run without the interposer as the baseline):
+ * 100 routed-eligible MPI_INT (or MPI_FLOAT) MPI_SUM calls on MPI_COMM_WORLD, 1 to 70000 elements, in place or
+ * not from SEED; every rank checks every element exactly and rank 0 writes them to RESULT_FILE.
+ * Before call KILL_AT (after the last call if KILL_AT >= 100) rank 0 creates MARKER, at which
+ * the test script kills the switch, and (unless MODE contains "nowait") waits until the script
+ * creates ACK (the switch is gone; at most 120 s, then it goes on anyway, saying so); with
+ * "nowait" it sleeps 5 ms before each later call (the kill then tends to land among them). MODE
+ * "barrier": all ranks call MPI_Barrier before call KILL_AT (rank 0 after the kill), so ranks
+ * 1..N-1 wait in the barrier while rank 0 waits for the kill. MODE "async": pairs of calls are
+ * MPI_Iallreduce + MPI_Waitall, single ones MPI_Iallreduce + MPI_Wait, every third call. MODE
+ * "mixed" (with "async"): ranks other than 0 set SWITCHML_MPI_COMPLETION=inline before MPI_Init
+ * (their rank from OMPI_COMM_WORLD_RANK or PMI_RANK), so their MPI_Iallreduce blocks: when the
+ * switch dies before a pair, they fail in its first call before submitting the second, which
+ * rank 0 (async) has submitted: the interposer must run that one again on MPI (RunOnHost).
+ * Ends with a pass-through MPI_Allreduce of the error count (MPI_LONG). Exit status 0 iff all
+ * are exact.
+ *
  * The call sequence (the test script expects these counts; keep them in sync):
  *   routed MPI_Allreduce: 4     routed MPI_Iallreduce: 3   (with SWITCHML_MPI_MIN_ELEMENTS <= 1)
  *   PMPI MPI_Allreduce:   5     PMPI MPI_Iallreduce:   2   (the last is the MPI_LONG error count)
@@ -28,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int g_rank, g_size;
 static double g_float_tol;
@@ -139,7 +158,150 @@ static int ErrorMode(void) {
   return all_ok ? 0 : 1;
 }
 
+/* --failover: see the header comment. */
+static unsigned long long Mix(unsigned long long x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+static int FailoverInput(int rank, int call, long i) {
+  return (int)(((rank + 1) * 104729L + i * 17L + call * 7919L) % 2001 - 1000);
+}
+
+static void KillPoint(const char* marker, const char* ack, int wait) {
+  FILE* f = fopen(marker, "w");
+  if (!f) { perror(marker); MPI_Abort(MPI_COMM_WORLD, 2); }
+  fclose(f);
+  if (!wait) return;
+  for (int i = 0; i < 120 * 20; ++i) {
+    if (access(ack, F_OK) == 0) return;
+    usleep(50 * 1000);
+  }
+  fprintf(stderr, "rank 0: no %s after 120 s; going on\n", ack);
+}
+
+static int FailoverMode(int argc, char** argv) {
+  const char* result = argv[2];
+  unsigned long long seed = strtoull(argv[3], NULL, 10);
+  int kill_at = atoi(argv[4]);
+  const char* marker = argv[5];
+  const char* ack = argv[6];
+  const char* mode = argc > 7 ? argv[7] : "";
+  g_float_tol = argc > 8 ? atof(argv[8]) : 0.0;
+  const int wait = strstr(mode, "nowait") == NULL;
+  const int barrier = strstr(mode, "barrier") != NULL;
+  const int async = strstr(mode, "async") != NULL;
+  const int fl = strstr(mode, "float") != NULL;
+  const MPI_Datatype type = fl ? MPI_FLOAT : MPI_INT;
+  if (strstr(mode, "mixed") != NULL) {
+    const char* r = getenv("OMPI_COMM_WORLD_RANK");
+    if (r == NULL) r = getenv("PMI_RANK");
+    if (r == NULL) { fprintf(stderr, "mixed mode: no OMPI_COMM_WORLD_RANK or PMI_RANK\n"); return 2; }
+    if (atoi(r) != 0) setenv("SWITCHML_MPI_COMPLETION", "inline", 1);
+  }
+  enum { kCalls = 100 };
+  static const long kSizes[] = {1, 64, 300, 1000, 2500};  /* and 1 in 12: 70000 (> one window) */
+  Must(MPI_Init(&argc, &argv), "MPI_Init");
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  if (g_rank == 0) {
+    g_out = fopen(result, "w");
+    if (!g_out) { perror(result); MPI_Abort(MPI_COMM_WORLD, 2); }
+  }
+  /* int: FailoverInput; float: the same / 8 (multiples of 1/8 in [-125, 125], as FloatInput). */
+  long n[kCalls];
+  int in_place[kCalls];
+  int* x[kCalls];  /* 4-byte elements: int, or float through the union below */
+  int* y[kCalls];
+  for (int c = 0; c < kCalls; ++c) {
+    unsigned long long h = Mix(seed * 1000 + (unsigned long long)c);
+    n[c] = h % 12 == 11 ? 70000 : kSizes[h % 5];
+    in_place[c] = (h >> 8) % 3 == 0;
+    x[c] = Alloc(n[c] * 4);
+    y[c] = Alloc(n[c] * 4);
+    for (long i = 0; i < n[c]; ++i) {
+      if (fl) ((float*)x[c])[i] = (float)FailoverInput(g_rank, c, i) / 8.0f;
+      else x[c][i] = FailoverInput(g_rank, c, i);
+    }
+    if (in_place[c]) memcpy(y[c], x[c], n[c] * 4);
+  }
+  for (int c = 0; c < kCalls; ++c) {
+    if (c == kill_at) {
+      if (g_rank == 0) KillPoint(marker, ack, wait);
+      if (barrier) Must(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    }
+    /* nowait: rank 0 (so all ranks) goes on slowly, so that the kill usually lands among the
+     * calls rather than after the last (either way the results must be exact). */
+    if (!wait && c > kill_at && g_rank == 0) usleep(5000);
+    const void* send = in_place[c] ? MPI_IN_PLACE : (const void*)x[c];
+    if (async && c % 3 == 0) {
+      /* Two outstanding requests when the next call is not the kill point. */
+      const int pair = c + 1 < kCalls && c + 1 != kill_at;
+      MPI_Request req[2];
+      Must(MPI_Iallreduce(send, y[c], (int)n[c], type, MPI_SUM, MPI_COMM_WORLD, &req[0]), "MPI_Iallreduce");
+      if (pair) {
+        const void* send2 = in_place[c + 1] ? MPI_IN_PLACE : (const void*)x[c + 1];
+        Must(MPI_Iallreduce(send2, y[c + 1], (int)n[c + 1], type, MPI_SUM, MPI_COMM_WORLD, &req[1]),
+             "MPI_Iallreduce");
+        MPI_Status st[2];
+        Must(MPI_Waitall(2, req, st), "MPI_Waitall");
+        ++c;
+      } else {
+        Must(MPI_Wait(&req[0], MPI_STATUS_IGNORE), "MPI_Wait");
+      }
+    } else {
+      Must(MPI_Allreduce(send, y[c], (int)n[c], type, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    }
+  }
+  if (kill_at >= kCalls) {
+    if (g_rank == 0) KillPoint(marker, ack, wait);
+    if (barrier) Must(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  }
+  unsigned long long hash = 1469598103934665603ULL; /* FNV-1a over every result byte */
+  for (int c = 0; c < kCalls; ++c) {
+    char name[64];
+    snprintf(name, sizeof name, "failover_call_%d_%ld%s", c, n[c], in_place[c] ? "_inplace" : "");
+    const unsigned char* bytes = (const unsigned char*)y[c];
+    for (long b = 0; b < n[c] * 4; ++b) hash = (hash ^ bytes[b]) * 1099511628211ULL;
+    for (long i = 0; i < n[c]; ++i) {
+      long long want = 0;
+      for (int r = 0; r < g_size; ++r) want += FailoverInput(r, c, i);
+      if (fl) {
+        const float got = ((const float*)y[c])[i];
+        if (!(fabs((double)got - (double)want / 8.0) <= g_float_tol)) Wrong(name, i, got, (double)want / 8.0);
+        if (!in_place[c] && ((float*)x[c])[i] != (float)FailoverInput(g_rank, c, i) / 8.0f) {
+          Wrong("failover_input_modified", i, ((float*)x[c])[i], 0);
+          break;
+        }
+        if (g_out) fprintf(g_out, "%s float %.9g\n", name, (double)got);
+      } else {
+        if (y[c][i] != want) Wrong(name, i, y[c][i], (double)want);
+        if (!in_place[c] && x[c][i] != FailoverInput(g_rank, c, i)) { Wrong("failover_input_modified", i, x[c][i], 0); break; }
+        if (g_out) fprintf(g_out, "%s int %d\n", name, y[c][i]);
+      }
+    }
+    free(x[c]);
+    free(y[c]);
+  }
+  if (g_out) fclose(g_out);
+  /* Every rank must hold the same bits (MPI_MAX / MPI_MIN: passed to PMPI). */
+  unsigned long long hmax = 0, hmin = 0;
+  MPI_Allreduce(&hash, &hmax, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(&hash, &hmin, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+  if (hmax != hmin) Wrong("results_differ_across_ranks", 0, 1, 0);
+  long total_wrong = 0;
+  MPI_Allreduce(&g_wrong, &total_wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD); /* PMPI: MPI_LONG */
+  if (g_rank == 0) {
+    printf("mpi_allreduce_check --failover: %d ranks, results %s on every rank, %ld wrong elements\n", g_size,
+           hmax == hmin ? "identical" : "NOT identical", total_wrong);
+  }
+  MPI_Finalize();
+  return total_wrong == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 7 && strcmp(argv[1], "--failover") == 0) return FailoverMode(argc, argv);
   if (argc == 2 && strcmp(argv[1], "--error-mode") == 0) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);

@@ -2,7 +2,8 @@
 # MPI interposer end-to-end test (CTest label `mpi`).
 #
 # Usage: mpi_interposer_test.sh SCENARIO FLAVOR MPIRUN SWITCHML_BIN INTERPOSER_LIB CHECK_BIN COMPARE_BIN
-#   SCENARIO: routed | min_elements | inline | fallback | error        FLAVOR: openmpi | mpich
+#   SCENARIO: routed | min_elements | inline | fallback | error | failover | failover_probe |
+#             failover_async                                        FLAVOR: openmpi | mpich
 #
 # routed:       mpi_allreduce_check under mpirun -np 3 without the interposer (baseline), then
 #               with it against a switch started here; results must match (int/double exactly,
@@ -18,10 +19,34 @@
 #               MPI_Wait on the others: ABORTED, "was rejected by") with the SwitchML status
 #               printed, the next routed call is exact on every rank, PMPI calls still work,
 #               nothing hangs.
+# failover:     mpi_allreduce_check --failover (100 MPI_INT all-reduces, 1 to 70000 elements,
+#               some MPI_IN_PLACE) against a switch this script kills with SIGKILL when rank 0
+#               reaches a call drawn from SEED (SWITCHML_TEST_SEED, else random; printed):
+#               (a) rank 0 waits until the switch is gone: every rank falls back at that call
+#               (failover=done, recovered_calls + host_path_calls = the calls from there on;
+#               one more if a rank lost its last results of the call before to the kill);
+#               (b) rank 0 goes on at once: the kill lands anywhere, even after the last call;
+#               every rank reports the same fallback state; (c) the kill after the last call:
+#               nobody falls back (failover=ready; or only the last call, by the recovery, if a rank lost
+#               its results) and MPI_Finalize's probe does not hang;
+#               (d) SWITCHML_MPI_FAILOVER=0: the job fails, with the UNAVAILABLE error printed.
+#               Results must be exact on every rank and identical to the run without the
+#               interposer; each rank prints the fallback line once.
+# failover_probe: the kill between two phases: ranks 1 and 2 wait in MPI_Barrier (their probe)
+#               while rank 0 waits for the kill, then the second phase falls back (call 50 is
+#               finished by the recovery, 49 calls run on MPI's all-reduce); then the same with
+#               MPI_FLOAT (within the quantization bound of the run without the interposer).
+# failover_async: as (a) with pairs of MPI_Iallreduce + MPI_Waitall and MPI_Iallreduce +
+#               MPI_Wait, the kill before one of them (Open MPI: completion callbacks; MPICH:
+#               MPIX callbacks; the failover thread agrees and completes the requests); then
+#               with ranks 1 and 2 completing inline (they fail before submitting the pair's
+#               second call, which rank 0 submitted): rank 0 runs it again from its input
+#               (rerun_calls=1).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../../scripts/lib.sh"
 SCENARIO=$1 FLAVOR=$2 MPIRUN=$3 SWITCHML=$4 LIB=$5 CHECK=$6 COMPARE=$7
 NP=3
+TEST_SEED=${SWITCHML_TEST_SEED:-}
 for v in $(compgen -v SWITCHML_ || true); do unset "$v"; done
 sml_work_dir switchml-mpi  # logs kept on failure or with KEEP=1; the switch is stopped at exit
 
@@ -174,6 +199,152 @@ error)
   # run_mpi's own deadline turns a hang into a failure.
   pass "$FLAVOR routed errors: MPI_ERR_OTHER on every rank in ${ELAPSED}s, messages printed"
   sml_stop_switch || true
+  ;;
+failover|failover_probe|failover_async)
+  sml_deadline 580 "mpi_interposer_test.sh $SCENARIO $FLAVOR"  # below CTest's TIMEOUT 600
+  SEED=${TEST_SEED:-$RANDOM}
+  echo "seed $SEED (set SWITCHML_TEST_SEED to repeat)"
+  run_mpi "$WORK/base.log" -- --failover "$WORK/base.txt" "$SEED" 1000 "$WORK/unused" "$WORK/unused" nowait ||
+    fail "baseline run failed: $(tail -20 "$WORK/base.log")"
+  grep -q ", 0 wrong elements" "$WORK/base.log" || fail "baseline: $(tail -5 "$WORK/base.log")"
+  pass "$FLAVOR baseline without the interposer (seed $SEED)"
+
+  # failover_case NAME KILL_AT MODE [VAR=VALUE...]: starts a switch, runs the check with the
+  # interposer, kills the switch (SIGKILL) when rank 0's marker appears and then creates the
+  # ACK file; the run's log is $WORK/NAME.log. Returns mpirun's exit status.
+  failover_case() {
+    local name=$1 kill_at=$2 mode=$3 tol=0; shift 3
+    [[ "$mode" != *float* ]] || tol=$TOL
+    local marker="$WORK/$name.marker" ack="$WORK/$name.ack" rc=0
+    start_switch
+    local sw=$SW_PID
+    (
+      trap - EXIT
+      if sml_wait_for 150 "" test -e "$marker"; then kill -KILL "$sw" 2>/dev/null || true; fi
+      sml_wait_gone "$sw" 30 "the switch to die" || true
+      touch "$ack"
+    ) &
+    local killer=$!
+    sml_track "$killer"
+    run_mpi "$WORK/$name.log" LD_PRELOAD="$LIB" SWITCHML_CONTROLLER="127.0.0.1:$CTL_PORT" SWITCHML_MPI_STATS=1 \
+        SWITCHML_CALL_TIMEOUT_MS=1000 SWITCHML_RPC_TIMEOUT_MS=2000 "$@" \
+        -- --failover "$WORK/$name.txt" "$SEED" "$kill_at" "$marker" "$ack" "$mode" "$tol" || rc=$?
+    [ -e "$marker" ] || fail "$name: rank 0 never wrote the marker: $(tail -20 "$WORK/$name.log")"
+    wait "$killer" 2>/dev/null || true
+    sml_untrack "$killer"
+    wait "$sw" 2>/dev/null || true
+    sml_untrack "$sw"
+    return $rc
+  }
+  # check_exact NAME [BASELINE]: every element exact on every rank (with BASELINE, a float run:
+  # within the quantization bound of that baseline, mpi_result_compare), identical to the
+  # baseline, the same result bits on every rank (the check's own hash), one
+  # fallback line per rank iff the counters say the rank fell back, the same state on every rank.
+  # Sets STATE (rank 0's failover=) and SUM (its recovered_calls + host_path_calls).
+  check_exact() {
+    local log="$WORK/$1.log"
+    grep -q "results identical on every rank, 0 wrong elements" "$log" || fail "$1: results wrong: $(tail -30 "$log")"
+    if [ -n "${2:-}" ]; then
+      "$COMPARE" "$2" "$WORK/$1.txt" "$NP" || fail "$1: results differ from the run without the interposer"
+    else
+      cmp -s "$WORK/base.txt" "$WORK/$1.txt" || fail "$1: results differ from the run without the interposer"
+    fi
+    local state0 sum0
+    state0=$(stat_of "$log" 0 failover)
+    sum0=$(( $(stat_of "$log" 0 recovered_calls) + $(stat_of "$log" 0 host_path_calls) ))
+    for r in $(seq 0 $((NP - 1))); do
+      local st lines
+      st=$(stat_of "$log" "$r" failover)
+      [ "$st" = "$state0" ] || fail "$1: rank $r failover=$st, rank 0 $state0"
+      [ $(( $(stat_of "$log" "$r" recovered_calls) + $(stat_of "$log" "$r" host_path_calls) )) = "$sum0" ] ||
+        fail "$1: rank $r fell back at another call than rank 0: $(grep 'stats:' "$log")"
+      lines=$(grep -c "switchml-mpi: rank $r: the switch failed (" "$log" || true)
+      if [ "$st" = done ]; then
+        [ "$lines" = 1 ] || fail "$1: rank $r printed $lines fallback lines: $(grep switchml-mpi "$log")"
+      else
+        [ "$lines" = 0 ] || fail "$1: rank $r printed a fallback line with failover=$st"
+      fi
+    done
+    expect_stats "$log" switchml=on routed_errors=0
+    STATE=$state0 SUM=$sum0
+  }
+
+  case "$SCENARIO" in
+  failover)
+    K=$(( SEED % 100 ))
+    failover_case wait "$K" wait || fail "run (a) failed: $(tail -30 "$WORK/wait.log")"
+    check_exact wait
+    # Call K is submitted everywhere and finished by the recovery; one call earlier too if a
+    # rank lost its last results of call K-1 to the kill (then it fails there; SwitchML retransmits).
+    [ "$STATE" = done ] && { [ "$SUM" = $(( 100 - K )) ] || [ "$SUM" = $(( 101 - K )) ]; } ||
+      fail "(a) kill before call $K: failover=$STATE, $SUM calls from the failure on, want done and $(( 100 - K ))"
+    pass "$FLAVOR (a) switch killed before call $K: every rank fell back there, results exact"
+
+    K=$(( (SEED / 7) % 110 ))
+    failover_case nowait "$K" nowait || fail "run (b) failed: $(tail -30 "$WORK/nowait.log")"
+    check_exact nowait
+    pass "$FLAVOR (b) switch killed while running from call $K on: failover=$STATE, $SUM calls recovered or on MPI, exact"
+
+    failover_case after 100 wait || fail "run (c) failed: $(tail -30 "$WORK/after.log")"
+    check_exact after
+    # No fallback, unless a rank lost its last results to the kill: then it fails and the others
+    # join at the next pass-through all-reduce (their probe), and the recovery finishes call 99.
+    { [ "$STATE" = ready ] && [ "$SUM" = 0 ]; } || { [ "$STATE" = done ] && [ "$SUM" = 1 ]; } ||
+      fail "(c) kill after the last call: failover=$STATE ($SUM calls)"
+    pass "$FLAVOR (c) switch killed after the last call: failover=$STATE, MPI_Finalize ended"
+
+    if failover_case off 10 wait SWITCHML_MPI_FAILOVER=0; then
+      fail "(d) SWITCHML_MPI_FAILOVER=0 run succeeded: $(tail -20 "$WORK/off.log")"
+    fi
+    grep -q "MPI_Allreduce via SwitchML failed: UNAVAILABLE" "$WORK/off.log" ||
+      fail "(d) no UNAVAILABLE error: $(tail -30 "$WORK/off.log")"
+    grep -q "the switch failed (" "$WORK/off.log" && fail "(d) fell back with SWITCHML_MPI_FAILOVER=0"
+    pass "$FLAVOR (d) SWITCHML_MPI_FAILOVER=0: the job fails with the switch's error"
+    ;;
+  failover_probe)
+    failover_case probe 50 barrier || fail "run failed: $(tail -30 "$WORK/probe.log")"
+    check_exact probe
+    [ "$STATE" = done ] && { [ "$SUM" = 50 ] || [ "$SUM" = 51 ]; } ||
+      fail "want the fallback at call 50 (49 if a rank lost call 49's results): $(grep stats "$WORK/probe.log")"
+    pass "$FLAVOR switch killed between phases (ranks waiting in MPI_Barrier): fell back at call 50, exact"
+
+    # The same with MPI_FLOAT: call 50 is finished by the recovery's host all-reduce of float32
+    # packets (MPI_Reduce + MPI_Bcast: the same bits on every rank).
+    run_mpi "$WORK/base_float.log" -- --failover "$WORK/base_float.txt" "$SEED" 1000 "$WORK/unused" \
+        "$WORK/unused" nowait,float 0 || fail "float baseline failed: $(tail -20 "$WORK/base_float.log")"
+    grep -q ", 0 wrong elements" "$WORK/base_float.log" || fail "float baseline: $(tail -5 "$WORK/base_float.log")"
+    failover_case probe_float 50 barrier,float || fail "float run failed: $(tail -30 "$WORK/probe_float.log")"
+    check_exact probe_float "$WORK/base_float.txt"
+    [ "$STATE" = done ] && { [ "$SUM" = 50 ] || [ "$SUM" = 51 ]; } ||
+      fail "float: want the fallback at call 50: $(grep stats "$WORK/probe_float.log")"
+    pass "$FLAVOR MPI_FLOAT, switch killed between phases: fell back at call 50, within the bound, same bits on every rank"
+    ;;
+  failover_async)
+    # Calls 3j (and 3j+1) are MPI_Iallreduce: the kill lands before one, so the first failure
+    # is seen by a completion callback (Open MPI) or MPI_Wait*'s MPIX callbacks (MPICH).
+    K=$(( 3 * (SEED % 33) ))
+    failover_case async "$K" async || fail "run failed: $(tail -30 "$WORK/async.log")"
+    check_exact async
+    [ "$STATE" = done ] && { [ "$SUM" = $(( 100 - K )) ] || [ "$SUM" = $(( 101 - K )) ]; } ||
+      fail "kill before call $K: failover=$STATE, $SUM calls from the failure on, want done and $(( 100 - K ))"
+    if [ "$FLAVOR" = openmpi ]; then expect_stats "$WORK/async.log" async_completion=thread
+    else expect_stats "$WORK/async.log" async_completion=mpix; fi
+    pass "$FLAVOR MPI_Iallreduce: switch killed before call $K, every rank fell back there, exact"
+
+    # Ranks 1 and 2 complete MPI_Iallreduce inline: they fail in the pair's first call before
+    # submitting its second, which rank 0 submitted: rank 0 runs it again from its input.
+    K=$(( 3 * ((SEED / 33) % 33) ))
+    failover_case mixed "$K" async,mixed || fail "run failed: $(tail -30 "$WORK/mixed.log")"
+    check_exact mixed
+    [ "$STATE" = done ] || fail "mixed: no fallback: $(grep stats "$WORK/mixed.log")"
+    [ "$(stat_of "$WORK/mixed.log" 1 async_completion)" = inline ] || fail "mixed: rank 1 not inline"
+    if [ "$K" -lt 99 ] && [ "$SUM" = $(( 100 - K )) ]; then
+      [ "$(stat_of "$WORK/mixed.log" 0 rerun_calls)" = 1 ] ||
+        fail "mixed: rank 0 did not run call $((K + 1)) again: $(grep stats "$WORK/mixed.log")"
+    fi
+    pass "$FLAVOR MPI_Iallreduce, ranks 1-2 inline, kill before call $K: rerun_calls $(stat_of "$WORK/mixed.log" 0 rerun_calls) on rank 0, exact"
+    ;;
+  esac
   ;;
 *) fail "unknown scenario $SCENARIO" ;;
 esac

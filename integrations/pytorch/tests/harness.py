@@ -33,13 +33,17 @@ WORKER_TIMEOUT_S = 100
 
 # ---------------------------------------------------------------- parent side
 
-def start_switch(binary, tmpdir, env=None):
-    """`switchml switch` on free ports (log and ready file in tmpdir); returns (process,
-    "127.0.0.1:<controller port>"). `env`: the switch's environment (default: this one's)."""
+def start_switch(binary, tmpdir, env=None, controller_port=0):
+    """`switchml switch` on free ports (log and ready file in tmpdir; the controller on
+    `controller_port` if not 0, e.g. to restart a switch where its workers look for it); returns
+    (process, "127.0.0.1:<controller port>"). `env`: the switch's environment (default: this
+    one's)."""
     ready = os.path.join(tmpdir, "switch.json")
-    log = open(os.path.join(tmpdir, "switch.log"), "w")
+    if os.path.exists(ready):
+        os.remove(ready)
+    log = open(os.path.join(tmpdir, "switch.log"), "a")
     proc = subprocess.Popen([binary, "switch", "--bind", "127.0.0.1", "--port", "0",
-                             "--controller-port", "0", "--ready-file", ready],
+                             "--controller-port", str(controller_port), "--ready-file", ready],
                             stdout=log, stderr=subprocess.STDOUT, env=env)
     deadline = time.time() + 30
     while time.time() < deadline:

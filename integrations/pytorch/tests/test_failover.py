@@ -20,6 +20,10 @@ Each run starts its own switch (`switchml switch` on free ports) and two worker 
   ddp:     DDP training of a small model, 30 steps; after step 10 the parent kills the switch
            (between two steps, by construction); training completes, the parameters are
            identical on both ranks, and stats() show the failover.
+  return:  10 calls on the switch, the switch killed, 10 calls on the host path, the switch
+           restarted on the same controller port: the ranks keep calling until stats() show
+           the return (it happens at the same call on every rank, so they leave the loop
+           together), then 10 calls on the new switch; every result exact.
 No timing assertions: every wait has a hang guard only.
 Exit code 77 (CTest: skipped) when this interpreter cannot import torch.
 """
@@ -50,6 +54,7 @@ def parent(args):
         ok = run_plain(args, os.path.join(tmpdir, "probe"), "worker-probe") and ok
         ok = run_plain(args, os.path.join(tmpdir, "destroy"), "worker-destroy", check_log=True) and ok
         ok = run_with_kill(args, os.path.join(tmpdir, "ddp"), "worker-ddp", 3) and ok
+        ok = run_with_kill(args, os.path.join(tmpdir, "return"), "worker-return", 4) and ok
         return ok
     return parent_main(args, "switchml_failover_", body)
 
@@ -59,6 +64,11 @@ def env_for(args, controller):
     env["SWITCHML_CONTROLLER"] = controller
     env["SWITCHML_CALL_TIMEOUT_MS"] = str(CALL_TIMEOUT_MS)
     env.pop("SWITCHML_FAILOVER", None)  # the default: on
+    env.pop("SWITCHML_REJOIN", None)
+    # Coming back: rank 0 asks often, the ranks agree every 4 host-path calls.
+    env["SWITCHML_REJOIN_MIN_BACKOFF_MS"] = "200"
+    env["SWITCHML_REJOIN_MAX_BACKOFF_MS"] = "500"
+    env["SWITCHML_REJOIN_EVERY_CALLS"] = "4"
     return env
 
 
@@ -72,9 +82,19 @@ def log_once(results):
     return ok
 
 
+def wait_for_file(path, procs, deadline):
+    while not os.path.exists(path):
+        if time.time() > deadline or any(p.poll() is not None for p, _ in procs):
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def run_with_kill(args, tmpdir, mode, seed):
     """Two workers of `mode`; when rank 0 creates `kill-now` beside the store, the parent kills
-    the switch (SIGKILL) and creates `killed`, which rank 0 waits for."""
+    the switch (SIGKILL) and creates `killed`, which rank 0 waits for. Mode worker-return also
+    asks for a restart (`restart-now`): the parent starts the switch again on the same
+    controller port and creates `restarted`."""
     os.makedirs(tmpdir)
     switch, controller = start_switch(args.switchml, tmpdir)
     killed = False
@@ -84,11 +104,7 @@ def run_with_kill(args, tmpdir, mode, seed):
         procs = [spawn(worker_cmd(__file__, mode, rank, 2, init, args, "--seed", str(seed)), env, tmpdir,
                        f"{mode}_{rank}") for rank in range(2)]
         deadline = time.time() + WORKER_TIMEOUT_S  # hang guard only
-        while not os.path.exists(os.path.join(tmpdir, "kill-now")):
-            if time.time() > deadline or any(p.poll() is not None for p, _ in procs):
-                break
-            time.sleep(0.02)
-        if os.path.exists(os.path.join(tmpdir, "kill-now")):
+        if wait_for_file(os.path.join(tmpdir, "kill-now"), procs, deadline):
             switch.kill()
             switch.wait()
             killed = True
@@ -96,8 +112,17 @@ def run_with_kill(args, tmpdir, mode, seed):
         else:
             print(f"parent: FAIL {mode} seed {seed}: rank 0 never asked for the kill")
         open(os.path.join(tmpdir, "killed"), "w").close()
+        restarted = mode != "worker-return"
+        if not restarted and wait_for_file(os.path.join(tmpdir, "restart-now"), procs, deadline):
+            switch, _ = start_switch(args.switchml, tmpdir, controller_port=int(controller.rsplit(":", 1)[1]))
+            killed = False
+            restarted = True
+            print(f"parent: {mode}: restarted the switch on {controller}")
+            open(os.path.join(tmpdir, "restarted"), "w").close()
         results = collect(procs, deadline)
-        ok = report(results, f"{mode} seed {seed}") and killed and log_once(results)
+        ok = report(results, f"{mode} seed {seed}") and restarted and log_once(results)
+        if not restarted:
+            print(f"parent: FAIL {mode}: rank 0 never asked for the restart")
     finally:
         if not killed:
             stop_switch(switch)
@@ -118,15 +143,20 @@ def run_plain(args, tmpdir, mode, check_log=False):
 
 # ---------------------------------------------------------------- worker side
 
+def ask_parent(args, request, answer):
+    """Rank 0: creates `request` beside the store and waits for the parent's `answer`."""
+    folder = os.path.dirname(args.init[len("file://"):])
+    open(os.path.join(folder, request), "w").close()
+    deadline = time.monotonic() + WORKER_TIMEOUT_S  # hang guard
+    while not os.path.exists(os.path.join(folder, answer)):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the parent did not answer {request}")
+        time.sleep(0.01)
+
+
 def wait_for_kill(args):
     """Rank 0: asks the parent to kill the switch and waits until it did."""
-    folder = os.path.dirname(args.init[len("file://"):])
-    open(os.path.join(folder, "kill-now"), "w").close()
-    deadline = time.monotonic() + WORKER_TIMEOUT_S  # hang guard
-    while not os.path.exists(os.path.join(folder, "killed")):
-        if time.monotonic() > deadline:
-            raise RuntimeError("the parent did not kill the switch")
-        time.sleep(0.01)
+    ask_parent(args, "kill-now", "killed")
 
 
 def wrap32(x):
@@ -288,7 +318,64 @@ def worker_ddp(args):
     return finish_worker(c)
 
 
-WORKERS = {"worker-kill": worker_kill, "worker-probe": worker_probe, "worker-destroy": worker_destroy,
+def worker_return(args):
+    """On the switch, then the switch killed (failover), calls on the host path, the switch
+    restarted on the same controller port: the ranks come back to it at the same call, and the
+    calls after that run on the new switch. Every result exact."""
+    c = init_worker(args)
+    import torch
+    import torch.distributed as dist
+    rank = args.rank
+    wrong = []
+    count = [0]
+
+    def call(what):
+        k = count[0]
+        count[0] += 1
+        x = torch.full((2000,), rank * 7 + k, dtype=torch.int32)
+        dist.all_reduce(x)
+        if not bool((x == 7 + 2 * k).all()):
+            wrong.append(f"{what} call {k}")
+
+    for _ in range(10):
+        call("switch")
+    dist.barrier()
+    if rank == 0:
+        wait_for_kill(args)
+    dist.barrier()
+    for _ in range(10):
+        call("host")
+    st = stats_line(c, "after the failover")
+    c.check(st["failover"] == 1 and st["on_host_path"] == 1, "on the host path after the switch died")
+    dist.barrier()
+    if rank == 0:
+        ask_parent(args, "restart-now", "restarted")
+    dist.barrier()
+    # Every rank leaves the loop at the same call: the return happens at the same call everywhere.
+    start = time.monotonic()
+    while switchml_stats()["failover_returns"] == 0:
+        if rank == 0 and time.monotonic() - start > WORKER_TIMEOUT_S / 2:
+            raise RuntimeError("no return to the switch (hang guard)")
+        call("host, waiting for the return")
+        time.sleep(0.05)
+    st = stats_line(c, "right after the return")
+    c.check(st["on_host_path"] == 0 and st["calls_submitted"] == 1,
+            "back on the switch with a new context at the same call on every rank (its first call is this rank's last)")
+    for _ in range(10):
+        call("back on the switch")
+    st = stats_line(c, "at the end")
+    c.check(st["calls_completed"] == 11 and st["failover_returns"] == 1 and st["failover_rejoin_attempts"] >= 1,
+            "the calls after the return ran on the switch (11 calls completed on the new context)")
+    c.check(not wrong, f"all {count[0]} calls exact" + ("" if not wrong else ": " + "; ".join(wrong[:5])))
+    return finish_worker(c)
+
+
+def switchml_stats():
+    import switchml.torch
+    return switchml.torch.stats()
+
+
+WORKERS = {"worker-return": worker_return, "worker-kill": worker_kill, "worker-probe": worker_probe, "worker-destroy": worker_destroy,
            "worker-ddp": worker_ddp}
 
 

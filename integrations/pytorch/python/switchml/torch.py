@@ -50,11 +50,20 @@ Settings come from environment variables, read when a group is created:
                                  every rank finishes the calls in flight on a second Gloo group
                                  (the host path) and runs every later all-reduce there; logged
                                  once, counted in stats()["failover*"]. 0: such calls fail.
+  SWITCHML_REJOIN                1 (default): after a failover, come back to the switch when the
+                                 job can be served again (the switch restarted, or the
+                                 controller re-placed the job): rank 0 asks the controller in the
+                                 background, the ranks agree every SWITCHML_REJOIN_EVERY_CALLS
+                                 host-path all-reduces (default 16) and move back at the same
+                                 call. 0: stay on the host path.
+  SWITCHML_REJOIN_MIN_BACKOFF_MS, SWITCHML_REJOIN_MAX_BACKOFF_MS
+                                 rank 0's first question after the failover, and the longest
+                                 wait between questions (defaults 1000 and 30000; doubling)
   GLOO_SOCKET_IFNAME             network interface(s) of the inner Gloo group (as for Gloo)
 
-The three window/packet settings, the staging chunk size, SWITCHML_HALF_VIA_SWITCH and
-SWITCHML_FAILOVER must be equal on every rank (the last three are checked when the group is
-created: ValueError naming the values).
+The three window/packet settings, the staging chunk size, SWITCHML_HALF_VIA_SWITCH,
+SWITCHML_FAILOVER, SWITCHML_REJOIN and SWITCHML_REJOIN_EVERY_CALLS must be equal on every rank
+(all but the first three are checked when the group is created: ValueError naming the values).
 """
 
 import datetime
@@ -121,6 +130,10 @@ def config_from_env(environ=None):
     config.staging_chunk_bytes = _env_int(env, "SWITCHML_STAGING_CHUNK_BYTES", 4)
     config.half_via_switch = _env_bool(env, "SWITCHML_HALF_VIA_SWITCH")
     config.failover = env.get("SWITCHML_FAILOVER", "").strip() == "" or _env_bool(env, "SWITCHML_FAILOVER")
+    config.rejoin = env.get("SWITCHML_REJOIN", "").strip() == "" or _env_bool(env, "SWITCHML_REJOIN")
+    config.rejoin_min_backoff = datetime.timedelta(milliseconds=_env_int(env, "SWITCHML_REJOIN_MIN_BACKOFF_MS", 1))
+    config.rejoin_max_backoff = datetime.timedelta(milliseconds=_env_int(env, "SWITCHML_REJOIN_MAX_BACKOFF_MS", 1))
+    config.rejoin_every_calls = _env_int(env, "SWITCHML_REJOIN_EVERY_CALLS", 1)
     return config
 
 
