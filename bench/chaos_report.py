@@ -45,19 +45,19 @@ KINDS = ("switch", "shard", "controller")
 
 # Which stats() counters count calls on which path (summed when several are present).
 # calls_completed: all-reduces the switch finished; the PyTorch backend's failover counters
-# (integrations/pytorch/README.md): failover (1 once the group moved to the host path),
+# (integrations/pytorch/README.md): failover (times the group moved to the host path),
 # failover_recovered_calls (calls in flight then that the recovery finished),
-# failover_host_calls (calls run on the host path since); recovered_calls / host_path_calls are
-# the MPI interposer's names of the same; returns_to_switch: coming back (not in the backend
-# yet); fallback_allreduces: calls the backend sends to its inner Gloo group by design
-# (dtype/op the switch cannot aggregate).
+# failover_host_calls (calls run on the host path), failover_returns (times it came back to the
+# switch); recovered_calls / host_path_calls are the MPI interposer's names; fallback_allreduces:
+# calls the backend sends to its inner Gloo group by design (dtype/op the switch cannot
+# aggregate). The library's counters restart with each new context (a return): see cumulative().
 PATH_COUNTERS = {
     "switch": ["calls_completed"],
     "failed_on_switch": ["calls_failed"],
     "recovered": ["failover_recovered_calls", "recovered_calls"],
     "host_path": ["failover_host_calls", "host_path_calls"],
     "fallback_events": ["failover"],
-    "returns_to_switch": ["returns_to_switch"],
+    "returns_to_switch": ["failover_returns"],
     "gloo_by_design": ["fallback_allreduces"],
 }
 
@@ -82,6 +82,31 @@ def cmd_plan(a):
     picks = sorted(rng.sample(range(room), n)) if n else []
     for i, (k, p) in enumerate(zip(kinds, picks)):
         print(f"{k} {lo + p + i * (a.gap - 1)} {rng.random():.3f}")
+
+
+# The backend's counters that belong to its SwitchML context (the client library's Stats): a
+# return to the switch starts a new context, whose counters start from 0.
+def is_context_counter(key):
+    return not key.startswith(("fallback_", "failover", "on_host_path", "_"))
+
+
+def cumulative(snapshots):
+    """The stats() snapshots with the context counters made cumulative over contexts: where
+    failover_returns grew or calls_submitted shrank, a new context started from 0, so its
+    values are added to the old context's last ones."""
+    out, base, prev = [], {}, None
+    for snap in snapshots:
+        if not isinstance(snap, dict):
+            out.append(snap)
+            continue
+        if prev is not None and (snap.get("failover_returns", 0) > prev.get("failover_returns", 0)
+                                 or snap.get("calls_submitted", 0) < prev.get("calls_submitted", 0)):
+            for k, v in prev.items():
+                if is_context_counter(k):
+                    base[k] = base.get(k, 0) + v
+        out.append({k: (v + base.get(k, 0) if is_context_counter(k) else v) for k, v in snap.items()})
+        prev = snap
+    return out
 
 
 def load_run(d, n):
@@ -178,7 +203,9 @@ def cmd_report(a):
     # Step times and time lost per fault (rank 0 of the disturbed run).
     c0 = chaos[0] or {}  # rank 0 of the disturbed run ({}: it wrote no result)
     times = c0.get("step_time_s", [])
-    stats = c0.get("stats_per_step", [])
+    stats = cumulative(c0.get("stats_per_step", []) + ([c0["stats_end"]] if c0.get("stats_end") else []))
+    stats_end = stats[-1] if c0.get("stats_end") else None
+    stats = stats[:len(c0.get("stats_per_step", []))]
     fired = sorted((f for f in faults if f.get("fired")), key=lambda f: f["step"])
     windows = []
     for i, f in enumerate(fired):
@@ -227,7 +254,8 @@ def cmd_report(a):
             row["calls"] = path_calls(before, after) if after else None
         fault_rows.append(row)
     rep["faults"] = fault_rows
-    rep["calls_total"] = path_calls(None, c0["stats_end"]) if c0.get("stats_end") else None
+    rep["calls_total"] = path_calls(None, stats_end) if stats_end else None
+    rep["calls_submitted_rank0"] = stats_end.get("calls_submitted") if stats_end else None
     rep["stats_end_rank0"] = c0.get("stats_end")
     rep["allreduce_calls_rank0"] = c0.get("allreduce_calls")
     known = {n for names in PATH_COUNTERS.values() for n in names}
@@ -324,7 +352,7 @@ def render(rep):
                 "times that spread is noise)" if spread else "")
              + (f"; the Gloo reference's median step time: {rep['reference_step_time_median_s'] * 1e3:.1f} ms"
                 if rep.get("reference_step_time_median_s") else "") + "\n")
-    L.append("| # | fault | step | detail | steps in window | fault step ms | pace before / after ms | time lost s | switch calls | host-path calls | recovered | fallbacks | returns |")
+    L.append("| # | fault | step | detail | steps in window | fault step ms | pace before / after ms | time lost s | switch calls | host-path calls | recovered | failovers | returns |")
     L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for i, f in enumerate(rep["faults"]):
         calls = f.get("calls") or {}

@@ -6,11 +6,13 @@
 #      Gloo reference and the disturbed run on the emulated cluster under 1% loss, a job of two
 #      shards; the run passes, and its chaos.json says: 25 of 25 steps on both runs, every
 #      planned fault injected at a step of the run; with a switch or shard fault the backend
-#      failed over once (stats failover 1), the calls that failed on the switch were all
-#      recovered, and the later ones ran on the host path; every call is accounted for (switch
-#      + recovered + host path = calls made); without one, no call failed; the replicas are
-#      identical and the final model bit-identical to the Gloo run's (int32 fixed-point
-#      gradients).
+#      failed over (stats failover >= 1), the calls that failed on the switch were all
+#      recovered, and later ones ran on the host path; every call is accounted for (switch +
+#      recovered + host path = calls made, the library's counters summed over the contexts a
+#      return to the switch starts); without one, no call failed; the replicas are identical
+#      and the final model bit-identical to the Gloo run's (int32 fixed-point gradients).
+#      Whether the backend came back to the switch within the 25 steps depends on timing (its
+#      backoff, a synchronisation point every 16 calls): printed, not asserted.
 # Asserts correctness only, never speed. Usage: chaos_smoke.sh BUILD_DIR (exit 77 = skipped: not
 # root, no `ip netns`, no torch, or the PyTorch backend not built).
 set -euo pipefail
@@ -67,14 +69,15 @@ f = rep["faults"]
 check([x["kind"] for x in f] == planned and all(x["fired"] for x in f), f"faults {planned} all injected")
 check(all(1 <= x["step"] <= 25 and "error" not in x for x in f), "each fault at a step of the run, no injection error")
 t = rep["calls_total"]
-calls = json.load(open(sys.argv[1].replace("chaos.json", "chaos/rank0.json")))["stats_end"]["calls_submitted"]
+calls = rep["calls_submitted_rank0"]  # summed over the contexts
 if "switch" in planned or "shard" in planned:
-    check(t["fallback_events"] == 1, f"the backend failed over once (failover {t['fallback_events']})")
+    check(t["fallback_events"] >= 1, f"the backend failed over (failover {t['fallback_events']})")
     check(t["recovered"] == t["failed_on_switch"], f"every call that failed on the switch recovered "
           f"({t['recovered']} of {t['failed_on_switch']})")
     check(t["host_path"] >= 1, f"later calls on the host path: {t['host_path']}")
 else:
     check(t["failed_on_switch"] == 0 and not t["fallback_events"], "no call failed, no failover")
+print(f"note: returns to the switch: {t['returns_to_switch']} (not asserted)")
 made = rep["allreduce_calls_rank0"]
 check(t["switch"] + t["failed_on_switch"] == calls, f"switch calls {t['switch']} + failed {t['failed_on_switch']} = submitted {calls}")
 check(made > 0 and t["switch"] + (t["recovered"] or 0) + (t["host_path"] or 0) == made,
