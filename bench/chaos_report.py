@@ -23,7 +23,9 @@ How the report measures:
     (a path that is faster afterwards gives nothing back); the pace after (the median of the
     window's second half) shows the path the training ended on.
   - calls on each path: the backend's stats() after every step of rank 0, as differences
-    over each fault's window and over the run; which counters mean which path is listed in
+    over each fault's window and over the run; per fault also the step whose stats() first
+    show a failover after it, and the step at which the backend was back on the switch
+    (failover_returns grown), looked for up to the next fault; which counters mean which path is listed in
     PATH_COUNTERS below (a counter the backend does not have is reported as absent).
   - the final models: every rank's parameters must be bit-identical within a run (replicas);
     rank 0's are compared with the reference's: int32 mode: exact equality (each step's
@@ -252,6 +254,17 @@ def cmd_report(a):
             before = stats[s - 2] if s >= 2 and s - 2 < len(stats) else None
             after = stats[e - 2] if e >= 2 and e - 2 < len(stats) else None
             row["calls"] = path_calls(before, after) if after else None
+            # The failover this fault caused and the return to the switch after it (steps
+            # whose stats() show failover / failover_returns grown), up to the next fault.
+            nxt = fired[fired.index(f) + 1]["step"] if fired.index(f) + 1 < len(fired) else len(stats) + 1
+            def first_growth(key):
+                for i in range(s, min(nxt, len(stats) + 1)):
+                    b = stats[i - 2] if i >= 2 else {}
+                    if isinstance(stats[i - 1], dict) and stats[i - 1].get(key, 0) > (b or {}).get(key, 0):
+                        return i
+                return None
+            row["failover_at_step"] = first_growth("failover")
+            row["returned_at_step"] = first_growth("failover_returns") if row["failover_at_step"] else None
         fault_rows.append(row)
     rep["faults"] = fault_rows
     rep["calls_total"] = path_calls(None, stats_end) if stats_end else None
@@ -352,8 +365,8 @@ def render(rep):
                 "times that spread is noise)" if spread else "")
              + (f"; the Gloo reference's median step time: {rep['reference_step_time_median_s'] * 1e3:.1f} ms"
                 if rep.get("reference_step_time_median_s") else "") + "\n")
-    L.append("| # | fault | step | detail | steps in window | fault step ms | pace before / after ms | time lost s | switch calls | host-path calls | recovered | failovers | returns |")
-    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    L.append("| # | fault | step | detail | steps in window | fault step ms | pace before / after ms | time lost s | switch calls | host-path calls | recovered | failovers | returns | host path from / back at step |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for i, f in enumerate(rep["faults"]):
         calls = f.get("calls") or {}
         if f.get("fired"):
@@ -367,9 +380,10 @@ def render(rep):
                      f"{fmt(f.get('pace_after_s') and f['pace_after_s'] * 1e3, '.1f')} | "
                      f"{fmt(f.get('time_lost_s'), '.3f')} | {fmt(calls.get('switch'))} | "
                      f"{fmt(calls.get('host_path'), none='n/a')} | {fmt(calls.get('recovered'), none='n/a')} | "
-                     f"{fmt(calls.get('fallback_events'), none='n/a')} | {fmt(calls.get('returns_to_switch'), none='n/a')} |")
+                     f"{fmt(calls.get('fallback_events'), none='n/a')} | {fmt(calls.get('returns_to_switch'), none='n/a')} | "
+                     f"{fmt(f.get('failover_at_step'))} / {fmt(f.get('returned_at_step'), none='-' if not f.get('failover_at_step') else 'not before the next fault')} |")
         else:
-            L.append(f"| {i + 1} | {f['kind']} | {f['step']} | not injected: {f.get('why', '?')} | | | | | | | | | |")
+            L.append(f"| {i + 1} | {f['kind']} | {f['step']} | not injected: {f.get('why', '?')} | | | | | | | | | | |")
     L.append("")
     t = rep.get("calls_total")
     if t:
