@@ -105,6 +105,9 @@ class Failover {
   // called again after a recovery.
   StatusOr<std::optional<RecoveryReport>> Agree(bool failed);
 
+  // Completion callbacks (AllReduceHandle::OnComplete) of the calls a recovery finishes have run
+  // already, with the failure; their handles' status() / Wait() report the recovered result.
+  //
   // After a recovery: whether the call of `handle` (of this context) is one the caller must run
   // on the host path itself (no rank finished any of it; its input is intact). False for calls
   // the recovery finished (their handles report their results) and before any recovery.
