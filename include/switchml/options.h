@@ -90,6 +90,10 @@ struct Options {
   // or a shard of the job is lost: the host path may stand in), DEADLINE_EXCEEDED otherwise
   // (e.g. naming a rank the switch has not heard from).
   std::chrono::milliseconds call_timeout{std::chrono::seconds(10)};
+  // Keep a shadow copy of every slot's last result (one memcpy of each result payload; window x
+  // 4 x elements_per_packet bytes per worker thread), which a recovery onto the host path needs
+  // (switchml/failover.h). false: no copy, and a recovery fails (FAILED_PRECONDITION).
+  bool shadow_copies = true;
   // Deadline of each controller call (session setup, barrier).
   std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};
 

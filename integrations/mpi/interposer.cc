@@ -587,6 +587,7 @@ int SetUp(int provided) {
     Options o = c.options;
     o.rank = static_cast<uint32_t>(s.rank);
     o.num_workers = static_cast<uint32_t>(s.size);
+    o.shadow_copies = c.failover;  // only a recovery needs them (equal on every rank: checked)
     auto ctx = Context::Create(o);
     int ok = ctx.ok() ? 1 : 0, all_ok = 0;
     PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

@@ -159,6 +159,8 @@ SwitchMLBackend::SwitchMLBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   options.advertise_ip = config.advertise_ip;
   options.job_id = config.job_id;
   options.job_token = config.job_token;
+  // Only the failover's recovery needs them (config.failover is equal on every rank: checked).
+  options.shadow_copies = config.failover && host_;
   // The queue holds calls back instead (StartReadyLocked): AllReduceAsync never blocks.
   options.max_calls_in_flight = 2 * kMaxJobsInFlight;
   TORCH_CHECK_VALUE(config.staging_chunk_bytes >= 0, "switchml: the staging chunk size must not be negative, got ",

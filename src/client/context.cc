@@ -209,6 +209,7 @@ std::unique_ptr<Context> ContextImpl::CreateWithChannels(
     c.min_rto = options.min_rto;
     c.max_rto = options.max_rto;
     c.call_timeout = impl->options().call_timeout;
+    c.shadow_copies = options.shadow_copies;
     impl->workers_.push_back(std::make_unique<Worker>(impl.get(), t, c, std::move(channels[t])));
   }
   for (auto& w : impl->workers_) w->Start();

@@ -51,7 +51,7 @@ SliceEngine::SliceEngine(const EngineConfig& config) : config_(config) {
   size_code_ = wire::SizeCodeForElements(config_.elements_per_packet).value_or(0);
   queue_.resize(config_.window);
   held_.assign(size_t{config_.window} * 4 * config_.elements_per_packet, 0);
-  shadow_.assign(size_t{config_.window} * 4 * config_.elements_per_packet, 0);
+  if (config_.shadow_copies) shadow_.assign(size_t{config_.window} * 4 * config_.elements_per_packet, 0);
   rto_ = config_.initial_rto;
 }
 
@@ -371,13 +371,15 @@ void SliceEngine::Complete(uint32_t i, const uint8_t* payload, int8_t exp0, Time
   const uint32_t p = s.packet;
   const uint32_t n = config_.elements_per_packet;
   // The shadow copy: the last round this slot completed, as received.
-  s.shadow_valid = true;
-  s.shadow_call = slice_.call_id;
-  s.shadow_packet = p;
-  s.shadow_exp0 = exp0;
-  s.shadow_has_payload = p >= data_offset_;
+  if (config_.shadow_copies) {
+    s.shadow_valid = true;
+    s.shadow_call = slice_.call_id;
+    s.shadow_packet = p;
+    s.shadow_exp0 = exp0;
+    s.shadow_has_payload = p >= data_offset_;
+    if (p >= data_offset_) std::memcpy(ShadowPayload(i), payload, 4 * size_t{n});
+  }
   if (p >= data_offset_) {
-    std::memcpy(ShadowPayload(i), payload, 4 * size_t{n});
     const uint64_t block = p - data_offset_;
     if (float_layout_) {
       quant::DequantizeFromBE(payload, BlockLength(block), s.scale, static_cast<float*>(slice_.out) + block * n);

@@ -88,6 +88,7 @@ struct EngineConfig {
   Duration min_rto = std::chrono::milliseconds(5);
   Duration max_rto = std::chrono::seconds(1);
   Duration call_timeout = std::chrono::seconds(10);
+  bool shadow_copies = true;  // Options::shadow_copies: SliceEngine::shadow is recorded
 };
 
 struct SliceSpec {

@@ -203,5 +203,27 @@ TEST(FailoverTest, AgreeWithoutAnyFailureChangesNothing) {
   }
 }
 
+// Without shadow copies (Options::shadow_copies = false, what the integrations set when their
+// failover is off) the recovery refuses, on every rank, naming the option.
+TEST(FailoverTest, WithoutShadowCopiesTheRecoveryFailsOnEveryRankNamingTheOption) {
+  Options o = FastOptions(1);
+  o.shadow_copies = false;
+  auto cluster = LoopbackCluster::Create(2, o).value();
+  SharedGroup group(2);
+  std::vector<StatusOr<std::optional<RecoveryReport>>> agreed(2, InternalError("not run"));
+  OnEveryRank(2, [&](uint32_t r) {
+    int32_t x = int32_t(r + 1);
+    ASSERT_TRUE(cluster->ctx(r).AllReduce(&x, &x, 1, DataType::kInt32).ok());
+    SharedHostPath host(group, r);
+    Failover fo(cluster->ctx(r), host);
+    if (r == 0) fo.InjectSwitchFailure("test: the switch is gone");
+    agreed[r] = fo.Agree(r == 0);
+  });
+  for (uint32_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(agreed[r].status().code(), StatusCode::kFailedPrecondition) << "rank " << r << ": " << agreed[r].status();
+    EXPECT_NE(agreed[r].status().message().find("shadow_copies"), std::string::npos) << agreed[r].status();
+  }
+}
+
 }  // namespace
 }  // namespace switchml

@@ -41,6 +41,11 @@ StatusOr<RecoveryReport> ContextImpl::Recover(HostPath& host) {
     return FailedPreconditionError(
         "Recover: the context has not failed; recovery finishes the calls of a context whose switch failed");
   }
+  if (!options_.shadow_copies) {
+    return FailedPreconditionError(
+        "Recover: this context keeps no shadow copies (Options::shadow_copies = false), so the results some "
+        "ranks lack cannot be completed; the calls keep their failure");
+  }
   std::lock_guard recover_lock(recover_mu_);
   std::vector<std::shared_ptr<CallState>> calls;
   uint64_t submitted = 0;
