@@ -61,6 +61,9 @@ def parse_args(argv):
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--timeout", type=positive, default=300,
                    help="torch.distributed timeout in seconds (Gloo's collectives; default 300)")
+    p.add_argument("--barrier-every", type=positive, default=5,
+                   help="dist.barrier() after every N steps (default 5): where the switchml backend's ranks "
+                        "move back to the switch after a failover; the Gloo reference makes the same calls")
     p.add_argument("--progress", default="", help="file rank 0 appends 'STEP SECONDS' to per step")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--label", default="")
@@ -183,6 +186,8 @@ def main(argv):
             loss = loss_fn(ddp(x[idx]), y[idx])
             loss.backward()  # DDP's all-reduces run (and are waited for) in here
             opt.step()
+            if (step + 1) % a.barrier_every == 0:
+                dist.barrier()  # the backend comes back to the switch here, when it can
             dt = time.monotonic() - t0
             result["steps_done"] = step + 1
             result["step_time_s"].append(dt)

@@ -177,8 +177,7 @@ SwitchMLBackend::SwitchMLBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   rejoin_enabled_ = config.rejoin;
   if (config.rejoin_min_backoff.count() > 0) rejoin_options_.min_backoff = config.rejoin_min_backoff;
   if (config.rejoin_max_backoff.count() > 0) rejoin_options_.max_backoff = config.rejoin_max_backoff;
-  if (config.rejoin_every_calls > 0) sync_every_ = config.rejoin_every_calls;
-  rejoin_options_.poll_every_calls = 1;  // SyncPoint decides when (every sync_every_ calls)
+  rejoin_options_.poll_every_calls = 1;  // at every barrier() on the host path (RejoinAtBarrier)
   TORCH_CHECK_VALUE(rejoin_options_.min_backoff <= rejoin_options_.max_backoff,
                     "switchml: SWITCHML_REJOIN_MIN_BACKOFF_MS (", rejoin_options_.min_backoff.count(),
                     ") must not exceed SWITCHML_REJOIN_MAX_BACKOFF_MS (", rejoin_options_.max_backoff.count(), ")");
@@ -252,8 +251,7 @@ void SwitchMLBackend::CheckSettingsAgree(const c10::intrusive_ptr<c10d::Store>& 
                                          const SwitchMLConfig& config) {
   const std::string own = "SWITCHML_HALF_VIA_SWITCH=" + std::to_string(config.half_via_switch ? 1 : 0) +
                           " SWITCHML_STAGING_CHUNK_BYTES=" + std::to_string(config.staging_chunk_bytes) +
-                          " SWITCHML_REJOIN=" + std::to_string(config.rejoin ? 1 : 0) +
-                          " SWITCHML_REJOIN_EVERY_CALLS=" + std::to_string(config.rejoin_every_calls);
+                          " SWITCHML_REJOIN=" + std::to_string(config.rejoin ? 1 : 0);
   if (getRank() == 0) {
     store->set(kSettingsStoreKey, std::vector<uint8_t>(own.begin(), own.end()));
     return;
@@ -589,7 +587,6 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allreduce(std::vector<at::Tensor
   }
   const bool avg = opts.reduceOp.op_ == c10d::ReduceOp::AVG;
   const int size = getSize();
-  if (route.reason.empty()) SyncPoint();
   if (route.reason.empty()) {
     if (DeviceOps* ops = StagingOps(first.device())) {
       return StageCall(c10d::OpType::ALLREDUCE, tensors, {StageTensors{tensors, tensors}}, avg, "allreduce", ops);
@@ -641,7 +638,6 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::allreduce_coalesced(
   const Route route = CheckTensors(tensors, opts.reduceOp, "allreduce_coalesced");
   const bool avg = opts.reduceOp.op_ == c10d::ReduceOp::AVG;
   const int size = getSize();
-  if (route.reason.empty()) SyncPoint();
   if (route.reason.empty()) {
     if (DeviceOps* ops = StagingOps(tensors[0].device())) {
       std::vector<StageTensors> items;
@@ -1035,6 +1031,7 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::barrier(const c10d::BarrierOptio
     WaitLocked(lock, [&] { return queue_.empty() && completing_ == 0; }, "barrier");
   }
   ProbeSwitch("barrier");
+  RejoinAtBarrier();
   return gloo_->barrier(opts);
 }
 
@@ -1044,6 +1041,7 @@ void SwitchMLBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
     WaitLocked(lock, [&] { return queue_.empty() && completing_ == 0; }, "monitoredBarrier");
   }
   ProbeSwitch("monitoredBarrier");
+  RejoinAtBarrier();
   gloo_->monitoredBarrier(opts, wait_all_ranks);
 }
 

@@ -96,9 +96,9 @@ namespace switchml::pytorch {
 // (relative to the store the group is created with, which torch already prefixes per group).
 inline constexpr char kControllerStoreKey[] = "switchml/controller";
 // Rank 0's settings that decide which calls go to the switch and how they are cut
-// (half_via_switch, staging_chunk_bytes), and when the ranks agree on coming back (rejoin,
-// rejoin_every_calls): every rank must have the same, or its calls would pair with other calls
-// on the switch or the host path (CheckSettingsAgree).
+// (half_via_switch, staging_chunk_bytes), and whether the ranks come back to the switch
+// (rejoin): every rank must have the same, or its calls would pair with other calls on the
+// switch or the host path (CheckSettingsAgree).
 inline constexpr char kSettingsStoreKey[] = "switchml/settings";
 
 // Backend settings; the Python package fills them from SWITCHML_* environment variables.
@@ -126,13 +126,12 @@ struct SwitchMLConfig {
   bool failover = true;
   // Coming back to the switch after a failover (switchml/rejoin.h): rank 0 asks the controller
   // whether the job can be served again, first after rejoin_min_backoff, doubling up to
-  // rejoin_max_backoff; every rejoin_every_calls all-reduces on the host path the ranks agree
-  // on its answer and, when yes, register again and move back at the same call. rejoin=false:
-  // stay on the host path. 0 = the library's default.
+  // rejoin_max_backoff; at every barrier() on the host path the ranks agree on its answer and,
+  // when yes, register again and move back there. rejoin=false: stay on the host path. 0 =
+  // the library's default.
   bool rejoin = true;
   std::chrono::milliseconds rejoin_min_backoff{0};
   std::chrono::milliseconds rejoin_max_backoff{0};
-  uint32_t rejoin_every_calls = 0;
   // float16/bfloat16 SUM/AVG through the switch, widened to float32 (true), or on the inner Gloo
   // group (false, the default): the switch carries 4 bytes per element whatever the dtype, a
   // Gloo ring 2 × 2(n−1)/n, so on bandwidth-bound links Gloo is faster for half precision
@@ -439,12 +438,10 @@ class SwitchMLBackend : public c10d::Backend {
   // Once, at shutdown() or else at destruction: the last agreement, bounded by
   // 2 x call_timeout + 30 s, when no call is pending (logged, never thrown).
   void ProbeAtExit();
-  // At every sync_every_-th SwitchML-routed all-reduce call (the caller's thread, before queueing
-  // it; every rank at the same calls): on the switch, an agreement (ProbeSwitch); then waits for
-  // a recovery under way; on the host path, drains the queue and asks SwitchRejoin::Poll, and
-  // on a new context moves back to the switch for this call and every later one. Why every
-  // rank then issues the same host collectives: docs/reliability.md, "Coming back".
-  void SyncPoint();
+  // In barrier() after its agreement, the queue drained (every rank at the same barrier, no host
+  // collective in flight): on the host path, SwitchRejoin::Poll, and on a new context the move
+  // back to the switch for every later all-reduce (docs/reliability.md, "Coming back").
+  void RejoinAtBarrier();
 
   std::string ResolveControllerAddress(const c10::intrusive_ptr<c10d::Store>& store,
                                        const std::string& own);
@@ -506,8 +503,6 @@ class SwitchMLBackend : public c10d::Backend {
   switchml::RejoinOptions rejoin_options_;
   bool rejoin_enabled_ = false;
   bool failover_enabled_ = false;              // failover_ made at construction
-  uint32_t sync_every_ = 16;                   // SWITCHML_REJOIN_EVERY_CALLS
-  std::atomic<uint64_t> routed_calls_{0};      // SwitchML-routed all-reduce calls so far
   uint64_t rejoin_logged_attempt_ = 0;
   // Incremented at every change of path (guarded by mu_); a call records it when it starts:
   // the library orders only direct calls started on the same context (ConflictsLocked).

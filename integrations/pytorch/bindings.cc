@@ -100,8 +100,7 @@ PYBIND11_MODULE(_torch, m) {
       .def_readwrite("failover", &SwitchMLConfig::failover)
       .def_readwrite("rejoin", &SwitchMLConfig::rejoin)
       .def_readwrite("rejoin_min_backoff", &SwitchMLConfig::rejoin_min_backoff)
-      .def_readwrite("rejoin_max_backoff", &SwitchMLConfig::rejoin_max_backoff)
-      .def_readwrite("rejoin_every_calls", &SwitchMLConfig::rejoin_every_calls);
+      .def_readwrite("rejoin_max_backoff", &SwitchMLConfig::rejoin_max_backoff);
 
   py::class_<SwitchMLBackend, c10d::Backend, switchml::pytorch::NoGilHolder<SwitchMLBackend>>(
       m, "SwitchMLBackend")

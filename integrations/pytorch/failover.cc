@@ -134,7 +134,7 @@ void SwitchMLBackend::RecoveryThread() {
 
 void SwitchMLBackend::ProbeSwitch(const char* where) {
   if (!failover_) return;
-  std::lock_guard host_lock(host_mu_);  // failover_ is replaced only under it (SyncPoint)
+  std::lock_guard host_lock(host_mu_);  // failover_ is replaced only under it (RejoinAtBarrier)
   if (failover_->BrokenOtherwise()) return;
   {
     std::lock_guard lock(mu_);
@@ -230,7 +230,7 @@ void SwitchMLBackend::FinishRecovery(
   progress_cv_.notify_all();
   if (!log.empty()) std::fputs(log.c_str(), stderr);
   if (rejoin_enabled_ && !rejoin_ && failover_->recovered()) {
-    // Coming back: rank 0 starts asking the controller (host_mu_ is held: SyncPoint waits).
+    // Coming back: rank 0 starts asking the controller (host_mu_ is held: RejoinAtBarrier waits).
     auto rejoin = switchml::SwitchRejoin::Start(context_->options(), *host_path_, rejoin_options_);
     if (rejoin.ok()) {
       rejoin_ = std::move(*rejoin);
@@ -296,31 +296,13 @@ switchml::Stats SwitchMLBackend::GetStats() const {
   return context_->GetStats();
 }
 
-void SwitchMLBackend::SyncPoint() {
-  if (!failover_enabled_) return;
-  const uint64_t seq = routed_calls_.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (seq % sync_every_ != 0) return;
-  // (1) On the switch: one agreement, so that a failure anywhere moves every rank here.
-  Path path;
+void SwitchMLBackend::RejoinAtBarrier() {
+  if (!failover_enabled_ || !rejoin_enabled_) return;
   {
+    // barrier() drained the queue and ran its agreement: a recovery it found is finished, and
+    // the other ranks are at this same barrier with nothing in flight on the host group either.
     std::lock_guard lock(mu_);
-    path = path_;
-  }
-  if (path == Path::kSwitch) ProbeSwitch("all_reduce");
-  // (2) A recovery under way (this rank's own, on the recovery thread) finishes first: the
-  // other ranks meet it at this same call.
-  {
-    std::unique_lock lock(mu_);
-    WaitLocked(lock, [&] { return path_ != Path::kRecovering; }, "all_reduce (waiting for the failover's recovery)");
-    path = path_;
-  }
-  if (path != Path::kHost) return;
-  // (3) On the host path: every earlier call completes, so that the question below is the only
-  // host collective in flight, on every rank at this call.
-  {
-    std::unique_lock lock(mu_);
-    WaitLocked(lock, [&] { return queue_.empty() && completing_ == 0; },
-               "all_reduce (draining the host path before asking whether to come back to the switch)");
+    if (path_ != Path::kHost) return;
   }
   std::lock_guard host_lock(host_mu_);
   if (!rejoin_) return;
@@ -340,9 +322,9 @@ void SwitchMLBackend::SyncPoint() {
     if (!attempt->succeeded) std::fprintf(stderr, "switchml: rank %d: %s\n", rank, attempt->description.c_str());
   }
   if (!*back) return;
-  // Every rank has a new context now, at this very call: this call and the later ones go to the
-  // switch. Calls still running on the host path finish there; a new call on memory one of them
-  // uses waits for it (ConflictsLocked: a new path epoch).
+  // Every rank has a new context now, at this barrier: the later all-reduces go to the switch.
+  // (Nothing runs on the host path: barrier() drained the queue; the path epoch still orders a
+  // call after any that did.)
   std::unique_ptr<switchml::Context> old_context;
   std::unique_ptr<switchml::Failover> old_failover;
   const uint64_t polls = rejoin_->polls();

@@ -745,8 +745,8 @@ def worker_settings_mismatch(args):
                                 timeout=datetime.timedelta(seconds=20))
     if args.rank == 1:
         c.raises(init, ValueError, "rank 1 has SWITCHML_HALF_VIA_SWITCH=0 SWITCHML_STAGING_CHUNK_BYTES=0 "
-                 "SWITCHML_REJOIN=1 SWITCHML_REJOIN_EVERY_CALLS=0 but rank 0 has SWITCHML_HALF_VIA_SWITCH=1 "
-                 "SWITCHML_STAGING_CHUNK_BYTES=0 SWITCHML_REJOIN=1 SWITCHML_REJOIN_EVERY_CALLS=0",
+                 "SWITCHML_REJOIN=1 but rank 0 has SWITCHML_HALF_VIA_SWITCH=1 "
+                 "SWITCHML_STAGING_CHUNK_BYTES=0 SWITCHML_REJOIN=1",
                  "a rank whose SWITCHML_HALF_VIA_SWITCH differs from rank 0's cannot create the group")
     else:
         c.raises(init, (RuntimeError, ValueError), "switchml",

@@ -21,9 +21,10 @@ Each run starts its own switch (`switchml switch` on free ports) and two worker 
            (between two steps, by construction); training completes, the parameters are
            identical on both ranks, and stats() show the failover.
   return:  10 calls on the switch, the switch killed, 10 calls on the host path, the switch
-           restarted on the same controller port: the ranks keep calling until stats() show
-           the return (it happens at the same call on every rank, so they leave the loop
-           together), then 10 calls on the new switch; every result exact.
+           restarted on the same controller port: the ranks keep calling, with a barrier after
+           each call, until stats() show the return (it happens at the same barrier on every
+           rank, so they leave the loop together), then 10 calls on the new switch; every
+           result exact.
 No timing assertions: every wait has a hang guard only.
 Exit code 77 (CTest: skipped) when this interpreter cannot import torch.
 """
@@ -65,10 +66,9 @@ def env_for(args, controller):
     env["SWITCHML_CALL_TIMEOUT_MS"] = str(CALL_TIMEOUT_MS)
     env.pop("SWITCHML_FAILOVER", None)  # the default: on
     env.pop("SWITCHML_REJOIN", None)
-    # Coming back: rank 0 asks often, the ranks agree every 4 host-path calls.
+    # Coming back: rank 0 asks often (the ranks agree at barriers).
     env["SWITCHML_REJOIN_MIN_BACKOFF_MS"] = "200"
     env["SWITCHML_REJOIN_MAX_BACKOFF_MS"] = "500"
-    env["SWITCHML_REJOIN_EVERY_CALLS"] = "4"
     return env
 
 
@@ -351,21 +351,24 @@ def worker_return(args):
     if rank == 0:
         ask_parent(args, "restart-now", "restarted")
     dist.barrier()
-    # Every rank leaves the loop at the same call: the return happens at the same call everywhere.
+    # The ranks agree on coming back at barriers: every rank leaves the loop at the same barrier.
     start = time.monotonic()
-    while switchml_stats()["failover_returns"] == 0:
+    while True:
+        call("host, waiting for the return")
+        dist.barrier()
+        if switchml_stats()["failover_returns"] == 1:
+            break
         if rank == 0 and time.monotonic() - start > WORKER_TIMEOUT_S / 2:
             raise RuntimeError("no return to the switch (hang guard)")
-        call("host, waiting for the return")
         time.sleep(0.05)
     st = stats_line(c, "right after the return")
-    c.check(st["on_host_path"] == 0 and st["calls_submitted"] == 1,
-            "back on the switch with a new context at the same call on every rank (its first call is this rank's last)")
+    c.check(st["on_host_path"] == 0 and st["calls_submitted"] == 0,
+            "back on the switch with a new context at the same barrier on every rank")
     for _ in range(10):
         call("back on the switch")
     st = stats_line(c, "at the end")
-    c.check(st["calls_completed"] == 11 and st["failover_returns"] == 1 and st["failover_rejoin_attempts"] >= 1,
-            "the calls after the return ran on the switch (11 calls completed on the new context)")
+    c.check(st["calls_completed"] == 10 and st["failover_returns"] == 1 and st["failover_rejoin_attempts"] >= 1,
+            "the calls after the return ran on the switch (10 calls completed on the new context)")
     c.check(not wrong, f"all {count[0]} calls exact" + ("" if not wrong else ": " + "; ".join(wrong[:5])))
     return finish_worker(c)
 

@@ -53,16 +53,16 @@ Settings come from environment variables, read when a group is created:
   SWITCHML_REJOIN                1 (default): after a failover, come back to the switch when the
                                  job can be served again (the switch restarted, or the
                                  controller re-placed the job): rank 0 asks the controller in the
-                                 background, the ranks agree every SWITCHML_REJOIN_EVERY_CALLS
-                                 host-path all-reduces (default 16) and move back at the same
-                                 call. 0: stay on the host path.
+                                 background; at every dist.barrier() on the host path the ranks
+                                 agree on its answer and move back there together. 0: stay on
+                                 the host path.
   SWITCHML_REJOIN_MIN_BACKOFF_MS, SWITCHML_REJOIN_MAX_BACKOFF_MS
                                  rank 0's first question after the failover, and the longest
                                  wait between questions (defaults 1000 and 30000; doubling)
   GLOO_SOCKET_IFNAME             network interface(s) of the inner Gloo group (as for Gloo)
 
 The three window/packet settings, the staging chunk size, SWITCHML_HALF_VIA_SWITCH,
-SWITCHML_FAILOVER, SWITCHML_REJOIN and SWITCHML_REJOIN_EVERY_CALLS must be equal on every rank
+SWITCHML_FAILOVER and SWITCHML_REJOIN must be equal on every rank
 (all but the first three are checked when the group is created: ValueError naming the values).
 """
 
@@ -133,7 +133,6 @@ def config_from_env(environ=None):
     config.rejoin = env.get("SWITCHML_REJOIN", "").strip() == "" or _env_bool(env, "SWITCHML_REJOIN")
     config.rejoin_min_backoff = datetime.timedelta(milliseconds=_env_int(env, "SWITCHML_REJOIN_MIN_BACKOFF_MS", 1))
     config.rejoin_max_backoff = datetime.timedelta(milliseconds=_env_int(env, "SWITCHML_REJOIN_MAX_BACKOFF_MS", 1))
-    config.rejoin_every_calls = _env_int(env, "SWITCHML_REJOIN_EVERY_CALLS", 1)
     return config
 
 
