@@ -12,7 +12,7 @@
 #      return to the switch starts); without one, no call failed; the replicas are identical
 #      and the final model bit-identical to the Gloo run's (int32 fixed-point gradients).
 #      Whether the backend came back to the switch within the 25 steps depends on timing (its
-#      backoff, a synchronisation point every 16 calls): printed, not asserted.
+#      backoff; the ranks agree at the barrier every 5 steps): printed, not asserted.
 # Asserts correctness only, never speed. Usage: chaos_smoke.sh BUILD_DIR (exit 77 = skipped: not
 # root, no `ip netns`, no torch, or the PyTorch backend not built).
 set -euo pipefail
