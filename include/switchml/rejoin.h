@@ -7,12 +7,21 @@
 // fresh Context on every rank at the same call: the caller runs that call and every later one
 // on it (a clean call boundary: no rank on the switch while another is on the host path).
 //
-//   auto rejoin = SwitchRejoin::Start(ctx->options(), host);   // right after the failover
+//   auto started = SwitchRejoin::Start(ctx->options(), host);   // right after the failover
+//   if (!started.ok()) return started.status();                  // bad options
+//   std::unique_ptr<SwitchRejoin> rejoin = std::move(*started);
 //   ...
 //   // at each host-path call, before running it:
-//   StatusOr<std::unique_ptr<Context>> back = (*rejoin)->Poll();
+//   StatusOr<std::unique_ptr<Context>> back = rejoin->Poll();
 //   if (!back.ok()) return back.status();                      // the host path failed
-//   if (*back) { ctx = std::move(*back); rejoin.reset(); /* this call on the switch */ }
+//   if (*back) {   // every rank, at this same call
+//     failover.reset();  // the old context's, before the context it refers to
+//     rejoin.reset();    // done
+//     ctx = std::move(*back);
+//     failover = std::make_unique<Failover>(*ctx, host);   // the next failure is handled alike
+//     /* this call and the later ones on the switch */
+//   }
+//   // else: run this call on the host path; log rejoin->last_attempt() when it changes.
 //
 // How: only rank 0 asks the controller, from a background thread, with exponential backoff
 // (RejoinOptions) and a deadline per question, whether the job can be served: for job 0 (the
@@ -34,8 +43,10 @@
 //
 // Limits: a JobService job created on a switch directly (not through a standalone controller)
 // is forgotten when its switch restarts and nothing re-creates it: such a job never comes back
-// (rank 0 keeps asking, at max_backoff). A job that the controller ended (switch_lost, deleted)
-// never comes back either.
+// (rank 0 keeps asking, at max_backoff; last_check() says why). A job that the controller ended
+// (switch_lost, deleted) never comes back either, nor one whose placement still runs (a
+// standalone controller's outage alone made a call fail over): its switch's slot state is the
+// old context's, and only a re-placement gives the job fresh shards.
 #pragma once
 
 #include <chrono>
