@@ -43,6 +43,21 @@ StatusOr<JobInfo> SwitchControl::CreateJobShard(const JobSpec&,
       "job on, not part of a request; ask for switches = K instead");
 }
 
+WorkerRegistration LeafRegistration(uint32_t leaf, uint32_t num_leaves, uint32_t leaf_ipv4,
+                                    uint16_t leaf_port, uint32_t job_slots,
+                                    uint32_t elements_per_packet) {
+  WorkerRegistration reg;
+  reg.rank = leaf;
+  reg.num_workers = num_leaves;
+  reg.ipv4 = leaf_ipv4;
+  reg.udp_ports = {leaf_port};
+  reg.protocol_version = kClientProtocolVersion;
+  reg.num_worker_threads = 1;
+  reg.window_packets = job_slots;
+  reg.elements_per_packet = elements_per_packet;
+  return reg;
+}
+
 std::string RandomToken() {
   std::random_device rd;
   static constexpr char kHex[] = "0123456789abcdef";

@@ -158,6 +158,32 @@ struct JobSpec {
 // of a switch (UdpSession, no job id on the wire, registered at one switch's Session service),
 // so there is no job for a controller to split over switches, and workers of the reference
 // protocol cannot be told a route per worker thread.
+// Two-level aggregation (docs/scaling.md "Two-level aggregation"): the parent of a leaf job.
+// A leaf switch aggregates its own workers' packets as for any job, but sends each completed
+// round up to the parent switch, where the leaf is one worker of the parent job, holds the
+// round until the parent's total comes back and then multicasts the total to its workers.
+// The leaf sends from its I/O thread 0's port (what it registers at the parent) to
+// parent_port, and takes datagrams from (parent_ipv4, parent_port) as the parent's totals.
+struct Uplink {
+  uint32_t parent_ipv4 = 0;  // host order; 0 = no parent (a one-level job)
+  uint16_t parent_port = 0;  // the parent switch's data port (its I/O thread 0)
+  // Informative (listed with the job): the parent job this leaf is a worker of, the leaf's rank
+  // in it, and the workers of every leaf together (what the workers quantize with).
+  uint32_t parent_job_id = 0;
+  uint32_t leaf = 0;
+  uint32_t total_workers = 0;
+  bool enabled() const { return parent_ipv4 != 0; }
+  bool operator==(const Uplink&) const = default;
+};
+
+// What a leaf switch registers as at its parent: rank `leaf` of the parent job's
+// `num_leaves` workers, from its data address (I/O thread 0's, where it sends up and takes
+// the totals), with one "worker thread" whose window is the whole job (`job_slots` slots of
+// `elements_per_packet`), so the parent serves the job on its I/O thread 0 as the leaf does.
+WorkerRegistration LeafRegistration(uint32_t leaf, uint32_t num_leaves, uint32_t leaf_ipv4,
+                                    uint16_t leaf_port, uint32_t job_slots,
+                                    uint32_t elements_per_packet);
+
 struct ShardAssignment {
   uint32_t shard = 0;       // [0, num_shards)
   uint32_t num_shards = 1;  // the job's switches, [1, control::JobLayout::kMaxShards]
@@ -172,6 +198,8 @@ struct ShardAssignment {
   // The controller's id of the job, which stays when a re-placement moves shard 0 to another
   // switch. 0 = not sent: the id the controller derives from shard 0 (its first placement).
   uint32_t job_id = 0;
+  // A leaf of a two-level job: where its completed rounds go (none by default).
+  Uplink uplink{};
   bool operator==(const ShardAssignment&) const = default;
 };
 

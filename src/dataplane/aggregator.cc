@@ -19,6 +19,9 @@ std::string_view OutcomeName(Outcome o) {
     case Outcome::kDropSizeMismatch: return "drop_size_mismatch";
     case Outcome::kDropInvalid: return "drop_invalid";
     case Outcome::kDropLateDuplicate: return "drop_late_duplicate";
+    case Outcome::kForwardUp: return "forward_up";
+    case Outcome::kResendUp: return "resend_up";
+    case Outcome::kDropStale: return "drop_stale";
   }
   return "unknown";
 }
@@ -140,6 +143,12 @@ AggregationResult Aggregator::Process(const Contribution& c) {
     r.outcome = Outcome::kDropSizeMismatch;
     return r;
   }
+  // A held round (a leaf waiting for its parent's total) takes no new contribution: see
+  // AggregatorOptions::hold_completed_rounds.
+  if (s.held[b] && !dup) {
+    r.outcome = Outcome::kDropDuplicate;
+    return r;
+  }
   if (tag != nullptr && !dup) *tag = Tag{job_seq, c.tsi};
 
   // Step 1: bitmap read-modify-write with the cross-set clear (shadow-copy maintenance).
@@ -170,17 +179,53 @@ AggregationResult Aggregator::Process(const Contribution& c) {
   }
 
   // Step 5: what leaves the switch.
+  // A leaf holds a completed round until its parent's total comes back (Complete).
   if (!dup) {
-    r.outcome = flag == 1 ? Outcome::kMulticast : Outcome::kConsume;
+    r.outcome = flag != 1                       ? Outcome::kConsume
+                : options_.hold_completed_rounds ? Outcome::kForwardUp
+                                                 : Outcome::kMulticast;
+    if (r.outcome == Outcome::kForwardUp) s.held[b] = 1;
   } else {
-    r.outcome = flag == 0 ? Outcome::kUnicast : Outcome::kDropDuplicate;
+    r.outcome = flag != 0 ? Outcome::kDropDuplicate
+                : s.held[b] ? Outcome::kResendUp
+                            : Outcome::kUnicast;
   }
-  if (r.outcome == Outcome::kMulticast || r.outcome == Outcome::kUnicast) {
+  if (r.outcome != Outcome::kConsume && r.outcome != Outcome::kDropDuplicate) {
     r.sums = sums;
     r.num_elements = s.num_elements[b];
     r.exp0 = s.exp0[b];
     r.exp1 = s.exp1[b];
   }
+  return r;
+}
+
+AggregationResult Aggregator::Complete(uint32_t slot, uint8_t set, int8_t exp0, int8_t exp1,
+                                       const uint8_t* payload_be, uint32_t num_elements) {
+  AggregationResult r;
+  if (!options_.hold_completed_rounds || num_workers_ == 0 || slot >= num_slots_ || set > 1 ||
+      num_elements == 0 || num_elements > max_elements_ || payload_be == nullptr) {
+    r.outcome = Outcome::kDropInvalid;
+    return r;
+  }
+  SlotState& s = slots_[slot];
+  if (!s.held[set]) {
+    r.outcome = Outcome::kDropStale;
+    return r;
+  }
+  if (s.num_elements[set] != num_elements) {
+    r.outcome = Outcome::kDropSizeMismatch;
+    return r;
+  }
+  int32_t* sums = SumsOf(slot, set);
+  wire::BEToInt32(payload_be, num_elements, sums);
+  s.exp0[set] = exp0;
+  s.exp1[set] = exp1;
+  s.held[set] = 0;
+  r.outcome = Outcome::kMulticast;
+  r.sums = sums;
+  r.num_elements = num_elements;
+  r.exp0 = exp0;
+  r.exp1 = exp1;
   return r;
 }
 
@@ -190,6 +235,7 @@ SlotSetView Aggregator::Inspect(uint32_t slot, uint8_t set) const {
   const SlotState& s = slots_[slot];
   std::copy(s.bitmap[set], s.bitmap[set] + kBitmapWords, v.bitmap.begin());
   v.counter = s.counter[set];
+  v.held = s.held[set] != 0;
   v.num_elements = s.num_elements[set];
   v.exp0 = s.exp0[set];
   v.exp1 = s.exp1[set];

@@ -14,6 +14,18 @@
 //   kConsume         a new contribution, the round is not complete: emit nothing
 //   kDropDuplicate   a duplicate while the round is incomplete: emit nothing
 //
+// and, for a leaf of a two-level job (AggregatorOptions::hold_completed_rounds, below):
+//
+//   kForwardUp       the packet completed the round at this leaf: send the partial sums (and
+//                    the round's max exponents) up to the parent as this leaf's contribution;
+//                    the round is *held* until the parent's total arrives (Complete)
+//   kResendUp        a duplicate of a held round (the worker timed out: the leaf's
+//                    contribution or the parent's total was lost): send the partial sums up
+//                    again; the parent counts it, drops it, or answers with its stored total
+//   Complete() then stores the parent's total as the round's result and returns kMulticast
+//   (send it to every worker), or kDropStale for a total no held round waits for (a
+//   duplicate, or a late copy).
+//
 // plus guards the reference lacks (the packet is rejected before any state changes):
 //
 //   kDropSizeMismatch   the (slot, set) holds a round whose element count differs from the
@@ -104,6 +116,9 @@ enum class Outcome : uint8_t {
   kDropSizeMismatch,
   kDropInvalid,
   kDropLateDuplicate,  // only with AggregatorOptions::late_duplicate_guard
+  kForwardUp,          // only with AggregatorOptions::hold_completed_rounds
+  kResendUp,           // only with AggregatorOptions::hold_completed_rounds
+  kDropStale,          // Complete() only: no held round waits for this total
 };
 std::string_view OutcomeName(Outcome o);
 
@@ -127,12 +142,19 @@ struct AggregatorOptions {
   // Drop late duplicates (kDropLateDuplicate) instead of counting them as new contributions.
   // See "Late-duplicate guard" in the file comment. Off: bit-exact reference behaviour.
   bool late_duplicate_guard = false;
+  // A leaf of a two-level job (docs/scaling.md "Two-level aggregation"): a completed round
+  // is not multicast but forwarded up (kForwardUp) and held until Complete() brings the
+  // parent's total. While a round is held, a duplicate gets kResendUp (never the partial
+  // sums as a result) and a new contribution to it is dropped (kDropDuplicate: an honest
+  // worker cannot send the slot's next round to this set before it received this one).
+  bool hold_completed_rounds = false;
 };
 
 struct AggregationResult {
   Outcome outcome = Outcome::kDropInvalid;
-  // For kMulticast and kUnicast only (nullptr/0 otherwise): the stored sums of the round in host
-  // byte order and the stored signed-max exponents. `sums` points into the aggregator and stays
+  // For kMulticast, kUnicast, kForwardUp and kResendUp only (nullptr/0 otherwise): the stored
+  // sums of the round in host byte order and the stored signed-max exponents (for the two
+  // "up" outcomes the leaf's partial sums and maxima). `sums` points into the aggregator and stays
   // valid until the next Process() or Reset().
   const int32_t* sums = nullptr;
   uint32_t num_elements = 0;
@@ -144,6 +166,7 @@ struct AggregationResult {
 struct SlotSetView {
   std::array<uint64_t, 4> bitmap{};  // bit r of word r/64 = rank r contributed in this set
   uint32_t counter = 0;                 // workers still missing (0 = idle or complete)
+  bool held = false;                    // complete at this leaf, waiting for the parent's total
   uint32_t num_elements = 0;            // element count of the round (set at its first packet)
   int8_t exp0 = 0;
   int8_t exp1 = 0;
@@ -178,6 +201,16 @@ class Aggregator {
   // Never fails and never allocates; bad preconditions give kDropInvalid without state change.
   AggregationResult Process(const Contribution& c);
 
+  // A leaf (options().hold_completed_rounds): the parent's total for (slot, set), the wire
+  // payload of its response (`num_elements` big-endian int32) and its max exponents. If the
+  // round is held and has that element count, stores the total as the round's result (later
+  // duplicates get it as kUnicast), releases the round and returns kMulticast with it.
+  // Otherwise returns kDropStale (no held round: a repeated or late total), kDropSizeMismatch
+  // (the held round has another element count) or kDropInvalid (slot, set or size out of
+  // range, no session, not a leaf), and changes nothing. Never allocates.
+  AggregationResult Complete(uint32_t slot, uint8_t set, int8_t exp0, int8_t exp1,
+                             const uint8_t* payload_be, uint32_t num_elements);
+
   uint32_t num_slots() const { return num_slots_; }
   uint32_t max_elements() const { return max_elements_; }
   uint32_t num_workers() const { return num_workers_; }  // 0 = no session yet
@@ -194,6 +227,7 @@ class Aggregator {
     uint8_t counter[2];  // n-1 <= 255
     int8_t exp0[2];
     int8_t exp1[2];
+    uint8_t held[2];  // hold_completed_rounds: complete here, waiting for the parent's total
   };
   struct FreeDeleter {
     void operator()(void* p) const { std::free(p); }

@@ -75,10 +75,23 @@ class Harness {
                                                     .tsi = tsi});
     Got g{r.outcome, {}, r.exp0, r.exp1};
     if (r.sums != nullptr) g.sums.assign(r.sums, r.sums + r.num_elements);
-    const bool has_result = r.outcome == Outcome::kMulticast || r.outcome == Outcome::kUnicast;
+    const bool has_result = r.outcome == Outcome::kMulticast || r.outcome == Outcome::kUnicast ||
+                            r.outcome == Outcome::kForwardUp || r.outcome == Outcome::kResendUp;
     EXPECT_EQ(r.sums != nullptr, has_result) << OutcomeName(r.outcome);
     return g;
   }
+
+  // A leaf's parent total (Aggregator::Complete).
+  Got Total(uint32_t slot, uint8_t set, const std::vector<int32_t>& v, int8_t e0 = 0,
+            int8_t e1 = 0) {
+    const std::vector<uint8_t> be = ToBE(v);
+    AggregationResult r = agg_.Complete(slot, set, e0, e1, be.data(), uint32_t(v.size()));
+    Got g{r.outcome, {}, r.exp0, r.exp1};
+    if (r.sums != nullptr) g.sums.assign(r.sums, r.sums + r.num_elements);
+    EXPECT_EQ(r.sums != nullptr, r.outcome == Outcome::kMulticast) << OutcomeName(r.outcome);
+    return g;
+  }
+  bool Held(uint32_t slot, uint8_t set) const { return agg_.Inspect(slot, set).held; }
 
   uint64_t Bits(uint32_t slot, uint8_t set, int word = 0) const {
     return agg_.Inspect(slot, set).bitmap[word];
@@ -1170,14 +1183,119 @@ TEST(AggregatorLateDuplicateGuard, RandomizedLateCopiesCorruptWithoutTheGuardAnd
   EXPECT_GT(on.count(Outcome::kDropLateDuplicate), 0u);
 }
 
+// ---------------------------------------------------------------------------------------------
+// A leaf of a two-level job (AggregatorOptions::hold_completed_rounds).
+
+constexpr AggregatorOptions kLeaf{.hold_completed_rounds = true};
+
+TEST(AggregatorLeaf, CompletedRoundGoesUpWithPartialSumsAndMaxExponentsAndIsHeld) {
+  Harness h(2, 16, 8, kLeaf);
+  EXPECT_EQ(h.Send(0, 3, 0, kA, 2, -1).outcome, Outcome::kConsume);
+  const Got up = h.Send(1, 3, 0, kB, 5, -3);
+  EXPECT_EQ(up.outcome, Outcome::kForwardUp);
+  EXPECT_THAT(up.sums, ElementsAreArray(Add(kA, kB)));
+  EXPECT_EQ(up.exp0, 5);
+  EXPECT_EQ(up.exp1, -1);
+  EXPECT_TRUE(h.Held(3, 0));
+  EXPECT_FALSE(h.Held(3, 1));
+}
+
+TEST(AggregatorLeaf, DuplicateOfAHeldRoundResendsThePartialNeverAsAResult) {
+  Harness h(2, 16, 8, kLeaf);
+  h.Send(0, 3, 0, kA);
+  h.Send(1, 3, 0, kB);
+  for (uint32_t rank : {0u, 1u, 0u}) {
+    const Got g = h.Send(rank, 3, 0, rank == 0 ? kA : kB);
+    EXPECT_EQ(g.outcome, Outcome::kResendUp);
+    EXPECT_THAT(g.sums, ElementsAreArray(Add(kA, kB)));  // the partial, unchanged
+  }
+  EXPECT_TRUE(h.Held(3, 0));
+}
+
+TEST(AggregatorLeaf, TotalReleasesTheRoundAndLaterDuplicatesGetTheTotal) {
+  Harness h(2, 16, 8, kLeaf);
+  h.Send(0, 3, 1, kA, 1, 1);
+  h.Send(1, 3, 1, kB, 2, 2);
+  const Got m = h.Total(3, 1, kC, 7, 6);
+  EXPECT_EQ(m.outcome, Outcome::kMulticast);
+  EXPECT_THAT(m.sums, ElementsAreArray(kC));
+  EXPECT_EQ(m.exp0, 7);
+  EXPECT_EQ(m.exp1, 6);
+  EXPECT_FALSE(h.Held(3, 1));
+  const Got u = h.Send(0, 3, 1, kA);
+  EXPECT_EQ(u.outcome, Outcome::kUnicast);
+  EXPECT_THAT(u.sums, ElementsAreArray(kC));
+  EXPECT_EQ(u.exp0, 7);
+  // The parent repeats its total (it answered a resent partial): nothing waits for it.
+  EXPECT_EQ(h.Total(3, 1, kC, 7, 6).outcome, Outcome::kDropStale);
+  // The slot's next round, in the other set, runs as usual.
+  EXPECT_EQ(h.Send(0, 3, 0, kB).outcome, Outcome::kConsume);
+  EXPECT_EQ(h.Send(1, 3, 0, kB).outcome, Outcome::kForwardUp);
+}
+
+TEST(AggregatorLeaf, TotalsNoRoundWaitsForChangeNothing) {
+  Harness h(2, 16, 8, kLeaf);
+  EXPECT_EQ(h.Total(3, 0, kC).outcome, Outcome::kDropStale);  // idle slot
+  h.Send(0, 3, 0, kA);
+  EXPECT_EQ(h.Total(3, 0, kC).outcome, Outcome::kDropStale);  // incomplete round
+  EXPECT_THAT(h.Sums(3, 0), ElementsAreArray(kA));
+  h.Send(1, 3, 0, kB);
+  EXPECT_EQ(h.Total(3, 0, {1, 2}).outcome, Outcome::kDropSizeMismatch);
+  EXPECT_EQ(h.Total(3, 1, kC).outcome, Outcome::kDropStale);  // the other set
+  EXPECT_EQ(h.Total(16, 0, kC).outcome, Outcome::kDropInvalid);
+  EXPECT_EQ(h.Total(3, 2, kC).outcome, Outcome::kDropInvalid);
+  EXPECT_EQ(h.Total(3, 0, std::vector<int32_t>(9, 1)).outcome, Outcome::kDropInvalid);
+  EXPECT_TRUE(h.Held(3, 0));
+  EXPECT_THAT(h.Sums(3, 0), ElementsAreArray(Add(kA, kB)));
+  // A one-level aggregator has no held rounds to complete.
+  Harness one(2);
+  one.Send(0, 3, 0, kA);
+  one.Send(1, 3, 0, kB);
+  EXPECT_EQ(one.Total(3, 0, kC).outcome, Outcome::kDropInvalid);
+}
+
+TEST(AggregatorLeaf, NewContributionToAHeldRoundIsDropped) {
+  // Worker 0 cleared its bit in set 0 by sending set 1 without the round's result (only a
+  // broken or hostile worker can): its "new" packet to the held set must not touch the sums.
+  Harness h(2, 16, 8, kLeaf);
+  h.Send(0, 3, 0, kA);
+  h.Send(1, 3, 0, kB);
+  EXPECT_EQ(h.Send(0, 3, 1, kC).outcome, Outcome::kConsume);
+  EXPECT_EQ(h.Send(0, 3, 0, kC).outcome, Outcome::kDropDuplicate);
+  EXPECT_THAT(h.Sums(3, 0), ElementsAreArray(Add(kA, kB)));
+  EXPECT_TRUE(h.Held(3, 0));
+}
+
+TEST(AggregatorLeaf, SingleWorkerLeafForwardsEveryRound) {
+  Harness h(1, 16, 8, kLeaf);
+  EXPECT_EQ(h.Send(0, 0, 0, kA).outcome, Outcome::kForwardUp);
+  EXPECT_EQ(h.Send(0, 0, 0, kA).outcome, Outcome::kResendUp);
+  EXPECT_EQ(h.Total(0, 0, kB).outcome, Outcome::kMulticast);
+  EXPECT_EQ(h.Send(0, 0, 0, kA).outcome, Outcome::kUnicast);
+  EXPECT_EQ(h.Send(0, 0, 1, kC).outcome, Outcome::kForwardUp);
+  EXPECT_TRUE(h.Held(0, 1));
+  EXPECT_FALSE(h.Held(0, 0));
+}
+
+TEST(AggregatorLeaf, ResetForgetsHeldRounds) {
+  Harness h(2, 16, 8, kLeaf);
+  h.Send(0, 3, 0, kA);
+  h.Send(1, 3, 0, kB);
+  ASSERT_TRUE(h.Held(3, 0));
+  ASSERT_TRUE(h.agg().Reset(2).ok());
+  EXPECT_FALSE(h.Held(3, 0));
+  EXPECT_EQ(h.Total(3, 0, kC).outcome, Outcome::kDropStale);
+}
+
 TEST(AggregatorTest, OutcomeNamesAreDistinct) {
   std::map<std::string_view, int> seen;
   for (Outcome o : {Outcome::kConsume, Outcome::kMulticast, Outcome::kUnicast,
                     Outcome::kDropDuplicate, Outcome::kDropSizeMismatch, Outcome::kDropInvalid,
-                    Outcome::kDropLateDuplicate}) {
+                    Outcome::kDropLateDuplicate, Outcome::kForwardUp, Outcome::kResendUp,
+                    Outcome::kDropStale}) {
     ++seen[OutcomeName(o)];
   }
-  EXPECT_EQ(seen.size(), 7u);
+  EXPECT_EQ(seen.size(), 10u);
   EXPECT_EQ(seen.count("unknown"), 0u);
 }
 

@@ -252,6 +252,37 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
                                 Str(shard.shard) + " of num_shards " + Str(shard.num_shards) +
                                 ": a job's switches are its shards");
   }
+  const control::Uplink& up = shard.uplink;
+  if (up.enabled()) {
+    if (up.parent_port == 0) {
+      return InvalidArgumentError("uplink parent_port must not be 0 (parent " +
+                                  FormatIpv4(up.parent_ipv4) + ")");
+    }
+    if (shard.num_shards != 1) {
+      return InvalidArgumentError(
+          "uplink: a leaf of a two-level job is served by one switch per leaf (num_shards 1), "
+          "got num_shards " + Str(shard.num_shards));
+    }
+    for (const Job& j : current.jobs()) {
+      if (j.state == JobState::kEnded) continue;
+      if (j.uplink().enabled() && j.uplink().parent_ipv4 == up.parent_ipv4 &&
+          j.uplink().parent_port == up.parent_port) {
+        return AlreadyExistsError("uplink: " + JobName(j.job_id) + " already has the parent " +
+                                  Where(up.parent_ipv4, up.parent_port) +
+                                  "; one leaf job per parent switch on a switch");
+      }
+      for (uint32_t r = 0; r < j.workers.size(); ++r) {
+        const WorkerEntry& w = j.workers[r];
+        if (w.registered && w.ipv4 == up.parent_ipv4 &&
+            (w.udp_ports.empty() || std::find(w.udp_ports.begin(), w.udp_ports.end(),
+                                               up.parent_port) != w.udp_ports.end())) {
+          return AlreadyExistsError("uplink: the parent " + Where(up.parent_ipv4, up.parent_port) +
+                                    " is the address of rank " + Str(r) + " of " +
+                                    JobName(j.job_id));
+        }
+      }
+    }
+  }
   if (spec.name.size() > kMaxNameLength) {
     return InvalidArgumentError("name must have at most " + Str(kMaxNameLength) +
                                 " characters, got " + Str(spec.name.size()));
@@ -292,9 +323,10 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
         Str(current.largest_free_range()) + " slots (" + Str(current.free_slots()) + " of " +
         Str(current.pool_slots_) + " free); delete a job or ask for fewer slots");
   }
+  AggregatorOptions agg_options = current.aggregator_options_;
+  agg_options.hold_completed_rounds = up.enabled();
   SWITCHML_ASSIGN_OR_RETURN(Aggregator agg,
-                            Aggregator::Create(held.count, spec.elements_per_packet,
-                                               current.aggregator_options_));
+                            Aggregator::Create(held.count, spec.elements_per_packet, agg_options));
   SWITCHML_RETURN_IF_ERROR(agg.Reset(spec.num_workers));
 
   auto next = std::make_shared<JobTable>(current);
@@ -381,6 +413,16 @@ Status JobTable::Admit(const Job& job, const WorkerRegistration& w, const Admiss
       return OkStatus();
     };
     SWITCHML_RETURN_IF_ERROR(conflict(job, scope));
+    // A leaf job's parent endpoint is where its totals come from: no worker may claim it.
+    for (const Job& other : jobs()) {
+      const control::Uplink& up = other.uplink();
+      if (other.state == JobState::kEnded || !up.enabled() || up.parent_ipv4 != w.ipv4) continue;
+      if (w.udp_ports.empty() || std::find(w.udp_ports.begin(), w.udp_ports.end(),
+                                           up.parent_port) != w.udp_ports.end()) {
+        return AlreadyExistsError("udp port " + Where(up.parent_ipv4, up.parent_port) +
+                                  " is the parent switch of " + JobName(other.job_id));
+      }
+    }
     if (rule.across_jobs) {
       for (const Job& other : jobs()) {
         if (other.state == JobState::kEnded || other.job_id == job.job_id) continue;
@@ -637,6 +679,7 @@ void JobTable::Rebuild() {
     for (const WorkerEntry& w : j.workers) {
       if (w.registered) entries += std::max<size_t>(1, w.udp_ports.size());
     }
+    if (j.uplink().enabled()) ++entries;
     if (j.state != JobState::kEnded) {
       max_job_workers_ = std::max(max_job_workers_, j.spec.num_workers);
     }
@@ -646,6 +689,13 @@ void JobTable::Rebuild() {
   index_.assign(capacity, Entry{});
   index_shift_ = uint32_t(64 - std::countr_zero(capacity));
   has_host_keys_ = false;
+  // Parents first: a leaf job's parent endpoint is never a worker's (Create and Admit refuse
+  // that), and indexing it first keeps it the parent's whatever happens.
+  for (uint32_t ji = 1; ji < jobs_.size(); ++ji) {
+    const Job& j = jobs_[ji];
+    if (j.state == JobState::kEnded || !j.uplink().enabled()) continue;
+    Insert(PortKey(j.uplink().parent_ipv4, j.uplink().parent_port), ji, kParentRank, 0);
+  }
   for (size_t n = 1; n <= jobs_.size(); ++n) {
     const uint32_t ji = uint32_t(n % jobs_.size());  // 1, 2, ..., then 0
     const Job& j = jobs_[ji];
@@ -670,10 +720,11 @@ void JobTable::ApplyLayout(Job& job) const {
   if (job.num_registered > 0) l = LayoutOf(job.spec, job.assignment, job.agreed, JobName(job.job_id));
   job.layout = l.ok() ? *l : control::JobLayout::Whole(job.spec.num_slots);
   const uint32_t shard = job.layout.num_shards() > 1 ? job.shard() : 0;
+  job.io_threads = job.uplink().enabled() ? 1 : io_threads_;
   job.io_slot_begin.fill(job.held.end());
-  for (uint32_t i = 0; i < io_threads_; ++i) {
-    job.io_slot_begin[i] =
-        std::clamp(job.layout.IoSlots(shard, i, io_threads_).first, job.held.first, job.held.end());
+  for (uint32_t i = 0; i < job.io_threads; ++i) {
+    job.io_slot_begin[i] = std::clamp(job.layout.IoSlots(shard, i, job.io_threads).first,
+                                      job.held.first, job.held.end());
   }
 }
 

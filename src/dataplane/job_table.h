@@ -167,6 +167,8 @@ class JobTable {
   static constexpr size_t kMaxNameLength = 64;
   // The reference session's job id.
   static constexpr uint32_t kReferenceJobId = 0;
+  // Sender::rank of a datagram from a leaf job's parent switch (its totals; Uplink).
+  static constexpr uint32_t kParentRank = 0xFFFFFFFF;
 
   struct Job {
     uint32_t job_id = 0;  // 0 = the reference session
@@ -208,11 +210,16 @@ class JobTable {
     }
     // The shard of the job this switch is (0 of 1 unless a controller placed it on several).
     uint32_t shard() const { return assignment.num_shards > 1 ? assignment.shard : 0; }
+    // A leaf of a two-level job (control::Uplink): its parent, or none.
+    const control::Uplink& uplink() const { return assignment.uplink; }
+    // The I/O threads that serve the job: the switch's, or 1 for a leaf of a two-level job (it
+    // sends up and takes the parent's totals on I/O thread 0's port, so every slot is there).
+    uint32_t io_threads = 1;
   };
   // The result of a hot-path lookup: pointers into the table (valid while it lives).
   struct Sender {
     const Job* job = nullptr;
-    uint32_t rank = 0;
+    uint32_t rank = 0;  // kParentRank: the job's parent switch (a leaf's totals)
     uint16_t thread = kNoThread;  // index into the worker's udp_ports, or kNoThread
   };
 
@@ -257,7 +264,13 @@ class JobTable {
   // unless the spec has one, its slot range the first free range that fits (a shard: its
   // share of the job's slots, control::JobLayout::ShardSlots), and a new zeroed aggregator.
   // `shard` is the default for a job this switch serves alone, or a standalone controller's
-  // assignment; spec.switches must equal shard.num_shards. `now` starts its idle clock. Errors: InvalidArgument (num_workers,
+  // assignment; spec.switches must equal shard.num_shards. With shard.uplink the job is a
+  // leaf of a two-level job: its aggregator holds completed rounds for the parent
+  // (AggregatorOptions::hold_completed_rounds), datagrams from the parent's endpoint are its
+  // totals, and I/O thread 0 serves all of it; InvalidArgument for a leaf with several shards
+  // or without parent_port, AlreadyExists when another live job has the same parent endpoint
+  // (the endpoint is how the leaf tells its totals apart) or a worker of a live job registered
+  // that address. `now` starts its idle clock. Errors: InvalidArgument (num_workers,
   // num_slots, elements_per_packet, idle_timeout, token or name out of range — the message
   // names the field and value), AlreadyExists (spec.token was given and another live job
   // has it; the message does not say which), ResourceExhausted (no free range of num_slots slots; the

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
+#include <set>
 #include <vector>
 
 #include "dataplane/switch_core.h"
@@ -61,9 +63,10 @@ struct Tables {
     if (next.ok()) t = *next;
     return id;
   }
-  Status TryCreate(JobSpec spec) {
+  Status TryCreate(JobSpec spec, const control::ShardAssignment& a = {}, uint32_t* id_out = nullptr) {
     uint32_t id = 0;
-    auto next = JobTable::Create(*t, spec, {}, kToken, kT0, &id);
+    auto next = JobTable::Create(*t, spec, a, kToken, kT0, &id);
+    if (id_out != nullptr) *id_out = id;
     if (next.ok()) t = *next;
     return next.status();
   }
@@ -633,6 +636,151 @@ TEST(JobTableTest, AChosenTokenIsUniqueAmongLiveJobs) {
   EXPECT_EQ(x.t->FindJob(c)->spec.token, chosen.token);
   ASSERT_TRUE(x.End(b).ok());
   EXPECT_TRUE(x.TryCreate(taken).ok());
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// A leaf of a two-level job (control::Uplink).
+
+const uint32_t kParent = Ip(10, 9, 9, 9);
+constexpr uint16_t kParentPort = 48864;
+
+control::ShardAssignment LeafOf(uint32_t parent_ipv4, uint16_t port = kParentPort) {
+  control::ShardAssignment a;
+  a.uplink = {.parent_ipv4 = parent_ipv4, .parent_port = port, .parent_job_id = 5, .leaf = 1,
+              .total_workers = 6};
+  return a;
+}
+
+TEST(JobTableLeafTest, ParentEndpointIsCheckedAndIsTheParentsAlone) {
+  Tables x;
+  EXPECT_THAT(x.TryCreate(Spec(2, 8), LeafOf(kParent, 0)).message(), HasSubstr("parent_port"));
+  control::ShardAssignment two = LeafOf(kParent);
+  two.num_shards = 2;
+  JobSpec spec2 = Spec(2, 8);
+  spec2.switches = 2;
+  Status s = x.TryCreate(spec2, two);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("num_shards"));
+  uint32_t leaf = 0;
+  ASSERT_TRUE(x.TryCreate(Spec(2, 8), LeafOf(kParent), &leaf).ok());
+  // Datagrams from the parent are the leaf job's totals.
+  JobTable::Sender sender;
+  ASSERT_TRUE(x.t->Find({kParent, kParentPort}, &sender));
+  EXPECT_EQ(sender.rank, JobTable::kParentRank);
+  EXPECT_EQ(sender.job->job_id, leaf);
+  EXPECT_FALSE(x.t->Find({kParent, kParentPort + 1}, &sender));
+  // A second leaf job with the same parent could not tell its totals apart.
+  s = x.TryCreate(Spec(2, 8), LeafOf(kParent));
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_THAT(s.message(), HasSubstr("already has the parent"));
+  // No worker of any job may register the parent's address...
+  const uint32_t other = x.Create(Spec(2, 8));
+  for (uint32_t job : {leaf, other}) {
+    s = x.Register(Reg(job, 0, kParent, {kParentPort}));
+    EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << "job " << job;
+    EXPECT_THAT(s.message(), HasSubstr("is the parent switch of job " + std::to_string(leaf)));
+  }
+  // ...and a parent cannot be a registered worker's address.
+  ASSERT_TRUE(x.Register(Reg(other, 0, kA0, {7000})).ok());
+  s = x.TryCreate(Spec(2, 8), LeafOf(kA0, 7000));
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_THAT(s.message(), HasSubstr("rank 0 of job " + std::to_string(other)));
+  // Once the leaf job ends, its parent is free for another.
+  ASSERT_TRUE(x.End(leaf).ok());
+  EXPECT_FALSE(x.t->Find({kParent, kParentPort}, &sender));
+  EXPECT_TRUE(x.TryCreate(Spec(2, 8), LeafOf(kParent)).ok());
+}
+
+TEST(JobTableLeafTest, ALeafIsServedByIoThreadZeroWhateverTheSwitchRuns) {
+  auto t = std::make_shared<const JobTable>(100, 8, 256, AggregatorOptions{}, /*io_threads=*/4);
+  uint32_t leaf = 0, plain = 0;
+  JobSpec spec = Spec(2, 8);
+  auto t1 = JobTable::Create(*t, spec, LeafOf(kParent), kToken, kT0, &leaf);
+  ASSERT_TRUE(t1.ok()) << t1.status();
+  auto t2 = JobTable::Create(**t1, spec, {}, kToken, kT0, &plain);
+  ASSERT_TRUE(t2.ok()) << t2.status();
+  for (uint32_t job : {leaf, plain}) {
+    JobRegistration r = Reg(job, 0, job == leaf ? kA0 : kB0, {7000, 7001, 7002, 7003});
+    r.worker.num_worker_threads = 4;
+    r.worker.window_packets = 8;
+    JobWorkerGrant g;
+    auto next = JobTable::Register(**t2, r, &g, kT0);
+    ASSERT_TRUE(next.ok()) << next.status();
+    t2 = next;
+  }
+  const JobTable::Job& l = *(*t2)->FindJob(leaf);
+  EXPECT_EQ(l.io_threads, 1u);
+  for (uint32_t slot = 0; slot < 8; ++slot) {
+    EXPECT_TRUE(l.OwnsSlot(0, slot)) << slot;
+    for (uint32_t io = 1; io < 4; ++io) EXPECT_FALSE(l.OwnsSlot(io, slot)) << slot;
+  }
+  const JobTable::Job& p = *(*t2)->FindJob(plain);
+  EXPECT_EQ(p.io_threads, 4u);
+  EXPECT_TRUE(p.OwnsSlot(3, 7));
+  EXPECT_FALSE(p.OwnsSlot(0, 7));
+}
+
+// The leaf's packet path, datagram by datagram: a completed round goes up, a duplicate while the
+// parent's total is outstanding goes up again, the total comes down to every worker, and
+// anything else from the parent is stale.
+TEST(SwitchCoreLeafTest, RoundsGoUpAndTotalsComeDown) {
+  JobCoreHarness h;
+  uint32_t leaf = 0;
+  ASSERT_TRUE(h.tables().TryCreate(Spec(2, 8), LeafOf(kParent), &leaf).ok());
+  ASSERT_TRUE(h.tables().Register(Reg(leaf, 0, kA0, {7000})).ok());
+  ASSERT_TRUE(h.tables().Register(Reg(leaf, 1, kA1, {7000})).ok());
+  h.Publish();
+  const Endpoint parent{kParent, kParentPort};
+  const auto v0 = Ramp(64, 10, 1), v1 = Ramp(64, 20, 2), total = Ramp(64, 1000, 7);
+  EXPECT_TRUE(h.Burst({{Encode({.slot = 2, .set = 1, .values = v0, .exp0 = 3, .tsi = 9}),
+                        {kA0, 7000}}}).empty());
+  auto sent = h.Burst({{Encode({.slot = 2, .set = 1, .values = v1, .exp0 = 5, .tsi = 9}),
+                        {kA1, 7000}}});
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].to, parent);
+  // Up: the leaf's partial sums and max exponent, with the completing packet's tag.
+  EXPECT_EQ(sent[0].bytes, ExpectedResponse({.slot = 2, .set = 1, .tsi = 9}, Sum({v0, v1}), 5, 0));
+  // Rank 0 times out: its duplicate sends the partial up again; nothing goes to a worker.
+  sent = h.Burst({{Encode({.slot = 2, .set = 1, .values = v0, .tsi = 9}), {kA0, 7000}}});
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].to, parent);
+  EXPECT_EQ(sent[0].bytes, ExpectedResponse({.slot = 2, .set = 1, .tsi = 9}, Sum({v0, v1}), 5, 0));
+  // Totals for rounds nobody holds, from the parent, change nothing.
+  sent = h.Burst({
+      {Encode({.slot = 2, .set = 0, .values = total, .tsi = 9}), parent},   // other set
+      {Encode({.slot = 9, .set = 1, .values = total, .tsi = 9}), parent},   // outside the job
+      {Encode({.slot = 2, .set = 1, .values = Ramp(256, 1, 1)}), parent},   // too large
+  });
+  EXPECT_TRUE(sent.empty());
+  EXPECT_EQ(h.counters().parent_stale, 3u);
+  // The total: stored and multicast to both workers with the parent's exponent.
+  sent = h.Burst({{Encode({.slot = 2, .set = 1, .values = total, .exp0 = 8, .tsi = 9}), parent}});
+  ASSERT_EQ(sent.size(), 2u);
+  const auto want = ExpectedResponse({.slot = 2, .set = 1, .tsi = 9}, total, 8, 0);
+  EXPECT_EQ(sent[0].bytes, want);
+  EXPECT_EQ(sent[1].bytes, want);
+  std::set<std::pair<uint32_t, uint16_t>> to = {{sent[0].to.ipv4, sent[0].to.port},
+                                                 {sent[1].to.ipv4, sent[1].to.port}};
+  EXPECT_EQ(to, (std::set<std::pair<uint32_t, uint16_t>>{{kA0, 7000}, {kA1, 7000}}));
+  // The parent repeats it (it answered the resent partial): stale. A worker's duplicate now
+  // gets the total as a unicast.
+  EXPECT_TRUE(h.Burst({{Encode({.slot = 2, .set = 1, .values = total, .exp0 = 8, .tsi = 9}),
+                        parent}}).empty());
+  sent = h.Burst({{Encode({.slot = 2, .set = 1, .values = v1, .tsi = 9}), {kA1, 7000}}});
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].to, (Endpoint{kA1, 7000}));
+  EXPECT_EQ(sent[0].bytes, want);
+  const SwitchCounters& c = h.counters();
+  EXPECT_EQ(c.uplink_sent, 1u);
+  EXPECT_EQ(c.uplink_resent, 1u);
+  EXPECT_EQ(c.parent_stale, 4u);
+  EXPECT_EQ(c.multicast_rounds, 1u);
+  EXPECT_EQ(c.unicast_replies, 1u);
+  EXPECT_EQ(c.consumed, 1u);
+  // Every datagram in one bucket (switch_counters.h).
+  EXPECT_EQ(c.datagrams_received, c.consumed + c.uplink_sent + c.uplink_resent + c.parent_stale +
+                                      c.multicast_rounds + c.unicast_replies);
 }
 
 }  // namespace

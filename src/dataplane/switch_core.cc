@@ -104,6 +104,10 @@ void SwitchCore::ProcessBurst(std::span<const transport::RxDatagram> in, Outbox&
       continue;
     }
     JobRuntime& rt = *job.runtime;
+    if (sender.rank == JobTable::kParentRank) {
+      ParentTotal(pkt, job, rt, out);
+      continue;
+    }
     AtomicJobCounters& jc = rt.counters_of(io_thread_);
     Bump(jc.received);
     Bump(rt.rank_received_of(io_thread_)[sender.rank]);
@@ -171,8 +175,15 @@ void SwitchCore::Aggregate(const transport::RxDatagram& d, const wire::PacketVie
       Bump(jc.size_mismatch);
       return;
     case Outcome::kDropInvalid:
+    case Outcome::kDropStale:  // Complete() only
       ++c.aggregator_invalid;
       return;
+    case Outcome::kForwardUp:
+      ++c.uplink_sent;
+      break;
+    case Outcome::kResendUp:
+      ++c.uplink_resent;
+      break;
     case Outcome::kMulticast:
       ++c.multicast_rounds;
       Bump(jc.multicast_rounds);
@@ -197,6 +208,14 @@ void SwitchCore::Aggregate(const transport::RxDatagram& d, const wire::PacketVie
   wire::Int32ToBE(r.sums, r.num_elements, resp + wire::kPrefixBytes);
   const uint32_t size = uint32_t(wire::PacketBytes(r.num_elements));
 
+  // A leaf's completed round (or a worker's duplicate of one still held) goes up to the parent.
+  if (r.outcome == Outcome::kForwardUp || r.outcome == Outcome::kResendUp) {
+    const control::Uplink& up = job.uplink();
+    out.Push(resp, size, transport::Endpoint{up.parent_ipv4, up.parent_port}, false);
+    ++c.datagrams_sent;
+    Bump(jc.datagrams_sent);
+    return;
+  }
   // Workers in reference mode (registered without ports: reference clients) get one datagram
   // per frame: they may read frames themselves (DPDK af_packet) and never see a GSO run split.
   if (r.outcome == Outcome::kUnicast) {
@@ -205,16 +224,65 @@ void SwitchCore::Aggregate(const transport::RxDatagram& d, const wire::PacketVie
     Bump(jc.datagrams_sent);
     return;
   }
+  Multicast(resp, size, job, jc, thread, d.from.port, out);
+}
+
+void SwitchCore::Multicast(const uint8_t* resp, uint32_t size, const JobTable::Job& job,
+                           AtomicJobCounters& jc, uint16_t thread, uint16_t fallback_port,
+                           Outbox& out) {
   uint64_t sent = 0;
   for (const WorkerEntry& w : job.workers) {
     // Every rank contributed to a completed round, so all are registered; guard anyway.
     if (!w.registered) continue;
-    const uint16_t port = thread < w.udp_ports.size() ? w.udp_ports[thread] : d.from.port;
+    const uint16_t port = thread < w.udp_ports.size() ? w.udp_ports[thread] : fallback_port;
+    if (port == 0) continue;  // a parent's total for a slot no worker thread uses
     out.Push(resp, size, transport::Endpoint{w.ipv4, port}, w.udp_ports.empty());
     ++sent;
   }
-  c.datagrams_sent += sent;
+  counters_.datagrams_sent += sent;
   Bump(jc.datagrams_sent, sent);
+}
+
+void SwitchCore::ParentTotal(const wire::PacketView& pkt, const JobTable::Job& job,
+                             JobRuntime& rt, Outbox& out) {
+  SwitchCounters& c = counters_;
+  AtomicJobCounters& jc = rt.counters_of(io_thread_);
+  Bump(jc.received);
+  const wire::Header& h = pkt.header;
+  // The parent answers what this leaf sent up: slots of the job, at most its packet size, on
+  // I/O thread 0 (Job::io_threads). Anything else is not a total of ours.
+  if (job.state != JobState::kRunning || h.slot >= job.spec.num_slots ||
+      pkt.num_elements > job.spec.elements_per_packet || !job.OwnsSlot(io_thread_, h.slot)) {
+    ++c.parent_stale;
+    return;
+  }
+  if (ingress_drop_.ShouldDrop()) {
+    ++c.sim_ingress_drops;
+    return;
+  }
+  const AggregationResult r = rt.aggregator.Complete(uint32_t(h.slot - job.held.first), h.set,
+                                                     h.exp0, h.exp1, pkt.payload, pkt.num_elements);
+  if (r.outcome != Outcome::kMulticast) {
+    ++c.parent_stale;
+    return;
+  }
+  ++c.multicast_rounds;
+  Bump(jc.multicast_rounds);
+  if (egress_drop_.ShouldDrop()) {
+    ++c.sim_egress_drops;
+    return;
+  }
+  // The parent's response carries the header this leaf sent up (the completing worker's size
+  // code, job number, tsi, slot and set) and the global max exponents: forward it as it is.
+  uint8_t* resp = out.NextResponse();
+  wire::Header rh = h;
+  rh.msg_type = wire::kMsgTypeAllReduce;
+  wire::EncodePrefix(rh, resp);
+  wire::Int32ToBE(r.sums, r.num_elements, resp + wire::kPrefixBytes);
+  const uint32_t size = uint32_t(wire::PacketBytes(r.num_elements));
+  // Each worker's port for the thread whose slots hold this one (the job's layout).
+  const uint32_t t = job.layout.ThreadOfSlot(h.slot);
+  Multicast(resp, size, job, jc, uint16_t(std::min<uint32_t>(t, kNoThread - 1)), 0, out);
 }
 
 }  // namespace switchml::dataplane

@@ -21,6 +21,14 @@
 //  11. the response: msg type 1; size code, job number and tsi of the triggering packet; the
 //      same (slot, set); the round's max exponents; its sums big-endian. A multicast is encoded
 //      once and sent to every worker of the job; a unicast goes back to the sender's address.
+// A leaf of a two-level job (JobTable::Job::uplink, docs/scaling.md "Two-level aggregation"):
+// in step 11 a completed round goes up to the parent instead (the same encoding, the leaf's
+// partial sums and max exponents; uplink_sent), and so does a worker's duplicate while the
+// parent's total is outstanding (uplink_resent: the workers' retransmission timers drive the
+// leaf's); a datagram from the parent's endpoint (after step 2) is the total of a held round:
+// checked (slot, size, I/O thread 0; else parent_stale), through the ingress drop simulator,
+// stored by Aggregator::Complete and multicast to the workers (multicast_rounds), through the
+// egress drop simulator.
 // The per-job counters (JobRuntime, this I/O thread's share) are bumped alongside the
 // switch-wide ones from step 3 on.
 // Several I/O threads (switch_server.h): one SwitchCore per thread (CreateForIoThread), all
@@ -144,6 +152,14 @@ class SwitchCore {
   void Aggregate(const transport::RxDatagram& d, const wire::PacketView& pkt,
                  const JobTable::Job& job, JobRuntime& rt, uint32_t rank, uint16_t thread,
                  Outbox& out);
+  // A datagram from a leaf job's parent switch: its total for a held round (Aggregator::
+  // Complete), multicast to the job's workers; anything else counts as parent_stale.
+  void ParentTotal(const wire::PacketView& pkt, const JobTable::Job& job, JobRuntime& rt,
+                   Outbox& out);
+  // Pushes the encoded response `resp` to every registered worker of `job`: to its port for
+  // worker thread `thread`, or to `fallback_port` for a worker without that port.
+  void Multicast(const uint8_t* resp, uint32_t size, const JobTable::Job& job,
+                 AtomicJobCounters& jc, uint16_t thread, uint16_t fallback_port, Outbox& out);
 
   SwitchConfig config_;
   std::shared_ptr<const JobTable> jobs_;

@@ -94,7 +94,7 @@ void ExpectBucketsAddUp(const SwitchCounters& c) {
                  c.job_slot_out_of_range + c.slot_out_of_range + c.too_large +
                  c.wrong_io_thread + c.size_mismatch + c.aggregator_invalid + c.sim_ingress_drops + c.consumed +
                  c.duplicates_dropped + c.late_duplicates_dropped + c.multicast_rounds +
-                 c.unicast_replies;
+                 c.unicast_replies + c.uplink_sent + c.uplink_resent + c.parent_stale;
   for (uint64_t e : c.decode_errors) sum += e;
   EXPECT_EQ(sum, c.datagrams_received);
 }

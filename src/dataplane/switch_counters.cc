@@ -19,7 +19,7 @@ bool IsDropCounter(std::string_view name) {
       "rx_truncated", "unknown_sender", "job_ended", "job_not_running", "job_slot_out_of_range",
       "slot_out_of_range", "too_large", "size_mismatch", "aggregator_invalid",
       "sim_ingress_drops", "sim_egress_drops", "duplicates_dropped", "late_duplicates_dropped",
-      "wrong_io_thread", "send_dropped", "raw_ring_drops", "raw_refused_checksum",
+      "parent_stale", "wrong_io_thread", "send_dropped", "raw_ring_drops", "raw_refused_checksum",
       "raw_not_for_us", "raw_truncated", "raw_send_no_mac", "udp_socket_drops",
       // Malformed frames (transport/frame.h's structural verdicts).
       "raw_frames_truncated", "raw_frames_not_ipv4", "raw_frames_bad_ipv4_header",

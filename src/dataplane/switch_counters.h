@@ -12,7 +12,10 @@
 //                         + sim_ingress_drops
 //                         + consumed + duplicates_dropped + late_duplicates_dropped
 //                         + multicast_rounds + unicast_replies
-// (the per-job part of these is also counted per job, JobCounters).
+//                         + uplink_sent + uplink_resent + parent_stale
+// (the per-job part of these is also counted per job, JobCounters). At a leaf of a two-level
+// job a worker's packet that completes a round counts as uplink_sent (the round goes up to the
+// parent) and the parent's total that finishes it as multicast_rounds.
 //
 //   std::cout << counters.FormatTable();
 //   for (auto& [name, value] : counters.Named()) json[name] = value;
@@ -56,6 +59,12 @@ struct SwitchCounters {
   uint64_t wrong_io_thread = 0;     // reached an I/O thread that does not own the packet's slot
                                     // for the sender's job (switch_core.h, step 7)
   uint64_t datagrams_sent = 0;      // response datagrams handed to the transport
+  // A leaf of a two-level job (control::Uplink):
+  uint64_t uplink_sent = 0;    // rounds completed here and sent up to the parent
+  uint64_t uplink_resent = 0;  // a worker's duplicate of a round waiting for the parent's
+                               // total: the partial sums sent up again
+  uint64_t parent_stale = 0;   // datagrams from the parent no held round waited for (a
+                               // repeated or late total; or a size mismatch)
 
   // Calls f(name, value_ref) for every counter, in a fixed order. Names are snake_case and
   // stable (they appear in JSON output and tests). Works on const and non-const counters.
@@ -85,8 +94,11 @@ struct SwitchCounters {
     f("late_duplicates_dropped", c.late_duplicates_dropped);
     f("wrong_io_thread", c.wrong_io_thread);
     f("datagrams_sent", c.datagrams_sent);
+    f("uplink_sent", c.uplink_sent);
+    f("uplink_resent", c.uplink_resent);
+    f("parent_stale", c.parent_stale);
   }
-  static constexpr size_t kNumCounters = 23;
+  static constexpr size_t kNumCounters = 26;
 
   uint64_t decode_error(wire::DecodeError e) const { return decode_errors[size_t(e)]; }
 

@@ -368,7 +368,7 @@ StatusOr<JobWorkerGrant> SwitchServer::RegisterJobWorker(
       for (uint32_t t = 0; t < layout.worker_threads(); ++t) {
         ThreadRoute r;
         r.shard = layout.ShardOf(t);
-        r.io_thread = layout.IoThreadOf(t, uint32_t(io_.size()));
+        r.io_thread = layout.IoThreadOf(t, job->io_threads);
         if (r.shard == job->shard()) r.udp_port = io_[r.io_thread]->local_endpoint.port;
         routes.push_back(r);
       }

@@ -294,7 +294,8 @@ TEST(IsDropCounterTest, EveryDropReasonAndNothingElse) {
   // outcomes of aggregation.
   const std::vector<std::string> not_drops = {"datagrams_received", "consumed", "multicast_rounds",
                                               "unicast_replies", "datagrams_sent", "bursts",
-                                              "recv_errors", "send_errors", "sessions_adopted"};
+                                              "recv_errors", "send_errors", "sessions_adopted",
+                                              "uplink_sent", "uplink_resent"};
   for (const auto& [name, v] : ServerCounters{}.Named()) {
     const bool expected = std::find(not_drops.begin(), not_drops.end(), name) == not_drops.end();
     EXPECT_EQ(IsDropCounter(name), expected) << name;

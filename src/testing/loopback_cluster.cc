@@ -16,6 +16,70 @@ dataplane::SwitchConfig LoopbackCluster::DefaultSwitchConfig() {
   return sc;
 }
 
+StatusOr<dataplane::SwitchServer*> LoopbackCluster::AddSwitch(
+    uint32_t ipv4, const dataplane::SwitchConfig& switch_config) {
+  // The switch as `switchml switch` assembles it (dataplane::SwitchHost), on the fabric.
+  dataplane::SwitchHostConfig hc;
+  hc.switch_config = switch_config;
+  hc.io = dataplane::SwitchHostConfig::Io::kFactory;
+  hc.bind = {switch_config.advertised_ipv4, kSwitchEndpoint.port};  // as configured
+  transport::LoopbackFabric* fabric = fabric_.get();
+  hc.channel_factory = [fabric, ipv4](uint32_t i) {
+    return fabric->CreateChannel({ipv4, uint16_t(kSwitchEndpoint.port + i)});
+  };
+  SWITCHML_ASSIGN_OR_RETURN(auto host, dataplane::SwitchHost::Create(std::move(hc)));
+  SWITCHML_RETURN_IF_ERROR(host->Start());
+  dataplane::SwitchServer* server = host->server();
+  hosts_.push_back(std::move(host));
+  return server;
+}
+
+Status LoopbackCluster::AddWorker(const Options& o, control::WorkerRegistration reg,
+                                  const std::vector<JobAt>& jobs) {
+  // What Context::Create registers: the job's layout comes from these.
+  reg.protocol_version = control::kClientProtocolVersion;
+  reg.num_worker_threads = o.num_worker_threads;
+  reg.window_packets = o.window_packets;
+  reg.elements_per_packet = o.elements_per_packet;
+  std::vector<std::unique_ptr<transport::Channel>> channels;
+  for (uint32_t t = 0; t < o.num_worker_threads; ++t) {
+    const uint16_t port = uint16_t(6000 + t);
+    SWITCHML_ASSIGN_OR_RETURN(auto channel, fabric_->CreateChannel({reg.ipv4, port}));
+    reg.udp_ports.push_back(port);
+    channels.push_back(std::move(channel));
+  }
+  std::vector<control::SwitchInfo> answers;
+  for (const JobAt& j : jobs) {
+    control::JobRegistration jr;  // job 0: the reference session, no token
+    jr.job_id = j.job_id;
+    jr.token = j.token;
+    jr.worker = reg;
+    SWITCHML_ASSIGN_OR_RETURN(control::JobWorkerGrant grant, j.server->RegisterJobWorker(jr));
+    answers.push_back(grant.switch_info);
+    answers.back().ipv4 = j.switch_ipv4;
+  }
+  // The answers merged as a standalone controller merges them, turned into routes as
+  // Context::Create does.
+  SWITCHML_ASSIGN_OR_RETURN(control::SwitchInfo info, control::MergeShardAnswers(answers));
+  SWITCHML_ASSIGN_OR_RETURN(client::ContextImpl::Routes routes,
+                            client::ContextImpl::RoutesFor(o, info, kSwitchEndpoint.ipv4));
+  contexts_.push_back(
+      client::ContextImpl::CreateWithChannels(o, std::move(channels), std::move(routes)));
+  return OkStatus();
+}
+
+namespace {
+// Options for rank `rank` of `num_workers`, validated.
+StatusOr<Options> RankOptions(const Options& options, uint32_t rank, uint32_t num_workers) {
+  Options o = options;
+  o.rank = rank;
+  o.num_workers = num_workers;
+  if (Status s = o.Validate(); !s.ok()) return s.WithContext("options of rank " + std::to_string(rank));
+  return o;
+}
+constexpr char kToken[] = "loopback-cluster-token";
+}  // namespace
+
 StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
     uint32_t num_workers, const Options& options, const transport::FaultOptions& faults,
     const dataplane::SwitchConfig& switch_config, uint32_t shards) {
@@ -29,24 +93,17 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
   // `switchml switch --io-threads`).
   auto shard_ip = [](uint32_t s) { return kSwitchEndpoint.ipv4 + s; };
   for (uint32_t s = 0; s < shards; ++s) {
-    // The switch as `switchml switch` assembles it (dataplane::SwitchHost), on the fabric.
-    dataplane::SwitchHostConfig hc;
-    hc.switch_config = switch_config;
-    hc.io = dataplane::SwitchHostConfig::Io::kFactory;
-    hc.bind = {switch_config.advertised_ipv4, kSwitchEndpoint.port};  // as configured
-    transport::LoopbackFabric* fabric = c->fabric_.get();
-    hc.channel_factory = [fabric, ip = shard_ip(s)](uint32_t i) {
-      return fabric->CreateChannel({ip, uint16_t(kSwitchEndpoint.port + i)});
-    };
-    SWITCHML_ASSIGN_OR_RETURN(auto host, dataplane::SwitchHost::Create(std::move(hc)));
-    SWITCHML_RETURN_IF_ERROR(host->Start());
-    c->servers_.push_back(host->server());
-    c->hosts_.push_back(std::move(host));
+    SWITCHML_ASSIGN_OR_RETURN(dataplane::SwitchServer * server,
+                              c->AddSwitch(shard_ip(s), switch_config));
+    c->servers_.push_back(server);
   }
-  // Several shards: one service job per shard (job 0 serves a single switch only).
-  const std::string token = "loopback-cluster-token";
+  // One shard: the reference session (job 0). Several: one service job per shard (job 0
+  // serves a single switch only).
+  std::vector<JobAt> jobs;
+  for (uint32_t s = 0; s < shards; ++s) {
+    jobs.push_back({c->servers_[s], control::kReferenceJobId, "", shard_ip(s)});
+  }
   constexpr uint64_t kShardGroup = 1;  // one job; no controller ever looks for it
-  std::vector<uint32_t> job_ids(shards, control::kReferenceJobId);
   if (shards > 1) {
     for (uint32_t s = 0; s < shards; ++s) {
       control::JobSpec spec;
@@ -55,57 +112,76 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
       spec.num_slots = control::JobLayout::SlotsFor(shards, options.num_worker_threads,
                                                     options.window_packets);
       spec.elements_per_packet = options.elements_per_packet;
-      spec.token = token;
+      spec.token = kToken;
       spec.switches = shards;
       SWITCHML_ASSIGN_OR_RETURN(
           control::JobInfo job,
           c->servers_[s]->CreateJobShard(
               spec, {.shard = s, .num_shards = shards, .shard_group = kShardGroup}));
-      job_ids[s] = job.job_id;
+      jobs[s].job_id = job.job_id;
+      jobs[s].token = kToken;
     }
   }
   for (uint32_t r = 0; r < num_workers; ++r) {
-    Options o = options;
-    o.rank = r;
-    o.num_workers = num_workers;
-    if (Status s = o.Validate(); !s.ok()) return s.WithContext("options of rank " + std::to_string(r));
+    SWITCHML_ASSIGN_OR_RETURN(Options o, RankOptions(options, r, num_workers));
     control::WorkerRegistration reg;
     reg.rank = r;
     reg.num_workers = num_workers;
     reg.ipv4 = 0x0A000001 + r;
-    // What Context::Create registers: the job's layout comes from these.
-    reg.protocol_version = control::kClientProtocolVersion;
-    reg.num_worker_threads = o.num_worker_threads;
-    reg.window_packets = o.window_packets;
-    reg.elements_per_packet = o.elements_per_packet;
-    std::vector<std::unique_ptr<transport::Channel>> channels;
-    for (uint32_t t = 0; t < o.num_worker_threads; ++t) {
-      const uint16_t port = uint16_t(6000 + t);
-      SWITCHML_ASSIGN_OR_RETURN(auto channel, c->fabric_->CreateChannel({reg.ipv4, port}));
-      reg.udp_ports.push_back(port);
-      channels.push_back(std::move(channel));
+    SWITCHML_RETURN_IF_ERROR(c->AddWorker(o, std::move(reg), jobs));
+  }
+  return c;
+}
+
+StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::CreateTwoLevel(
+    uint32_t racks, uint32_t per_rack, const Options& options,
+    const transport::FaultOptions& faults, const dataplane::SwitchConfig& switch_config) {
+  if (racks == 0) return InvalidArgumentError("racks must be >= 1, got 0");
+  if (per_rack == 0) return InvalidArgumentError("per_rack must be >= 1, got 0");
+  std::unique_ptr<LoopbackCluster> c(new LoopbackCluster());
+  transport::LoopbackOptions lo;
+  lo.faults = faults;
+  SWITCHML_ASSIGN_OR_RETURN(c->fabric_, transport::LoopbackFabric::Create(lo));
+  SWITCHML_ASSIGN_OR_RETURN(c->parent_, c->AddSwitch(kParentIpv4, switch_config));
+  auto leaf_ip = [](uint32_t l) { return kSwitchEndpoint.ipv4 + l; };
+  const uint32_t job_slots = control::JobLayout::SlotsFor(1, options.num_worker_threads,
+                                                          options.window_packets);
+  control::JobSpec parent_spec;
+  parent_spec.num_workers = racks;
+  parent_spec.num_slots = job_slots;
+  parent_spec.elements_per_packet = options.elements_per_packet;
+  parent_spec.token = kToken;
+  SWITCHML_ASSIGN_OR_RETURN(control::JobInfo parent_job, c->parent_->CreateJob(parent_spec));
+  const uint32_t total = racks * per_rack;
+  for (uint32_t l = 0; l < racks; ++l) {
+    SWITCHML_ASSIGN_OR_RETURN(dataplane::SwitchServer * leaf, c->AddSwitch(leaf_ip(l), switch_config));
+    c->servers_.push_back(leaf);
+    control::JobSpec spec = parent_spec;
+    spec.num_workers = per_rack;
+    control::ShardAssignment a;
+    a.uplink = {.parent_ipv4 = kParentIpv4,
+                .parent_port = kSwitchEndpoint.port,
+                .parent_job_id = parent_job.job_id,
+                .leaf = l,
+                .total_workers = total};
+    SWITCHML_ASSIGN_OR_RETURN(control::JobInfo job, leaf->CreateJobShard(spec, a));
+    control::JobRegistration up;
+    up.job_id = parent_job.job_id;
+    up.token = kToken;
+    up.worker = control::LeafRegistration(l, racks, leaf_ip(l), kSwitchEndpoint.port, job_slots,
+                                          options.elements_per_packet);
+    SWITCHML_RETURN_IF_ERROR(c->parent_->RegisterJobWorker(up).status().WithContext(
+        "registering leaf " + std::to_string(l) + " at the parent"));
+    for (uint32_t i = 0; i < per_rack; ++i) {
+      const uint32_t g = l * per_rack + i;
+      SWITCHML_ASSIGN_OR_RETURN(Options o, RankOptions(options, g, total));
+      control::WorkerRegistration reg;
+      reg.rank = i;
+      reg.num_workers = per_rack;
+      reg.ipv4 = 0x0A000001 + g;
+      SWITCHML_RETURN_IF_ERROR(
+          c->AddWorker(o, std::move(reg), {{leaf, job.job_id, kToken, leaf_ip(l)}}));
     }
-    std::vector<control::JobWorkerGrant> grants;
-    for (uint32_t s = 0; s < shards; ++s) {
-      control::JobRegistration jr;  // shards == 1: the reference session, job 0, no token
-      jr.job_id = job_ids[s];
-      if (shards > 1) jr.token = token;
-      jr.worker = reg;
-      SWITCHML_ASSIGN_OR_RETURN(control::JobWorkerGrant grant, c->servers_[s]->RegisterJobWorker(jr));
-      grants.push_back(std::move(grant));
-    }
-    // The answers merged as a standalone controller merges them (shard s at shard_ip(s)),
-    // turned into routes as Context::Create does.
-    std::vector<control::SwitchInfo> answers;
-    for (uint32_t s = 0; s < shards; ++s) {
-      answers.push_back(grants[s].switch_info);
-      answers.back().ipv4 = shard_ip(s);
-    }
-    SWITCHML_ASSIGN_OR_RETURN(control::SwitchInfo info, control::MergeShardAnswers(answers));
-    SWITCHML_ASSIGN_OR_RETURN(client::ContextImpl::Routes routes,
-                              client::ContextImpl::RoutesFor(o, info, kSwitchEndpoint.ipv4));
-    c->contexts_.push_back(
-        client::ContextImpl::CreateWithChannels(o, std::move(channels), std::move(routes)));
   }
   return c;
 }

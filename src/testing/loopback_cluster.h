@@ -25,6 +25,13 @@
 // of K; every worker registers on every shard and each worker thread sends to the shard that
 // serves it (what a standalone controller arranges, controller/remote_switches.h).
 //
+// Two-level (CreateTwoLevel): `racks` leaf switches (leaf l at 127.0.0.(1+l)) under one parent
+// switch at kParentIpv4, as docs/scaling.md "Two-level aggregation" places them: the parent
+// job has one worker per leaf (control::LeafRegistration), each leaf a job of its `per_rack`
+// workers with the parent as its uplink; worker g = l * per_rack + i is rank i of leaf l and
+// aggregates as rank g of racks * per_rack (what it quantizes with). server(l) is leaf l's,
+// parent() the parent's.
+//
 // Thread-safety: ctx(r) may be used from any thread (Context's own rules); the
 // accessors themselves are not synchronised with DestroyContext.
 #pragma once
@@ -61,6 +68,14 @@ class LoopbackCluster {
       uint32_t num_workers, const Options& options, const transport::FaultOptions& faults = {},
       const dataplane::SwitchConfig& switch_config = DefaultSwitchConfig(), uint32_t shards = 1);
 
+  static constexpr uint32_t kParentIpv4 = 0x7F0000C8;  // 127.0.0.200
+  // Two levels: `racks` leaves x `per_rack` workers under one parent; `switch_config` for
+  // every switch. Errors as Create, and racks or per_rack 0.
+  static StatusOr<std::unique_ptr<LoopbackCluster>> CreateTwoLevel(
+      uint32_t racks, uint32_t per_rack, const Options& options,
+      const transport::FaultOptions& faults = {},
+      const dataplane::SwitchConfig& switch_config = DefaultSwitchConfig());
+
   ~LoopbackCluster();
   LoopbackCluster(const LoopbackCluster&) = delete;
   LoopbackCluster& operator=(const LoopbackCluster&) = delete;
@@ -74,14 +89,33 @@ class LoopbackCluster {
   dataplane::SwitchServer& server() { return *servers_[0]; }  // shard 0's with shards > 1
   dataplane::SwitchServer& server(uint32_t shard) { return *servers_[shard]; }
   uint32_t shards() const { return uint32_t(servers_.size()); }
+  // The parent switch of a two-level cluster (nullptr otherwise).
+  dataplane::SwitchServer* parent() { return parent_; }
   transport::LoopbackFabric& fabric() { return *fabric_; }
 
  private:
   LoopbackCluster() = default;
+  // Starts a switch on the fabric at `ipv4` (I/O thread i at kSwitchEndpoint's port + i).
+  StatusOr<dataplane::SwitchServer*> AddSwitch(uint32_t ipv4,
+                                               const dataplane::SwitchConfig& switch_config);
+  // A job on one switch: the server, the job's id there (0: the reference session) and token,
+  // and the switch's address.
+  struct JobAt {
+    dataplane::SwitchServer* server;
+    uint32_t job_id;
+    std::string token;
+    uint32_t switch_ipv4;
+  };
+  // Builds a worker's channels at reg.ipv4 (ports 6000 + t for `o`'s threads), registers `reg`
+  // with them into every job of `jobs` (one per shard) and adds the context for `o`, its routes
+  // from the answers merged as a standalone controller merges them.
+  Status AddWorker(const Options& o, control::WorkerRegistration reg,
+                   const std::vector<JobAt>& jobs);
 
   std::unique_ptr<transport::LoopbackFabric> fabric_;
   std::vector<std::unique_ptr<dataplane::SwitchHost>> hosts_;
-  std::vector<dataplane::SwitchServer*> servers_;  // hosts_'s
+  std::vector<dataplane::SwitchServer*> servers_;  // hosts_'s (the leaves, two-level)
+  dataplane::SwitchServer* parent_ = nullptr;      // two-level: the last of hosts_'s
   std::vector<std::unique_ptr<Context>> contexts_;
 };
 

@@ -1,0 +1,118 @@
+// Two-level aggregation end to end (docs/scaling.md "Two-level aggregation"): leaf switches
+// each aggregate their rack's workers and are workers of a parent switch, which multicasts the
+// totals down; real SwitchServers and Contexts over the in-process loopback fabric
+// (testing::LoopbackCluster::CreateTwoLevel). Every element of every result is checked: int32
+// exact, float32 within the quantization bound of the *global* worker count, with loss on
+// every hop (worker -> leaf -> parent -> leaf -> worker) and the switches' drop simulators.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "testing/exact_inputs.h"
+#include "testing/loopback_cluster.h"
+
+namespace switchml {
+namespace {
+
+using testing::LoopbackCluster;
+using testing::OnEveryRank;
+
+Options TwoLevelOptions() {
+  Options o;
+  o.num_worker_threads = 2;
+  o.window_packets = 16;
+  o.elements_per_packet = 64;
+  // A generous floor: losses are recovered by the workers' timers (which also drive the
+  // leaves' resends to the parent), and the machine may be busy.
+  o.initial_rto = std::chrono::milliseconds(20);
+  o.min_rto = std::chrono::milliseconds(20);
+  o.call_timeout = std::chrono::seconds(60);
+  return o;
+}
+
+
+// Runs every size as int32 and float32 on every rank, checks every element.
+void RunAndCheck(LoopbackCluster& c, const std::vector<size_t>& counts) {
+  const uint32_t n = c.size();
+  std::vector<std::string> errors(n);
+  OnEveryRank(n, [&](uint32_t r) {
+    for (size_t i = 0; i < counts.size(); ++i) {
+      const size_t count = counts[i];
+      std::vector<int32_t> x(count);
+      testing::FillInt32(r, uint32_t(i), x.data(), count);
+      Status s = c.ctx(r).AllReduce(x.data(), x.data(), count, DataType::kInt32);
+      if (!s.ok()) {
+        errors[r] += "int32 count " + std::to_string(count) + ": " + s.ToString() + "; ";
+        continue;
+      }
+      const testing::Verification v = testing::VerifyInt32(x.data(), count, n, i);
+      if (v.wrong != 0) {
+        errors[r] += "int32 count " + std::to_string(count) + ": " + std::to_string(v.wrong) +
+                     " wrong, first at " + std::to_string(v.first_wrong) + "; ";
+      }
+      std::vector<float> f(count), out(count);
+      testing::FillFloat32(r, 100 + uint32_t(i), f.data(), count);
+      s = c.ctx(r).AllReduce(f.data(), out.data(), count, DataType::kFloat32);
+      if (!s.ok()) {
+        errors[r] += "float32 count " + std::to_string(count) + ": " + s.ToString() + "; ";
+        continue;
+      }
+      const testing::Verification vf = testing::VerifyFloat32(
+          out.data(), count, n, 100 + uint32_t(i), testing::BlockLayout{64, 2});
+      if (vf.wrong != 0) {
+        errors[r] += "float32 count " + std::to_string(count) + ": " + std::to_string(vf.wrong) +
+                     " wrong, first at " + std::to_string(vf.first_wrong) + "; ";
+      }
+    }
+  });
+  for (uint32_t r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+TEST(TwoLevelTest, ThreeRacksOfTwoExactInt32AndFloat32WithinTheGlobalBound) {
+  auto cluster = LoopbackCluster::CreateTwoLevel(3, 2, TwoLevelOptions());
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  LoopbackCluster& c = **cluster;
+  ASSERT_EQ(c.size(), 6u);
+  RunAndCheck(c, {1, 63, 64, 65, 1000, 16 * 64 + 5, 20000});
+  // Every round went up from every leaf and came down as the parent's total.
+  const auto parent = c.parent()->counters().core;
+  EXPECT_GT(parent.multicast_rounds, 0u);
+  EXPECT_EQ(parent.uplink_sent, 0u);
+  for (uint32_t l = 0; l < 3; ++l) {
+    const auto leaf = c.server(l).counters().core;
+    EXPECT_EQ(leaf.multicast_rounds, parent.multicast_rounds) << "leaf " << l;
+    EXPECT_EQ(leaf.uplink_sent, parent.multicast_rounds) << "leaf " << l;
+  }
+}
+
+TEST(TwoLevelTest, OneWorkerPerRackAndOneRack) {
+  for (auto [racks, per_rack] : {std::pair{4u, 1u}, std::pair{1u, 3u}}) {
+    SCOPED_TRACE(std::to_string(racks) + " racks x " + std::to_string(per_rack));
+    auto cluster = LoopbackCluster::CreateTwoLevel(racks, per_rack, TwoLevelOptions());
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    RunAndCheck(**cluster, {1, 200, 3000});
+  }
+}
+
+TEST(TwoLevelTest, LossOnEveryHopStaysExact) {
+  transport::FaultOptions f;
+  f.loss = 0.02;  // every datagram on the fabric: worker <-> leaf and leaf <-> parent
+  f.seed = 11;
+  dataplane::SwitchConfig sc = LoopbackCluster::DefaultSwitchConfig();
+  sc.ingress_drop_probability = 0.01;
+  sc.egress_drop_probability = 0.01;
+  auto cluster = LoopbackCluster::CreateTwoLevel(2, 3, TwoLevelOptions(), f, sc);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  LoopbackCluster& c = **cluster;
+  RunAndCheck(c, {64, 5000, 20000});
+  // The losses were recovered at both levels: leaves resent partials on the workers'
+  // retransmissions, and the parent answered some of them with its stored total.
+  uint64_t resent = 0;
+  for (uint32_t l = 0; l < 2; ++l) resent += c.server(l).counters().core.uplink_resent;
+  EXPECT_GT(resent, 0u);
+  EXPECT_GT(c.parent()->counters().core.unicast_replies, 0u);
+}
+
+}  // namespace
+}  // namespace switchml
