@@ -77,7 +77,8 @@ void Poison(void* out, size_t count) {
 
 struct RowResult {
   uint64_t bytes = 0, count = 0;
-  double mean_s = 0, min_s = 0, max_s = 0;
+  double mean_s = 0, min_s = 0, max_s = 0, median_s = 0;
+  std::vector<double> iter_s;  // each timed iteration's time (the slowest rank's), in order
   uint64_t wrong = 0;
   std::optional<double> retx_pct;
   std::optional<double> wire_tx_per_worker;
@@ -119,6 +120,8 @@ nlohmann::json RowJson(const RowResult& r, uint32_t n) {
                         {"time_us", r.mean_s * 1e6},
                         {"min_time_us", r.min_s * 1e6},
                         {"max_time_us", r.max_s * 1e6},
+                        {"median_time_us", r.median_s * 1e6},
+                        {"iter_time_us", nlohmann::json::array()},
                         {"algbw_GBps", AlgBwGBps(r.bytes, r.mean_s)},
                         {"busbw_GBps", AlgBwGBps(r.bytes, r.mean_s) * AllReduceBusBwFactor(n)},
                         {"goodput_Gbps", GoodputGbps(r.bytes, r.mean_s)},
@@ -129,6 +132,7 @@ nlohmann::json RowJson(const RowResult& r, uint32_t n) {
                         {"retx_pct", nullptr},
                         {"wire_tx_per_worker_B", nullptr},
                         {"wire_over_size", nullptr}};
+  for (double t : r.iter_s) row["iter_time_us"].push_back(t * 1e6);
   if (r.retx_pct) row["retx_pct"] = *r.retx_pct;
   if (r.wire_tx_per_worker) {
     row["wire_tx_per_worker_B"] = *r.wire_tx_per_worker;
@@ -351,6 +355,11 @@ class PerfRun {
     r.max_s = *std::max_element(iter_max.begin(), iter_max.end());
     for (double t : iter_max) r.mean_s += t;
     r.mean_s /= double(a_.iters);
+    r.iter_s = iter_max;
+    std::vector<double> sorted = iter_max;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t mid = sorted.size() / 2;
+    r.median_s = sorted.size() % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
     if (b_.Counters()) r.retx_pct = sent ? 100.0 * double(retx) / double(sent) : 0.0;
     if (iface_ok == n_) {
       r.wire_tx_per_worker = shared_ ? WirePerWorker(all[kTx], a_.iters, b_.via_switch() ? 2 * n_ : n_)

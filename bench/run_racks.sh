@@ -1,0 +1,312 @@
+#!/usr/bin/env bash
+# bench/run_racks.sh — the `racks` benchmark scenario (docs/benchmarks.md#racks-scenario): workers
+# spread over racks whose uplinks to the core may be oversubscribed. For each configuration
+# (R racks x r workers, oversubscription o:1) it brings up an emulated cluster
+# (scripts/cluster.sh up --racks R --per-rack r --rate W --uplink-rate r*W/o: every worker link at
+# W, every rack's uplink at r*W/o, both directions) and runs float32 all-reduces of S bytes
+# (allreduce_perf, every element of every iteration verified) with each method:
+#   flat       SwitchML with one switch, on rack 0's leaf switch host: every other rack's
+#              workers reach it across their uplink and rack 0's;
+#   gloo       Gloo's ring (ranks rack-major, so the ring crosses each uplink once each way);
+#   two-level  a leaf switch per rack under a parent switch: run only when the switch has it
+#              (`switchml switch --help` mentions --parent); otherwise it says
+#              "two-level: not available in this build" and records nothing.
+# Per run: the median time per all-reduce, the method's bound (bench/racks_report.py explains
+# each), the bytes that crossed the busiest uplink per all-reduce (its interface counters, both
+# directions, before and after the run), the tensor's bytes and the wrong elements. It prints a
+# table and writes JSON (one record per run) and a PNG.
+#
+# Exit status: 0 only if every run finished and every element was right; 77 when this machine
+# cannot run it (not root, no network namespaces); 2 for a bad option. Each cluster is removed
+# when its configuration is done, and at exit whatever happens.
+#
+#   bench/run_racks.sh                     # {2x4, 4x2} x {4:1, 1:1}, 64 MiB, 500 Mbit/s worker links
+#   bench/run_racks.sh --configs 2x4 --oversub 4 --bytes 16MiB
+#   bench/run_racks.sh --quick             # 2 racks x 2, 4:1, 1 MiB, 3 iterations: a smoke run
+set -u
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(dirname "$here")"
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
+SML_PROG=run_racks.sh
+PERF="$root/build/allreduce_perf"
+SWITCHML="$root/build/switchml"
+CLUSTER="$root/scripts/cluster.sh"
+OUT="" JSON="" PLOT=""
+CONFIGS="" OVERSUB="" BYTES="" ITERS="" WARMUP=""
+RATE=500mbit SWITCH_RATE="" METHODS="flat,gloo,two-level" TIMEOUT=600 QUICK=0
+EXTRA=()
+SWITCH_FLAGS=()
+
+usage() {
+  sml_help_header "${BASH_SOURCE[0]}"
+  cat <<EOF
+
+Options:
+  --configs "2x4 4x2"   racks x workers per rack (space or comma separated; default 2x4 4x2)
+  --oversub "4 1"       oversubscription ratios o: each uplink runs at r x rate / o (default 4 1)
+  --rate R              tbf rate of every worker link, tc units (default $RATE)
+  --switch-rate R       tbf rate of the leaf and parent switch hosts' links (default: unlimited,
+                        a switch host stands for the rack's switch)
+  --bytes S             tensor size (default 64MiB; suffixes K, M, G, KiB, MiB, GiB)
+  --iters N --warmup N  timed and warm-up iterations (default 5 and 1); tat is the median
+  --methods LIST        of flat, gloo, two-level (default $METHODS)
+  --no-gloo             same as leaving gloo out of --methods (allreduce_perf built without Gloo)
+  --quick               2 racks x 2, 4:1, 1 MiB, 3 iterations + 1 warm-up: a smoke run
+                        (--configs, --oversub, --bytes, --iters, --warmup given as well win)
+  --timeout S           kill a run's ranks after S seconds (default $TIMEOUT)
+  --perf BIN --switchml BIN --cluster-sh BIN   binaries
+  --out DIR             JSON, logs and the plot go here (default: a new directory under /tmp)
+  --json FILE           the runs as JSON (default OUT/racks.json)
+  --plot FILE           PNG of the times against the bounds (default OUT/racks.png; needs
+                        python3-matplotlib)
+  --perf-arg ARG        extra flag for every allreduce_perf rank (repeatable; also --perf-arg=ARG)
+  --switch-arg ARG      extra flag for every switch (repeatable; also --switch-arg=ARG)
+EOF
+}
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --configs) sml_need_value "$@"; CONFIGS="${2//,/ }"; shift ;;
+    --oversub) sml_need_value "$@"; OVERSUB="${2//,/ }"; shift ;;
+    --rate) sml_need_value "$@"; RATE="$2"; shift ;;
+    --switch-rate) sml_need_value "$@"; SWITCH_RATE="$2"; shift ;;
+    --bytes) sml_need_value "$@"; BYTES="$2"; shift ;;
+    --iters) sml_need_value "$@"; ITERS="$2"; shift ;;
+    --warmup) sml_need_value "$@"; WARMUP="$2"; shift ;;
+    --methods) sml_need_value "$@"; METHODS="$2"; shift ;;
+    --no-gloo) NO_GLOO=1 ;;
+    --quick) QUICK=1 ;;
+    --timeout) sml_need_value "$@"; TIMEOUT="$2"; shift ;;
+    --perf) sml_need_value "$@"; PERF="$2"; shift ;;
+    --switchml) sml_need_value "$@"; SWITCHML="$2"; shift ;;
+    --cluster-sh) sml_need_value "$@"; CLUSTER="$2"; shift ;;
+    --out) sml_need_value "$@"; OUT="$2"; shift ;;
+    --json) sml_need_value "$@"; JSON="$2"; shift ;;
+    --plot) sml_need_value "$@"; PLOT="$2"; shift ;;
+    --perf-arg) sml_need_value "$@"; EXTRA+=("$2"); shift ;;
+    --perf-arg=*) EXTRA+=("${1#--perf-arg=}") ;;
+    --switch-arg) sml_need_value "$@"; SWITCH_FLAGS+=("$2"); shift ;;
+    --switch-arg=*) SWITCH_FLAGS+=("${1#--switch-arg=}") ;;
+    -h|--help) usage; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+  shift
+done
+if [ "$QUICK" = 1 ]; then
+  : "${CONFIGS:=2x2}" "${OVERSUB:=4}" "${BYTES:=1MiB}" "${ITERS:=3}" "${WARMUP:=1}"
+fi
+: "${CONFIGS:=2x4 4x2}" "${OVERSUB:=4 1}" "${BYTES:=64MiB}" "${ITERS:=5}" "${WARMUP:=1}"
+
+# The methods, in this order; --no-gloo drops gloo.
+DO_FLAT=0 DO_GLOO=0 DO_TWO=0
+for m in ${METHODS//,/ }; do
+  case "$m" in
+    flat) DO_FLAT=1 ;;
+    gloo) DO_GLOO=1 ;;
+    two-level) DO_TWO=1 ;;
+    *) die "--methods: unknown method '$m' (flat, gloo, two-level)" ;;
+  esac
+done
+[ -z "${NO_GLOO:-}" ] || DO_GLOO=0
+[ $((DO_FLAT + DO_GLOO + DO_TWO)) -gt 0 ] || die "--methods: no method left to run"
+
+is_count() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]; }
+is_rate() { [[ "$1" =~ ^[0-9]+(\.[0-9]+)?[kKmMgG]?(bit|bps)$ ]]; }
+is_rate "$RATE" || die "--rate must be a tc rate such as 500mbit or 1gbit, got '$RATE'"
+[ -z "$SWITCH_RATE" ] || is_rate "$SWITCH_RATE" ||
+  die "--switch-rate must be a tc rate such as 500mbit or 1gbit, got '$SWITCH_RATE'"
+is_count "$ITERS" 1 100000 || die "--iters must be a count >= 1, got '$ITERS'"
+is_count "$WARMUP" 0 100000 || die "--warmup must be a count >= 0, got '$WARMUP'"
+is_count "$TIMEOUT" 1 86400 || die "--timeout must be seconds in 1..86400, got '$TIMEOUT'"
+[[ "$BYTES" =~ ^[0-9]+([KMG](iB)?)?$ ]] || die "--bytes must be a size such as 64MiB or 1048576, got '$BYTES'"
+[ -n "$CONFIGS" ] || die "--configs: no configuration given"
+for c in $CONFIGS; do
+  [[ "$c" =~ ^([0-9]+)x([0-9]+)$ ]] || die "--configs: '$c' is not RACKSxPER_RACK (e.g. 2x4)"
+  cr=${BASH_REMATCH[1]} cp=${BASH_REMATCH[2]}
+  is_count "$cr" 1 16 || die "--configs: '$c': racks must be in 1..16"
+  is_count "$cp" 1 64 || die "--configs: '$c': workers per rack must be in 1..64"
+  [ $((cr * cp)) -ge 2 ] || die "--configs: '$c': an all-reduce needs 2 workers or more"
+done
+[ -n "$OVERSUB" ] || die "--oversub: no ratio given"
+for o in $OVERSUB; do
+  [[ "$o" =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v o="$o" 'BEGIN { exit !(o > 0 && o <= 1000) }' ||
+    die "--oversub: '$o' is not a ratio in (0, 1000] (4 means 4:1)"
+done
+
+# Exit status 77 (CTest's "skipped"): this machine cannot run the scenario.
+[ "$(id -u)" -eq 0 ] || skip "run_racks.sh needs root (network namespaces); run as root"
+ip netns list >/dev/null 2>&1 || skip "run_racks.sh: 'ip netns' is not available here"
+[ -x "$PERF" ] || die "allreduce_perf not found at '$PERF' (build it or pass --perf)"
+[ -x "$SWITCHML" ] || die "switchml CLI not found at '$SWITCHML' (build it or pass --switchml)"
+[ -x "$CLUSTER" ] || die "cluster script not found at '$CLUSTER' (pass --cluster-sh)"
+
+# The two-level slot: only when the switch has the leaf/parent roles (issue #23).
+TWO_LEVEL_MSG=""
+if [ "$DO_TWO" = 1 ]; then
+  if "$SWITCHML" switch --help 2>&1 | grep -q -- '--parent'; then
+    TWO_LEVEL_MSG="two-level: the switch offers --parent, but run_racks.sh does not launch two-level jobs yet (fill in run_two_level)"
+  else
+    TWO_LEVEL_MSG="two-level: not available in this build"
+  fi
+fi
+
+[ -n "$OUT" ] || OUT="$(mktemp -d /tmp/switchml-bench-racks.XXXXXX)"
+mkdir -p "$OUT/logs" || die "cannot create --out directory '$OUT'"
+BASE="$(cd "$OUT" && pwd)"
+[ -n "$JSON" ] || JSON="$BASE/racks.json"
+[ -n "$PLOT" ] || PLOT="$BASE/racks.png"
+RUNS="$BASE/runs.tsv"
+rm -rf "$BASE"/cfg-* && : >"$RUNS"  # a reused --out must not mix in old runs
+
+# shellcheck source=bench/scenario_lib.sh
+source "$here/scenario_lib.sh"  # wait_ranks, show_logs, run_switchml, run_gloo; installs the exit trap
+SCENARIO=racks
+
+# The clusters: a unique name per configuration, removed when it is done and at exit whatever
+# happens; first the clusters of an earlier run that was killed before its cleanup.
+sml_netns_sweep smlbrk
+OWNER=$(sml_netns_owner smlbrk)
+NAME=""
+# shellcheck disable=SC2016  # expanded at exit
+sml_at_exit '[ -z "$NAME" ] || "$CLUSTER" down --name "$NAME" >/dev/null 2>&1 || true'
+
+# Hooks of scenario_lib.sh (the launchers must exec: sml_start_server).
+SW_HOST=leaf0
+# shellcheck disable=SC2317  # called through sml_start_server
+on_switch_host() { exec "$CLUSTER" exec --name "$NAME" --host "$SW_HOST" -- "$@"; }
+on_worker_host() { local r=$1; shift; exec "$CLUSTER" exec --name "$NAME" --host "w$r" -- "$@"; }
+rank_args() {  # every rank binds to its host's address; counters from its eth0
+  printf '%s\n' --bind-ip "${WORKER_IPS[$1]}" --host "${WORKER_IPS[$1]}" --iface eth0
+}
+drops_snapshot() { "$CLUSTER" drops --name "$NAME"; }
+common=(-b "$BYTES" -e "$BYTES" -n "$ITERS" -w "$WARMUP" -d float32 ${EXTRA[@]+"${EXTRA[@]}"})
+
+# uplink_snapshot FILE: one line per rack, "tx_bytes rx_bytes" of the rack side of its uplink.
+uplink_snapshot() {
+  "$CLUSTER" uplinks --name "$NAME" |
+    awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } print v["tx_bytes"], v["rx_bytes"] }' >"$1"
+}
+# uplink_delta BEFORE AFTER: per rack, the bytes that crossed its uplink (both directions), comma
+# separated, rack 0 first.
+uplink_delta() {
+  paste -d' ' "$1" "$2" | awk '{ printf "%s%d", (NR > 1 ? "," : ""), ($3 - $1) + ($4 - $2) } END { print "" }'
+}
+
+# record METHOD STATUS PERF_JSON UPLINK_BYTES: one line of runs.tsv for bench/racks_report.py.
+record() {
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$R" "$PER" "$O" "$RATE" "$UPLINK_RATE" \
+    "${SWITCH_RATE:--}" "$((ITERS + WARMUP))" "$3" "${4:--}" "$2" >>"$RUNS"
+}
+
+# run_method METHOD: one run on the current cluster, between two snapshots of the uplinks.
+run_method() {
+  local m=$1 n=$((R * PER)) rc=0 before after json
+  before="$OUT/logs/$m.uplinks.before" after="$OUT/logs/$m.uplinks.after"
+  uplink_snapshot "$before" || { echo "$SCENARIO: cannot read the uplink counters" >&2; return 1; }
+  case "$m" in
+    flat)
+      # One switch for every worker, on rack 0's leaf switch host.
+      SW_HOST=leaf0 SWITCH_IP=${LEAF_IPS[0]}
+      run_switchml "$n" ${SWITCH_FLAGS[@]+"${SWITCH_FLAGS[@]}"} || rc=1
+      json="$OUT/switchml-n$n.json" ;;
+    gloo)
+      run_gloo "$n" || rc=1
+      json="$OUT/gloo-n$n.json" ;;
+  esac
+  uplink_snapshot "$after" || { echo "$SCENARIO: cannot read the uplink counters" >&2; return 1; }
+  record "$m" "$([ $rc = 0 ] && echo ok || echo failed)" "$json" "$(uplink_delta "$before" "$after")"
+  return $rc
+}
+
+# run_two_level: the slot for the two-level method (a leaf switch on each leaf<k> host, the
+# parent switch on the parent host, the workers of rack k on leaf k). Not written until the
+# switch has the roles (issue #23): it must never report numbers it did not measure.
+run_two_level() {
+  echo "# $TWO_LEVEL_MSG"
+  return 0
+}
+
+elapsed() { printf '%d:%02d' $(((SECONDS - T0) / 60)) $(((SECONDS - T0) % 60)); }
+T0=$SECONDS
+ncfg=$(($(wc -w <<<"$CONFIGS") * $(wc -w <<<"$OVERSUB")))
+echo "# racks scenario: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $ncfg configuration(s): $CONFIGS x oversubscription $OVERSUB:1; worker links $RATE, switch host links" \
+     "${SWITCH_RATE:-unlimited}; $BYTES float32, $ITERS timed + $WARMUP warm-up iterations; output in $BASE"
+[ -z "$TWO_LEVEL_MSG" ] || echo "# $TWO_LEVEL_MSG"
+i=0
+for c in $CONFIGS; do
+  R=${c%x*} PER=${c#*x}
+  for O in $OVERSUB; do
+    i=$((i + 1))
+    # The uplink's rate: r x W / o, in kbit/s (tc units: 1 kbit = 1000 bit/s).
+    rate_bits=$(awk -v r="$RATE" 'BEGIN { n = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u); m = substr(u, 1, 1)
+                                          f = (m == "k") ? 1e3 : (m == "m") ? 1e6 : (m == "g") ? 1e9 : 1
+                                          if (u ~ /bps$/) f *= 8; printf "%.0f", n * f }')
+    UPLINK_RATE="$(awk -v w="$rate_bits" -v r="$PER" -v o="$O" 'BEGIN { printf "%.0f", r * w / o / 1000 }')kbit"
+    [ "${UPLINK_RATE%kbit}" -gt 0 ] || die "configuration $c at $O:1: the uplink rate rounds to 0"
+    OUT="$BASE/cfg-${c}-o$O"
+    mkdir -p "$OUT/logs"
+    echo
+    echo "## [$i/$ncfg] $R racks x $PER workers, oversubscription $O:1 (uplinks $UPLINK_RATE) (elapsed $(elapsed))"
+    NAME="${OWNER}_$i"
+    switch_rate=()
+    [ -z "$SWITCH_RATE" ] || switch_rate=(--switch-rate "$SWITCH_RATE")
+    if ! "$CLUSTER" up --name "$NAME" --racks "$R" --per-rack "$PER" --rate "$RATE" --uplink-rate "$UPLINK_RATE" \
+        ${switch_rate[@]+"${switch_rate[@]}"} >"$OUT/logs/cluster-up.log" 2>&1; then
+      cat "$OUT/logs/cluster-up.log" >&2
+      failed+=("cluster $c o=$O")
+      echo "## FAILED: could not create the emulated cluster for $c at $O:1"
+      NAME=""
+      continue
+    fi
+    sed 's/^/# /' "$OUT/logs/cluster-up.log"
+    # shellcheck disable=SC1090
+    source "/tmp/switchml-cluster-$NAME.env"
+    read -r -a WORKER_IPS <<<"$CLUSTER_WORKER_IPS"
+    read -r -a LEAF_IPS <<<"$CLUSTER_LEAF_IPS"
+    for m in flat gloo; do
+      if [ "$m" = flat ] && [ "$DO_FLAT" != 1 ]; then continue; fi
+      if [ "$m" = gloo ] && [ "$DO_GLOO" != 1 ]; then continue; fi
+      echo
+      echo "### $m, $R x $PER, $O:1 (elapsed $(elapsed))"
+      s0=$SECONDS
+      run_method "$m" || { failed+=("$m $c o=$O"); echo "### FAILED: $m, $c, $O:1 (logs in $OUT/logs)"; }
+      echo "### $m: $((SECONDS - s0)) s; bytes across each uplink: $(tail -1 "$RUNS" | cut -f10)"
+    done
+    if [ "$DO_TWO" = 1 ]; then
+      echo
+      echo "### two-level, $R x $PER, $O:1"
+      run_two_level || failed+=("two-level $c o=$O")
+    fi
+    "$CLUSTER" down --name "$NAME" >"$OUT/logs/cluster-down.log" 2>&1 || failed+=("cluster down $c o=$O")
+    NAME=""
+  done
+done
+OUT=$BASE
+
+# The table, the JSON and the plot. Debian's python3-matplotlib is seen by /usr/bin/python3
+# (another python3 may come first on PATH); the first of these that has matplotlib draws.
+REPORT_PY=""
+for p in ${PYTHON:-} /usr/bin/python3 "$(command -v python3)"; do
+  [ -x "$p" ] && "$p" -c 'import matplotlib' 2>/dev/null && { REPORT_PY=$p; break; }
+done
+plot_args=(--plot "$PLOT")
+if [ -z "$REPORT_PY" ]; then
+  REPORT_PY=${PYTHON:-/usr/bin/python3}
+  [ -x "$REPORT_PY" ] || REPORT_PY=$(command -v python3)
+  plot_args=()
+  echo "run_racks.sh: no plot (python3-matplotlib is not installed for $REPORT_PY)" >&2
+fi
+echo
+echo "# all runs done (elapsed $(elapsed))"
+"$REPORT_PY" "$here/racks_report.py" --json "$JSON" "${plot_args[@]}" ${TWO_LEVEL_MSG:+--note "$TWO_LEVEL_MSG"} "$RUNS" ||
+  failed+=("report")
+echo
+if [ ${#failed[@]} -eq 0 ]; then
+  echo "# racks: PASS ($(wc -l <"$RUNS") runs, every element verified; JSON in $JSON)"
+  exit 0
+fi
+echo "# racks: FAIL: ${failed[*]} (logs in $BASE/cfg-*/logs)"
+exit 1
