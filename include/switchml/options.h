@@ -21,7 +21,14 @@ namespace switchml {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 struct Options {
-  // This worker's rank in [0, num_workers) and the number of workers in the job (1..256).
+  // The most workers of one job: a switch aggregates up to 256 workers, a two-level job up to
+  // 256 leaves of 256 (docs/scaling.md "Two-level aggregation"); 32768 keeps the call
+  // descriptor's sums exact (wire/call_descriptor.h).
+  static constexpr uint32_t kMaxWorkers = 32768;
+  // This worker's rank in [0, num_workers) and the number of workers in the job
+  // (1..kMaxWorkers; a job on one switch level: up to 256, the switch's limit). In a two-level
+  // job, the global rank and count: the worker quantizes with num_workers, and registers at
+  // its leaf switch with its rank in the rack.
   uint32_t rank = 0;
   uint32_t num_workers = 1;
 

@@ -64,8 +64,9 @@ Status Options::Validate() const {
     return resolved->Validate();  // its deprecated fields equal the new ones: no recursion
   }
   auto bad = [](const std::string& m) { return InvalidArgumentError(m); };
-  if (num_workers < 1 || num_workers > 256)
-    return bad("num_workers must be in [1, 256], got " + std::to_string(num_workers));
+  if (num_workers < 1 || num_workers > kMaxWorkers)
+    return bad("num_workers must be in [1, " + std::to_string(kMaxWorkers) + "], got " +
+               std::to_string(num_workers));
   if (rank >= num_workers)
     return bad("rank must be in [0, num_workers=" + std::to_string(num_workers) + "), got " +
                std::to_string(rank));

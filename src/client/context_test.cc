@@ -651,8 +651,10 @@ TEST(OptionsTest, ValidateNamesTheField) {
   Options b = o;
   b.num_workers = 0;
   EXPECT_NE(msg(b).find("num_workers"), std::string::npos);
-  b = o; b.num_workers = 257;
-  EXPECT_NE(msg(b).find("num_workers"), std::string::npos);
+  b = o; b.num_workers = Options::kMaxWorkers + 1;
+  EXPECT_NE(msg(b).find("num_workers must be in [1, 32768]"), std::string::npos);
+  b = o; b.num_workers = 1024; b.rank = 1023;  // a two-level job's global rank and count
+  EXPECT_TRUE(b.Validate().ok());
   b = o; b.num_workers = 4; b.rank = 4;
   EXPECT_NE(msg(b).find("rank"), std::string::npos);
   b = o; b.elements_per_packet = 100;

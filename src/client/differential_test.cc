@@ -19,8 +19,9 @@
 // ranks, and the Stats counters must agree.
 //
 // Default run: a fixed seed and 700 programs, about 20 s on 2 cores (120 in sanitizer builds);
-// then 40 programs against a switch with 2 I/O threads and 40 against a job on 2 or 3 switches
-// (shards; SWITCHML_DIFF_IO_PROGRAMS, SWITCHML_DIFF_SHARD_PROGRAMS).
+// then 40 programs against a switch with 2 I/O threads, 40 against a job on 2 or 3 switches
+// (shards) and 40 through two levels (racks of leaf switches under a parent;
+// SWITCHML_DIFF_IO_PROGRAMS, SWITCHML_DIFF_SHARD_PROGRAMS, SWITCHML_DIFF_RACK_PROGRAMS).
 // Longer runs:
 //   SWITCHML_DIFF_SEED=S SWITCHML_DIFF_PROGRAMS=N build/src/client/differential_test
 // (the soak configuration runs one: tests/soak/CMakeLists.txt). A failure prints the seed, the
@@ -106,6 +107,8 @@ struct ClusterParams {
   uint32_t max_calls_in_flight = 0;   // Options::max_calls_in_flight; 0 = the library's default
   uint32_t io_threads = 1;           // the switch's SwitchConfig::io_threads
   uint32_t shards = 1;               // switches serving the job (LoopbackCluster shards)
+  uint32_t racks = 0;                // > 0: two levels, racks leaves of workers / racks each
+                                     // (LoopbackCluster::CreateTwoLevel); racks divides workers
 };
 
 struct BufferSpec {
@@ -167,6 +170,7 @@ std::string Describe(const Program& p) {
   if (c.max_calls_in_flight != 0) o << " max_calls_in_flight=" << c.max_calls_in_flight;
   if (c.io_threads != 1) o << " switch_io_threads=" << c.io_threads;
   if (c.shards != 1) o << " shards=" << c.shards;
+  if (c.racks != 0) o << " racks=" << c.racks;
   if (p.extremes) o << " inputs=extreme";
   o << "\n  buffers:";
   for (size_t b = 0; b < p.buffers.size(); ++b)
@@ -654,7 +658,9 @@ std::string RunAndCheck(const Program& p) {
   Options options = ProgramOptions(c);
   // The survivors of an abandoned job wait one job timeout: keep it short there.
   if (abandon) options.call_timeout = std::chrono::milliseconds(1500);
-  auto cluster_or = LoopbackCluster::Create(n, options, faults, sc, c.shards);
+  auto cluster_or = c.racks != 0
+                        ? LoopbackCluster::CreateTwoLevel(c.racks, n / c.racks, options, faults, sc)
+                        : LoopbackCluster::Create(n, options, faults, sc, c.shards);
   if (!cluster_or.ok()) return "cannot build the cluster: " + cluster_or.status().ToString();
   std::unique_ptr<LoopbackCluster> cluster = std::move(*cluster_or);
   {
@@ -874,6 +880,28 @@ TEST(DifferentialTest, RandomProgramsMatchTheModelOnSeveralShards) {
     if (!failure.empty()) {
       ADD_FAILURE() << "program " << i << " of seed " << kSeed << " on " << p.cluster.shards
                     << " shards failed\n"
+                    << Describe(p) << "problems:\n"
+                    << failure;
+      return;
+    }
+  }
+}
+
+// The same generator against a two-level job (docs/scaling.md "Two-level aggregation"): the
+// workers split into racks, a leaf switch per rack under one parent (some with 2 I/O threads
+// per switch); a fixed seed and a few programs.
+TEST(DifferentialTest, RandomProgramsMatchTheModelThroughTwoLevels) {
+  constexpr uint64_t kSeed = 20261203;
+  const uint64_t programs = EnvU64("SWITCHML_DIFF_RACK_PROGRAMS", 40);
+  for (uint64_t i = 0; i < programs; ++i) {
+    Program p = Decidable(Generate(Hash(kSeed, i)));
+    const uint32_t n = p.cluster.workers;
+    p.cluster.racks = n % 2 == 0 ? 2 : n % 3 == 0 ? 3 : n;  // n racks of 1 for 1 and 5
+    p.cluster.io_threads = 1 + uint32_t(i % 2);
+    const std::string failure = RunAndCheck(p);
+    if (!failure.empty()) {
+      ADD_FAILURE() << "program " << i << " of seed " << kSeed << " through " << p.cluster.racks
+                    << " racks failed\n"
                     << Describe(p) << "problems:\n"
                     << failure;
       return;

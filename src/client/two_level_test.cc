@@ -114,5 +114,53 @@ TEST(TwoLevelTest, LossOnEveryHopStaysExact) {
   EXPECT_GT(c.parent()->counters().core.unicast_replies, 0u);
 }
 
+// 1,024 workers through two levels (8 leaves x 128): four times what one switch can aggregate.
+// Each worker quantizes with N = 1024 (the smallest float32 headroom of any test) and checks
+// the call descriptor's sums over 1024 workers.
+TEST(TwoLevelTest, ThousandTwentyFourWorkersThroughEightLeaves) {
+  Options o;
+  o.num_worker_threads = 1;
+  o.window_packets = 4;
+  o.elements_per_packet = 256;
+  // 1024 ranks and nine switches share two cores: results come late, and a spurious
+  // retransmission only costs time, so keep the floor high and give each call plenty of time.
+  o.initial_rto = std::chrono::milliseconds(500);
+  o.min_rto = std::chrono::milliseconds(500);
+  o.max_rto = std::chrono::milliseconds(2000);
+  o.call_timeout = std::chrono::seconds(120);
+  auto cluster = LoopbackCluster::CreateTwoLevel(8, 128, o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  LoopbackCluster& c = **cluster;
+  ASSERT_EQ(c.size(), 1024u);
+  constexpr size_t kCount = 3 * 256 + 19;  // 4 packets: every slot of the window, one partial
+  std::vector<std::string> errors(c.size());
+  OnEveryRank(c.size(), [&](uint32_t r) {
+    std::vector<int32_t> x(kCount);
+    testing::FillInt32(r, 0, x.data(), kCount);
+    Status s = c.ctx(r).AllReduce(x.data(), x.data(), kCount, DataType::kInt32);
+    if (!s.ok()) {
+      errors[r] = "int32: " + s.ToString();
+      return;
+    }
+    testing::Verification v = testing::VerifyInt32(x.data(), kCount, c.size());
+    if (v.wrong != 0) errors[r] = "int32: " + std::to_string(v.wrong) + " wrong";
+    std::vector<float> f(kCount), out(kCount);
+    testing::FillFloat32(r, 7, f.data(), kCount);
+    s = c.ctx(r).AllReduce(f.data(), out.data(), kCount, DataType::kFloat32);
+    if (!s.ok()) {
+      errors[r] += "float32: " + s.ToString();
+      return;
+    }
+    v = testing::VerifyFloat32(out.data(), kCount, c.size(), 7, testing::BlockLayout{256, 1});
+    if (v.wrong != 0) errors[r] += "float32: " + std::to_string(v.wrong) + " wrong";
+  });
+  size_t failed = 0;
+  for (uint32_t r = 0; r < c.size(); ++r) {
+    if (!errors[r].empty() && ++failed <= 5) ADD_FAILURE() << "rank " << r << ": " << errors[r];
+  }
+  EXPECT_EQ(failed, 0u);
+  EXPECT_GT(c.parent()->counters().core.multicast_rounds, 0u);
+}
+
 }  // namespace
 }  // namespace switchml

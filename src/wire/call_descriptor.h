@@ -10,7 +10,8 @@
 // each byte b of the descriptor, the two int32 values b and b*b in its payload. The switch sums
 // them over the n workers like any payload, and every worker checks S1 == n*b and S2 == n*b*b.
 // Since sum_i (b_i - b)^2 = S2 - 2*b*S1 + n*b^2, both equalities hold exactly when every worker
-// sent b (no wrap-around: n <= 256 and b <= 255 keep S2 below 2^24). So a worker whose check
+// sent b (no wrap-around: b <= 255 keeps S2 = n * b^2 below 2^32 for n up to 66051; the
+// library allows 32768 workers, a two-level job's most). So a worker whose check
 // passes knows every worker sent its descriptor, and any difference is seen by every worker at
 // the same round: each of them fails the call instead of returning a result.
 //
