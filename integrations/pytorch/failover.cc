@@ -6,8 +6,9 @@
 // call stays open, the group's path becomes kRecovering (no SwitchML call starts any more; they
 // wait in the queue), and the recovery thread runs the agreement (Failover::Agree(true)) on the
 // host group. A rank that saw no failure joins at its next probe (ProbeSwitch: before every
-// collective it hands to Gloo, at barriers, at destruction), which runs Agree(false) on the
-// caller's thread. Whichever thread's agreement found a failure then calls FinishRecovery: it
+// collective it hands to Gloo, at barriers, at destruction, unless no SwitchML all-reduce was
+// called since an agreement found every rank idle: see ProbeSwitch), which runs Agree(false) on
+// the caller's thread. Whichever thread's agreement found a failure then calls FinishRecovery: it
 // waits until every SwitchML handle's callback has run (so every failed one is parked), settles
 // the parked handles in call order (OK: the recovery finished it; RunOnHost: a Gloo all-reduce
 // of the handle's buffer on the host group, whose input is intact; else its error), switches
