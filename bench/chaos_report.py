@@ -46,7 +46,10 @@ import sys
 KINDS = ("switch", "shard", "controller")
 
 # Which stats() counters count calls on which path (summed when several are present).
-# calls_completed: all-reduces the switch finished; the PyTorch backend's failover counters
+# The library's (per context): calls_completed, all-reduces the switch finished; calls_recovered,
+# those that failed there and the failover's recovery finished; calls_failed, those that failed
+# and were not recovered (left to the host path: also in failover_host_calls), so
+# calls_submitted = calls_completed + calls_recovered + calls_failed. The PyTorch backend's failover counters
 # (integrations/pytorch/README.md): failover (times the group moved to the host path),
 # failover_recovered_calls (calls in flight then that the recovery finished),
 # failover_host_calls (calls run on the host path), failover_returns (times it came back to the
@@ -57,6 +60,7 @@ PATH_COUNTERS = {
     "switch": ["calls_completed"],
     "failed_on_switch": ["calls_failed"],
     "recovered": ["failover_recovered_calls", "recovered_calls"],
+    "recovered_library": ["calls_recovered"],  # the library's count of the same calls
     "host_path": ["failover_host_calls", "host_path_calls"],
     "fallback_events": ["failover"],
     "returns_to_switch": ["failover_returns"],

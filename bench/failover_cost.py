@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """What the PyTorch backend's failover costs while the switch works (docs/reliability.md,
 "Surviving a failing switch"): the same workload with SWITCHML_FAILOVER=1 (the default: shadow
-copies of every result, an agreement before every collective delegated to Gloo) and with
+copies of every result, an agreement before a collective delegated to Gloo when a SwitchML
+all-reduce was called since the last one) and with
 SWITCHML_FAILOVER=0 (none of that), interleaved,
 on one switch and 2 worker processes on this machine (loopback: CPU-bound, the worst case for
 the shadow copies' memcpy).
@@ -9,7 +10,10 @@ the shadow copies' memcpy).
   bench/failover_cost.py --switchml build/switchml --pythonpath build/python [--rounds 3]
 
 Per round and setting it reports: ms per all-reduce of 16 MiB of float32 (shadow copies),
-µs per all-reduce of 1000 float32, µs per broadcast of 10 float64 (an agreement each). Prints what it measured; asserts nothing.
+µs per all-reduce of 1000 float32, µs per broadcast of 10 float64 after a broadcast (the
+agreement skipped: no all-reduce since the last one), µs per pair of a 1000-element
+all-reduce and a broadcast (an agreement each: the broadcast follows an all-reduce). Prints
+what it measured; asserts nothing.
 """
 
 import argparse
@@ -56,8 +60,15 @@ def worker(args):
     for _ in range(100):
         dist.broadcast(b, src=0)
     bcast_us = (time.perf_counter() - t) / 100 * 1e6
+    dist.barrier()
+    t = time.perf_counter()
+    for _ in range(100):
+        small.fill_(1.0)
+        dist.all_reduce(small)
+        dist.broadcast(b, src=0)  # after an all-reduce: the agreement runs
+    pair_us = (time.perf_counter() - t) / 100 * 1e6
     if args.rank == 0:
-        print(f"RESULT {big_ms:.2f} {small_us:.1f} {bcast_us:.1f}", flush=True)
+        print(f"RESULT {big_ms:.2f} {small_us:.1f} {bcast_us:.1f} {pair_us:.1f}", flush=True)
     dist.destroy_process_group()
     sys.stdout.flush()
     os._exit(0)
@@ -101,12 +112,14 @@ def main():
                 vals = [float(v) for v in line[0].split()[1:]]
                 results[setting].append(vals)
                 print(f"round {rnd} SWITCHML_FAILOVER={setting}: 16 MiB all-reduce {vals[0]:.2f} ms, "
-                      f"1000-element all-reduce {vals[1]:.1f} us, broadcast {vals[2]:.1f} us", flush=True)
-    med = {k: [statistics.median(v[i] for v in vs) for i in range(3)] for k, vs in results.items()}
+                      f"1000-element all-reduce {vals[1]:.1f} us, broadcast after a broadcast {vals[2]:.1f} us, "
+                      f"all-reduce + broadcast {vals[3]:.1f} us", flush=True)
+    med = {k: [statistics.median(v[i] for v in vs) for i in range(4)] for k, vs in results.items()}
     print(f"median over {args.rounds} rounds: failover on / off: 16 MiB {med['1'][0]:.2f} / {med['0'][0]:.2f} ms "
           f"({med['1'][0] / med['0'][0]:.3f}x), 1000 elements {med['1'][1]:.1f} / {med['0'][1]:.1f} us "
-          f"({med['1'][1] / med['0'][1]:.3f}x), broadcast {med['1'][2]:.1f} / {med['0'][2]:.1f} us "
-          f"({med['1'][2] / med['0'][2]:.3f}x)")
+          f"({med['1'][1] / med['0'][1]:.3f}x), broadcast after a broadcast {med['1'][2]:.1f} / {med['0'][2]:.1f} us "
+          f"({med['1'][2] / med['0'][2]:.3f}x), all-reduce + broadcast {med['1'][3]:.1f} / {med['0'][3]:.1f} us "
+          f"({med['1'][3] / med['0'][3]:.3f}x)")
     return 0
 
 

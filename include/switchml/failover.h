@@ -103,7 +103,16 @@ class Failover {
   // needs (it waits for the context's calls to stop). Errors: the host path's (the agreement
   // or the recovery could not complete: the calls keep their failure), FAILED_PRECONDITION when
   // called again after a recovery.
-  StatusOr<std::optional<RecoveryReport>> Agree(bool failed);
+  //
+  // `busy` (probes only): whether this rank has an all-reduce that may still fail on the switch
+  // (submitted, or called and not yet submitted, and not finished). last_agreement_idle() then
+  // says, identically on every rank, whether no rank was busy: an integration may skip its next
+  // probes while no switch all-reduce is called (docs/reliability.md, "Skipping the probe").
+  StatusOr<std::optional<RecoveryReport>> Agree(bool failed, bool busy = false);
+
+  // Whether the last Agree found no failure and no rank busy (false before any Agree). The same
+  // on every rank: it depends only on the all-gathered flags.
+  bool last_agreement_idle() const;
 
   // Completion callbacks (AllReduceHandle::OnComplete) of the calls a recovery finishes have run
   // already, with the failure; their handles' status() / Wait() report the recovered result.

@@ -19,8 +19,17 @@ std::string_view DataTypeName(DataType t);  // "int32", "float32"
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 struct Stats {
+  // Every submitted call is, once finished, in exactly one of calls_completed, calls_recovered
+  // and calls_failed: calls_submitted = completed + recovered + failed + calls still in flight.
   uint64_t calls_submitted = 0;  // all-reduce calls (AllReduceAsync / AllReduce)
-  uint64_t calls_completed = 0;  // finished OK
+  uint64_t calls_completed = 0;  // finished OK on the switch
+  // Failed on the switch, then finished with their results by a failover's recovery
+  // (switchml/failover.h: Failover::Agree, which runs Context recovery): their handles report
+  // OK. Not counted in calls_failed (they were until the recovery finished them).
+  uint64_t calls_recovered = 0;
+  // Finished with an error, including the calls a recovery left to the caller's host path
+  // (Failover::RunOnHost: the integration runs them there; it counts those itself) and those
+  // refused by a context that broke or recovered.
   uint64_t calls_failed = 0;
   uint64_t packets_sent = 0;     // including retransmissions
   uint64_t retransmissions = 0;  // packets resent after a timeout

@@ -543,6 +543,7 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::EnqueueSwitchML(std::shared_ptr<
   std::vector<std::shared_ptr<Call>> started;
   {
     std::lock_guard lock(mu_);
+    ++switch_calls_;  // the next probe must run (ProbeSwitch)
     queue_.push_back(std::move(c));
     StartReadyLocked(started);  // starts it now unless an earlier call holds it back
   }
@@ -744,6 +745,7 @@ c10::intrusive_ptr<c10d::Work> SwitchMLBackend::StageCall(c10d::OpType op, const
     std::unique_lock lock(mu_);
     // A call on memory an earlier pending call uses waits for it (host; bounded by the group
     // timeout), then the current stream waits for the copies back of completed ones (an event).
+    ++switch_calls_;  // the next probe must run (ProbeSwitch)
     Call probe;
     probe.spans = s->spans;
     WaitLocked(lock, [&] { return !ConflictsLocked(probe, queue_.size()); },

@@ -273,13 +273,17 @@ class SwitchMLBackend : public c10d::Backend {
   // ("failover_recovered_calls", SwitchML calls in flight at a failure that the recovery
   // finished), ("failover_host_calls", SwitchML calls run on the host path),
   // ("failover_returns", times the group came back to the switch), ("failover_rejoin_attempts",
-  // registrations tried for that, successful or not), ("on_host_path", 1 while there).
+  // registrations tried for that, successful or not), ("on_host_path", 1 while there),
+  // ("failover_agreements", agreements this rank ran: probes and its recovery's; the same
+  // number on every rank once the ranks agree), ("failover_probes_skipped", probes skipped
+  // because no SwitchML all-reduce was called since an agreement found every rank idle).
   std::vector<std::pair<std::string, uint64_t>> FailoverCounts() const;
   // While on the switch path: one agreement with the other ranks (switchml::Failover::Agree),
   // so that a rank that saw no failure joins the others' recovery before it waits for them in
   // a collective (called before every delegated collective, Gloo fallback and barrier, and at
-  // destruction). No-op on the host path or without failover. Throws if the agreement or the
-  // recovery failed.
+  // destruction), unless no SwitchML all-reduce was called since an agreement at which every
+  // rank was idle (failover.cc: why every rank skips the same probes, and why that is safe).
+  // No-op on the host path or without failover. Throws if the agreement or the recovery failed.
   void ProbeSwitch(const char* where);
   // Tests and fire drills (Python: _inject_switch_failure): this rank's context breaks as if the
   // switch had failed; the ranks then fail over at the next call or probe. Throws without failover.
@@ -498,6 +502,13 @@ class SwitchMLBackend : public c10d::Backend {
   std::thread recovery_thread_;          // started with the first parked handle (under mu_)
   std::atomic<uint64_t> failover_recovered_calls_{0}, failover_host_calls_{0};
   std::atomic<uint64_t> failover_moves_{0}, failover_returns_{0}, rejoin_attempts_{0};
+  std::atomic<uint64_t> failover_agreements_{0}, failover_probes_skipped_{0};
+  // Skipping the probe (failover.cc, ProbeSwitch). switch_calls_: SwitchML-routed all-reduce
+  // calls made so far (counted on the calling thread, at the call: the same count on every rank
+  // at the same point of the program); calls_at_idle_: its value at the last probe whose
+  // agreement found every rank idle (or at a return to the switch). Both guarded by mu_.
+  uint64_t switch_calls_ = 0;
+  uint64_t calls_at_idle_ = 0;
   // Coming back (guarded by host_mu_; created at a failover when config.rejoin).
   std::unique_ptr<switchml::SwitchRejoin> rejoin_;
   switchml::RejoinOptions rejoin_options_;

@@ -51,6 +51,7 @@ py::dict StatsToDict(const switchml::Stats& s) {
   py::dict d;
   d["calls_submitted"] = s.calls_submitted;
   d["calls_completed"] = s.calls_completed;
+  d["calls_recovered"] = s.calls_recovered;
   d["calls_failed"] = s.calls_failed;
   // Deprecated keys (one release): the old names, with the same values.
   d["jobs_submitted"] = s.calls_submitted;
@@ -121,18 +122,25 @@ PYBIND11_MODULE(_torch, m) {
              for (const auto& [key, count] : pg.FailoverCounts()) d[py::str(key)] = count;
              return d;
            },
-           "The SwitchML client library's counters for this group (calls_submitted/completed/failed, "
-           "packets, retransmissions; jobs_* are deprecated aliases of calls_*), and "
+           "The SwitchML client library's counters for this group (calls_submitted/completed/recovered/"
+           "failed: recovered = failed on the switch and finished by the failover's recovery, no "
+           "longer counted as failed; packets, retransmissions; jobs_* are deprecated aliases of "
+           "calls_*), and "
            "the all-reduce calls sent to the inner Gloo group: fallback_allreduces (total) and one "
            "fallback_<reason> per reason (fallback_op_max, ..., fallback_dtype_float64, ...); and the "
            "failover's: failover (times the group moved to the host path after a switch failure), "
            "failover_recovered_calls (SwitchML calls in flight then that the recovery finished), "
            "failover_host_calls (SwitchML calls run on the host path), failover_returns (times it came "
-           "back to the switch), failover_rejoin_attempts, on_host_path (1 while there). The library's "
+           "back to the switch), failover_rejoin_attempts, failover_agreements (agreements this rank ran "
+           "with the others: probes and its recovery's), failover_probes_skipped (probes skipped: no "
+           "SwitchML all-reduce called since an agreement found every rank idle), on_host_path (1 "
+           "while there). The library's "
            "counters are the current context's (a return to the switch starts a new one).")
       .def("_inject_switch_failure", &SwitchMLBackend::InjectSwitchFailure,
            "Tests and fire drills: this rank's SwitchML context breaks as if the switch had failed; "
-           "the group then moves to the host path at the next all-reduce or collective.")
+           "the group then moves to the host path at the first agreement after the next SwitchML "
+           "all-reduce (the next delegated collective or barrier, if one was called since the last "
+           "agreement that found every rank idle).")
       // Tests only: CPU all-reduces take the device staging path with a fake device (staging.h).
       .def("_test_staging_enable",
            [](SwitchMLBackend& pg, int64_t chunk_bytes, std::chrono::milliseconds mark_timeout) {

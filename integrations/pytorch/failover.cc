@@ -6,8 +6,9 @@
 // call stays open, the group's path becomes kRecovering (no SwitchML call starts any more; they
 // wait in the queue), and the recovery thread runs the agreement (Failover::Agree(true)) on the
 // host group. A rank that saw no failure joins at its next probe (ProbeSwitch: before every
-// collective it hands to Gloo, at barriers, at destruction), which runs Agree(false) on the
-// caller's thread. Whichever thread's agreement found a failure then calls FinishRecovery: it
+// collective it hands to Gloo, at barriers, at destruction, unless no SwitchML all-reduce was
+// called since an agreement found every rank idle: see ProbeSwitch), which runs Agree(false) on
+// the caller's thread. Whichever thread's agreement found a failure then calls FinishRecovery: it
 // waits until every SwitchML handle's callback has run (so every failed one is parked), settles
 // the parked handles in call order (OK: the recovery finished it; RunOnHost: a Gloo all-reduce
 // of the handle's buffer on the host group, whose input is intact; else its error), switches
@@ -127,21 +128,60 @@ void SwitchMLBackend::RecoveryThread() {
       // A probe on another thread recovered; it settled what was parked then. Settle the rest.
       FinishRecovery(std::optional<switchml::RecoveryReport>());
     } else {
+      failover_agreements_.fetch_add(1, std::memory_order_relaxed);
       FinishRecovery(failover_->Agree(true));
     }
   }
 }
 
+// Skipping the probe. A probe is a host collective, so every rank must make the same decision
+// at the same point of the program; the decision below depends only on switch_calls_ (the
+// SwitchML all-reduces the program called before this point: the same on every rank of a
+// correct program, which calls the same collectives in the same order) and on calls_at_idle_
+// (switch_calls_ at the last agreement that found every rank idle: its outcome comes from the
+// all-gathered flags, the same on every rank, and the ranks reach it at the same point). Never
+// on timing or on what this rank saw. So every rank probes at the same points, and the k-th
+// agreement of every rank still meets the k-th of every other.
+//
+// Why skipping is safe: the probe exists so that a rank that saw no failure joins the
+// agreement of a rank that did (Agree(true) on its recovery thread) before it waits for that
+// rank in a collective. A rank is idle at a probe when it has no SwitchML handle unsettled and
+// no SwitchML call queued and not started, and its context did not break because the switch
+// failed. When an agreement found every rank idle, every all-reduce called before it had
+// finished on every rank without a switch failure, so none of them can start a recovery. A
+// recovery can then only start from an all-reduce called after it, and every rank counts that
+// call: at the next synchronisation point every rank probes again (a rank already recovering
+// takes part through its recovery's agreement instead, as without the skip), so the failure
+// reaches every rank there, as it would without the skip. What is deferred: a context broken
+// while no call is in flight (only InjectSwitchFailure does that) is seen at the first
+// agreement after the next SwitchML all-reduce, not at the next probe point. If some rank was
+// busy at an agreement (an async all-reduce still running), the next point probes again.
 void SwitchMLBackend::ProbeSwitch(const char* where) {
   if (!failover_) return;
   std::lock_guard host_lock(host_mu_);  // failover_ is replaced only under it (RejoinAtBarrier)
   if (failover_->BrokenOtherwise()) return;
+  bool busy = false;
+  uint64_t calls = 0;
   {
     std::lock_guard lock(mu_);
     if (path_ != Path::kSwitch) return;  // recovering (its own agreement comes), or done
+    calls = switch_calls_;
+    if (calls == calls_at_idle_) {
+      failover_probes_skipped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    busy = handles_unsettled_ != 0 ||
+           std::any_of(queue_.begin(), queue_.end(), [](const std::shared_ptr<Call>& c) { return !c->started; });
   }
-  auto agreed = failover_->Agree(false);
-  if (agreed.ok() && !agreed->has_value()) return;  // every rank is fine
+  failover_agreements_.fetch_add(1, std::memory_order_relaxed);
+  auto agreed = failover_->Agree(false, busy);
+  if (agreed.ok() && !agreed->has_value()) {  // every rank is fine
+    if (failover_->last_agreement_idle()) {
+      std::lock_guard lock(mu_);
+      calls_at_idle_ = calls;  // not switch_calls_: a call made meanwhile still needs a probe
+    }
+    return;
+  }
   FinishRecovery(agreed);
   std::lock_guard lock(mu_);
   TORCH_CHECK(path_ != Path::kFailed, "switchml: ", where, ": ", failover_error_);
@@ -336,6 +376,9 @@ void SwitchMLBackend::RejoinAtBarrier() {
     failover_ = std::make_unique<switchml::Failover>(*context_, *host_path_);
     path_ = Path::kSwitch;
     ++path_epoch_;
+    // Nothing is in flight on the new context, and every rank is at this same barrier with the
+    // same switch_calls_: the probes start over from an idle state (ProbeSwitch).
+    calls_at_idle_ = switch_calls_;
   }
   failover_returns_.fetch_add(1, std::memory_order_relaxed);
   rejoin_.reset();  // stops rank 0's questions
@@ -368,6 +411,8 @@ std::vector<std::pair<std::string, uint64_t>> SwitchMLBackend::FailoverCounts() 
           {"failover_host_calls", failover_host_calls_.load()},
           {"failover_returns", failover_returns_.load()},
           {"failover_rejoin_attempts", rejoin_attempts_.load()},
+          {"failover_agreements", failover_agreements_.load()},
+          {"failover_probes_skipped", failover_probes_skipped_.load()},
           {"on_host_path", on_host}};
 }
 

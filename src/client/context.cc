@@ -505,7 +505,10 @@ Stats ContextImpl::GetStats() const {
   Stats s;
   s.calls_submitted = calls_submitted_.load();
   s.calls_completed = calls_completed_.load();
-  s.calls_failed = calls_failed_.load();
+  // Recovered first: a call is counted failed before Recover can count it recovered.
+  s.calls_recovered = calls_recovered_.load();
+  const uint64_t failed = calls_failed_.load();
+  s.calls_failed = failed >= s.calls_recovered ? failed - s.calls_recovered : 0;
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
   s.jobs_submitted = s.calls_submitted;

@@ -158,6 +158,9 @@ class ContextImpl {
   StatusCode explained_code_ = StatusCode::kOk;  // written once, under explain_once_
   control::FailureExplanation explanation_;      // likewise
   std::atomic<uint64_t> calls_submitted_{0}, calls_completed_{0}, calls_failed_{0};
+  // Calls counted in calls_failed_ when they finished that Recover then finished OK: Stats
+  // report them as calls_recovered and no longer as failed (GetStats).
+  std::atomic<uint64_t> calls_recovered_{0};
 };
 
 }  // namespace switchml::client

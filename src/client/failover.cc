@@ -8,6 +8,12 @@
 // the switch; a rank at a synchronisation point has submitted everything before it. Whoever sees
 // a 1 recovers, all at the same all-gather, and Recover finishes exactly the calls every rank
 // submitted (the others run on the host path: RunOnHost).
+//
+// The busy bit (probes): a rank with an all-reduce that may still fail sets it. Every rank sees
+// the same flags, so last_agreement_idle() is the same on every rank, and when it is true every
+// all-reduce called before this agreement has finished on every rank without a switch failure:
+// none of them can start a recovery later. An integration uses that to skip probes (its
+// reasoning, docs/reliability.md "Skipping the probe").
 #include "switchml/failover.h"
 
 #include <mutex>
@@ -19,12 +25,18 @@
 
 namespace switchml {
 
+namespace {
+constexpr int64_t kFailedFlag = 1;  // the flag's bits in the agreement's all-gather
+constexpr int64_t kBusyFlag = 2;
+}  // namespace
+
 struct Failover::State {
   State(client::ContextImpl& c, HostPath& h) : context(c), host(h) {}
   client::ContextImpl& context;
   HostPath& host;
   mutable std::mutex mu;  // serialises Agree; guards the fields below
   bool recovered = false;
+  bool last_idle = false;  // the last Agree found every flag 0
   RecoveryReport report;
 };
 
@@ -52,14 +64,16 @@ bool Failover::BrokenOtherwise() const {
   return c.broken() && c.broken_status().code() != StatusCode::kUnavailable;
 }
 
-StatusOr<std::optional<RecoveryReport>> Failover::Agree(bool failed) {
+StatusOr<std::optional<RecoveryReport>> Failover::Agree(bool failed, bool busy) {
   State& s = *state_;
   std::lock_guard lock(s.mu);
   if (s.recovered) {
     return FailedPreconditionError("Failover::Agree: this context already recovered onto the host path");
   }
-  // A rank whose context broke because the switch failed says so even at a probe.
-  const int64_t mine = failed || SwitchFailedBefore() ? 1 : 0;
+  s.last_idle = false;
+  // Bit 0: failed (a rank whose context broke because the switch failed says so even at a
+  // probe); bit 1: busy (an all-reduce of this rank may still fail).
+  const int64_t mine = (failed || SwitchFailedBefore() ? kFailedFlag : 0) | (busy ? kBusyFlag : 0);
   SWITCHML_ASSIGN_OR_RETURN(std::vector<int64_t> flags,
                             s.host.AllGather(std::span<const int64_t>(&mine, 1)));
   const uint32_t n = s.context.options().num_workers;
@@ -68,10 +82,15 @@ StatusOr<std::optional<RecoveryReport>> Failover::Agree(bool failed) {
                          " values for " + std::to_string(n) + " workers");
   }
   std::vector<uint32_t> failed_ranks;
+  bool any_busy = false;
   for (uint32_t r = 0; r < n; ++r) {
-    if (flags[r] != 0) failed_ranks.push_back(r);
+    if ((flags[r] & kFailedFlag) != 0) failed_ranks.push_back(r);
+    any_busy = any_busy || (flags[r] & kBusyFlag) != 0;
   }
-  if (failed_ranks.empty()) return std::optional<RecoveryReport>();
+  if (failed_ranks.empty()) {
+    s.last_idle = !any_busy;
+    return std::optional<RecoveryReport>();
+  }
   if (!s.context.broken()) {
     s.context.Break(UnavailableError("rank " + std::to_string(failed_ranks[0]) +
                                      " found the switch failed; every rank moves to the host path"));
@@ -92,6 +111,11 @@ bool Failover::RunOnHost(const AllReduceHandle& handle) const {
   // Also a call this rank rejected (non-finite input): the other ranks run it on the host path,
   // so this one must too, or every later host-path call would pair with the wrong one.
   return call.id >= s.report.end_call && call.id < s.report.submitted;
+}
+
+bool Failover::last_agreement_idle() const {
+  std::lock_guard lock(state_->mu);
+  return state_->last_idle;
 }
 
 bool Failover::recovered() const {

@@ -35,6 +35,8 @@ struct RankRun {
   bool failed_first = false;  // this rank's own call failed (Agree(true)); else it agreed at the barrier
   RecoveryReport report;
   uint64_t on_host = 0;  // calls it ran on the host path itself
+  uint64_t rerun = 0;    // of those, calls it had submitted that recovery left to it (RunOnHost)
+  Stats stats;           // the context's, at the end
 };
 
 // One rank's loop: an integration's all-reduce path. Returns through `run`.
@@ -65,6 +67,7 @@ void RunRank(Context& ctx, HostPath& host, Failover& fo, std::vector<std::vector
     }
     if (h[c].status().ok()) return;  // finished by the recovery
     if (!fo.RunOnHost(h[c])) return fail(h[c].status().WithContext("call " + std::to_string(c) + " not for the host"));
+    ++run.rerun;
     host_reduce(c);
   };
   for (size_t c = 0; c < calls && run.error.ok(); ++c) {
@@ -98,7 +101,9 @@ void RunRank(Context& ctx, HostPath& host, Failover& fo, std::vector<std::vector
 
 // `kCalls` calls of random sizes, the switch killed after a random number of its datagrams; or,
 // with `mute_rank` >= 0, one call of 100 elements whose results never reach that rank.
-void RunCalls(uint64_t seed, size_t kCalls, int mute_rank, uint64_t& recoveries, uint64_t& host_calls) {
+// `stats_out`, if given, gets every rank's context Stats at the end.
+void RunCalls(uint64_t seed, size_t kCalls, int mute_rank, uint64_t& recoveries, uint64_t& host_calls,
+              std::vector<Stats>* stats_out = nullptr) {
   constexpr uint32_t kRanks = 3, kThreads = 2;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -135,6 +140,7 @@ void RunCalls(uint64_t seed, size_t kCalls, int mute_rank, uint64_t& recoveries,
     SharedHostPath host(group, r);
     Failover fo(cluster->ctx(r), host);
     RunRank(cluster->ctx(r), host, fo, bufs[r], runs[r]);
+    runs[r].stats = cluster->ctx(r).GetStats();
   });
   for (uint32_t r = 0; r < kRanks; ++r) {
     ASSERT_TRUE(runs[r].error.ok()) << "rank " << r << ": " << runs[r].error;
@@ -145,6 +151,18 @@ void RunCalls(uint64_t seed, size_t kCalls, int mute_rank, uint64_t& recoveries,
       // The calls on the host path: those after what the recovery finished.
       EXPECT_EQ(runs[r].on_host, kCalls - runs[r].report.end_call) << "rank " << r;
     }
+    // The library's counters: every submitted call in exactly one of completed (on the switch),
+    // recovered (failed there, finished by the recovery) and failed (left to the host path).
+    const Stats& st = runs[r].stats;
+    EXPECT_EQ(st.calls_submitted, st.calls_completed + st.calls_recovered + st.calls_failed) << "rank " << r;
+    EXPECT_EQ(st.calls_failed, runs[r].rerun) << "rank " << r;
+    if (runs[r].recovered) {
+      EXPECT_LE(st.calls_recovered, runs[r].report.end_call - runs[r].report.first_call) << "rank " << r;
+    } else {
+      EXPECT_EQ(st.calls_recovered, 0u) << "rank " << r;
+      EXPECT_EQ(st.calls_completed, kCalls) << "rank " << r;
+    }
+    if (stats_out) stats_out->push_back(st);
     for (size_t c = 0; c < kCalls; ++c) {
       const auto v = testing::VerifyInt32(bufs[r][c].data(), n[c], kRanks, c * 10000 + seed);
       EXPECT_EQ(v.wrong, 0u) << "rank " << r << " call " << c << " (" << n[c] << " elements): first wrong at "
@@ -177,9 +195,76 @@ TEST(FailoverTest, HundredInt32CallsExactOnEveryRankWhenTheSwitchDiesAtARandomPo
 // recover with it; rank 2's call is completed from their shadow copies.
 TEST(FailoverTest, RanksThatSawNoFailureJoinTheRecoveryAtTheirBarrier) {
   uint64_t recoveries = 0, host_calls = 0;
-  RunCalls(21, 1, /*mute_rank=*/2, recoveries, host_calls);
+  std::vector<Stats> stats;
+  RunCalls(21, 1, /*mute_rank=*/2, recoveries, host_calls, &stats);
   EXPECT_EQ(recoveries, 1u);
   EXPECT_EQ(host_calls, 0u);
+  ASSERT_EQ(stats.size(), 3u);
+  // Ranks 0 and 1 completed the call on the switch; rank 2's failed there and the recovery
+  // finished it: recovered, no longer failed.
+  for (uint32_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(stats[r].calls_completed, 1u) << "rank " << r;
+    EXPECT_EQ(stats[r].calls_recovered, 0u) << "rank " << r;
+    EXPECT_EQ(stats[r].calls_failed, 0u) << "rank " << r;
+  }
+  EXPECT_EQ(stats[2].calls_submitted, 1u);
+  EXPECT_EQ(stats[2].calls_completed, 0u);
+  EXPECT_EQ(stats[2].calls_recovered, 1u);
+  EXPECT_EQ(stats[2].calls_failed, 0u);
+}
+
+// The busy bit: last_agreement_idle() is true on every rank exactly when no rank was busy (and
+// none failed), false before any agreement; a busy rank starts no recovery.
+TEST(FailoverTest, LastAgreementIdleIsTheSameOnEveryRankAndFalseWhenAnyRankWasBusy) {
+  constexpr uint32_t kRanks = 3;
+  auto cluster = LoopbackCluster::Create(kRanks, FastOptions(1)).value();
+  SharedGroup group(kRanks);
+  std::vector<std::vector<int>> idle(kRanks);  // before any, then after each agreement
+  std::vector<Status> errors(kRanks);
+  OnEveryRank(kRanks, [&](uint32_t r) {
+    SharedHostPath host(group, r);
+    Failover fo(cluster->ctx(r), host);
+    idle[r].push_back(fo.last_agreement_idle());
+    // Nobody busy; rank 1 busy; everybody busy; nobody busy again.
+    for (int round = 0; round < 4; ++round) {
+      const bool busy = round == 2 || (round == 1 && r == 1);
+      auto agreed = fo.Agree(false, busy);
+      if (!agreed.ok() || agreed->has_value()) {
+        errors[r] = agreed.ok() ? InternalError("a recovery without a failure") : agreed.status();
+        return;
+      }
+      idle[r].push_back(fo.last_agreement_idle());
+    }
+    EXPECT_FALSE(fo.recovered());
+  });
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    ASSERT_TRUE(errors[r].ok()) << "rank " << r << ": " << errors[r];
+    EXPECT_EQ(idle[r], (std::vector<int>{0, 1, 0, 0, 1})) << "rank " << r;
+  }
+}
+
+// A failed rank's flag wins over another's busy bit: every rank recovers, and the agreement is
+// not idle.
+TEST(FailoverTest, AFailureAmongBusyRanksStillRecoversEveryRank) {
+  auto cluster = LoopbackCluster::Create(2, FastOptions(1)).value();
+  SharedGroup group(2);
+  std::vector<StatusOr<std::optional<RecoveryReport>>> agreed(2, InternalError("not run"));
+  std::vector<int> idle(2, -1);
+  OnEveryRank(2, [&](uint32_t r) {
+    int32_t x = int32_t(r + 1);
+    ASSERT_TRUE(cluster->ctx(r).AllReduce(&x, &x, 1, DataType::kInt32).ok());
+    SharedHostPath host(group, r);
+    Failover fo(cluster->ctx(r), host);
+    if (r == 0) fo.InjectSwitchFailure("test: the switch is gone");
+    agreed[r] = fo.Agree(false, /*busy=*/r == 1);
+    idle[r] = fo.last_agreement_idle();
+  });
+  for (uint32_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(agreed[r].ok()) << "rank " << r << ": " << agreed[r].status();
+    ASSERT_TRUE(agreed[r]->has_value()) << "rank " << r;
+    EXPECT_EQ((*agreed[r])->failed_ranks, std::vector<uint32_t>{0}) << "rank " << r;
+    EXPECT_EQ(idle[r], 0) << "rank " << r;
+  }
 }
 
 TEST(FailoverTest, AgreeWithoutAnyFailureChangesNothing) {

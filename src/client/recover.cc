@@ -266,7 +266,11 @@ StatusOr<RecoveryReport> ContextImpl::Recover(HostPath& host) {
     CallState& cs = *it->second;
     std::lock_guard l(cs.mu);
     // A call this rank rejected keeps its own error.
-    if (!(cs.rejected_at_submit && !status.ok())) cs.status = status;
+    if (cs.rejected_at_submit && !status.ok()) continue;
+    // Every call here has finished (step 0), failed (the context broke) and was counted in
+    // calls_failed_ then: one finished OK now counts as recovered instead (GetStats).
+    if (!cs.status.ok() && status.ok()) calls_recovered_.fetch_add(1, std::memory_order_relaxed);
+    cs.status = status;
   }
   return report;
 }

@@ -14,7 +14,20 @@ Each run starts its own switch (`switchml switch` on free ports) and two worker 
            collectives work. Twice, with different seeds.
   probe:   rank 0 breaks its context as a switch failure would (_inject_switch_failure); rank 1
            never sees a failure: it joins at its next collective (a broadcast: the probe), and
-           the all-reduces after it are exact on the host path on both ranks.
+           the all-reduces after it are exact on the host path on both ranks; one agreement
+           each (stats failover_agreements).
+  skip:    the probes skipped while no SwitchML all-reduce was called since an agreement that
+           found every rank idle: all_reduce, broadcast (probe), broadcast, broadcast (skipped),
+           all_reduce, barrier (probe), barrier, all_gather (skipped), exact counts of
+           failover_agreements and failover_probes_skipped on both ranks; an async all_reduce
+           before a broadcast (probed while busy or not: the counts equal on both ranks); then
+           all_reduce, broadcast (probe), the switch killed, broadcast (skipped: nobody knows
+           yet), all_reduce (fails on both ranks: the recovery's agreement), broadcast and
+           all_reduce on the host path; every result exact, agreements equal on both ranks.
+  skip-inject: rank 0 breaks its context while every rank is idle after an agreement: the next
+           broadcast is skipped on both ranks and nobody fails over there; the failure reaches
+           rank 1 at the first agreement after the next SwitchML all-reduce (an async one, then
+           a broadcast), and the all-reduces are exact on the host path.
   destroy: rank 0 breaks its context, then both ranks destroy the group at once: rank 1 joins
            at its destruction (the probe there), nothing hangs, both log the failover.
   ddp:     DDP training of a small model, 30 steps; after step 10 the parent kills the switch
@@ -53,6 +66,10 @@ def parent(args):
         for seed in (1, 2):
             ok = run_with_kill(args, os.path.join(tmpdir, f"kill{seed}"), "worker-kill", seed) and ok
         ok = run_plain(args, os.path.join(tmpdir, "probe"), "worker-probe") and ok
+        ok = run_with_kill(args, os.path.join(tmpdir, "skip"), "worker-skip", 5) and ok
+        # A long call timeout: rank 1's all-reduce waits on the live switch for rank 0 (which
+        # refuses it) until the agreement breaks it; a hang guard, not a pace.
+        ok = run_plain(args, os.path.join(tmpdir, "skip-inject"), "worker-skip-inject", call_timeout_ms=60000) and ok
         ok = run_plain(args, os.path.join(tmpdir, "destroy"), "worker-destroy", check_log=True) and ok
         ok = run_with_kill(args, os.path.join(tmpdir, "ddp"), "worker-ddp", 3) and ok
         ok = run_with_kill(args, os.path.join(tmpdir, "return"), "worker-return", 4) and ok
@@ -131,9 +148,9 @@ def run_with_kill(args, tmpdir, mode, seed):
     return ok
 
 
-def run_plain(args, tmpdir, mode, check_log=False):
+def run_plain(args, tmpdir, mode, check_log=False, call_timeout_ms=CALL_TIMEOUT_MS):
     os.makedirs(tmpdir)
-    env = {"SWITCHML_CALL_TIMEOUT_MS": str(CALL_TIMEOUT_MS)}
+    env = {"SWITCHML_CALL_TIMEOUT_MS": str(call_timeout_ms)}
     ok = run_with_switch(args, tmpdir, __file__, mode, mode, env_extra=env)
     if ok and check_log:
         outs = [(0, open(os.path.join(tmpdir, f"{mode}_{r}.log")).read()) for r in range(2)]
@@ -167,8 +184,8 @@ def wrap32(x):
 def stats_line(c, what):
     import switchml.torch
     st = switchml.torch.stats()
-    keys = ("calls_submitted", "calls_completed", "calls_failed", "failover", "failover_recovered_calls",
-            "failover_host_calls")
+    keys = ("calls_submitted", "calls_completed", "calls_recovered", "calls_failed", "failover",
+            "failover_recovered_calls", "failover_host_calls", "failover_agreements", "failover_probes_skipped")
     print(f"rank {c.rank}: STATS {what} " + json.dumps({k: st[k] for k in keys}), flush=True)
     return st
 
@@ -261,12 +278,137 @@ def worker_probe(args):
     c.check(bool((y == 0).all()), "the broadcast (rank 1's probe) works")
     st = stats_line(c, "after the broadcast")
     c.check(st["failover"] == 1, "stats: the group moved to the host path at the broadcast")
+    c.check(st["failover_agreements"] == 1, f"stats: one agreement ({st['failover_agreements']})")
     for k in range(5):
         x = torch.full((3000,), rank + k, dtype=torch.int32)
         dist.all_reduce(x)
         c.check(bool((x == 2 * k + 1).all()), f"all_reduce {k} on the host path is exact")
     st = stats_line(c, "at the end")
     c.check(st["failover_host_calls"] == 5, f"stats: 5 calls on the host path ({st['failover_host_calls']})")
+    return finish_worker(c)
+
+
+def same_on_every_rank(c, value, what):
+    """Whether `value` (an int) is the same on every rank (an all_gather on the current path)."""
+    import torch
+    import torch.distributed as dist
+    mine = torch.tensor([value], dtype=torch.int64)
+    every = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    values = [int(t) for t in every]
+    c.check(len(set(values)) == 1, f"{what} the same on every rank: {values}")
+
+
+def skip_ops(c, rank):
+    """The collectives of the skip workers: an exact int32 all_reduce and an exact broadcast."""
+    import torch
+    import torch.distributed as dist
+    count = {"ar": 0, "bc": 0}
+
+    def ar(async_op=False):
+        k = count["ar"]
+        count["ar"] += 1
+        x = torch.full((1000,), rank * 10 + k, dtype=torch.int32)
+        w = dist.all_reduce(x, async_op=async_op)
+
+        def check():
+            if async_op:
+                w.wait()
+            c.check(bool((x == 10 + 2 * k).all()), f"all_reduce {k} exact")
+        if not async_op:
+            check()
+        return check
+
+    def bc():
+        k = count["bc"]
+        count["bc"] += 1
+        y = torch.full((10,), float(rank + k), dtype=torch.float64)
+        dist.broadcast(y, src=k % 2)
+        c.check(bool((y == float(k % 2 + k)).all()), f"broadcast {k} exact")
+    return ar, bc
+
+
+def worker_skip(args):
+    """Probes skipped and run (exact counts), then the switch killed between two broadcasts."""
+    c = init_worker(args)
+    import torch
+    import torch.distributed as dist
+    rank = args.rank
+    ar, bc = skip_ops(c, rank)
+
+    def counts():
+        st = switchml_stats()
+        return st["failover_agreements"], st["failover_probes_skipped"]
+
+    a0, s0 = counts()
+    ar()          # a SwitchML call: the next point probes
+    bc()          # probe: every rank idle (the all_reduce completed)
+    bc()          # skipped
+    bc()          # skipped
+    ar()
+    dist.barrier()  # probe
+    dist.barrier()  # skipped
+    every = [torch.zeros(3) for _ in range(2)]
+    dist.all_gather(every, torch.full((3,), float(rank)))  # skipped
+    c.check(all(bool((every[r] == r).all()) for r in range(2)), "all_gather exact")
+    a1, s1 = counts()
+    c.check((a1 - a0, s1 - s0) == (2, 4),
+            f"2 agreements and 4 probes skipped on the healthy switch (got {a1 - a0} and {s1 - s0})")
+    # An async all_reduce still running (or not) at the broadcast's probe: busy or idle there,
+    # the same decision on every rank.
+    check = ar(async_op=True)
+    bc()
+    check()
+    bc()
+    # The switch killed while every rank is idle after an agreement.
+    ar()
+    bc()          # probe: idle
+    a2, s2 = counts()
+    if rank == 0:
+        wait_for_kill(args)
+    bc()          # skipped: nobody has seen the failure yet
+    st = stats_line(c, "after the kill, before the next all_reduce")
+    c.check(st["failover"] == 0, "no failover before the next SwitchML all-reduce")
+    ar()          # fails on both ranks: the recovery's agreement; finished on the host path
+    bc()          # on the host path: no probe
+    ar()          # on the host path
+    st = stats_line(c, "after the failover")
+    a3, s3 = st["failover_agreements"], st["failover_probes_skipped"]
+    c.check(st["failover"] == 1, "stats: the group moved to the host path")
+    c.check((a3 - a2, s3 - s2) == (1, 1),
+            f"after the kill: 1 skipped probe, then the recovery's agreement (got {a3 - a2} agreements, "
+            f"{s3 - s2} skipped)")
+    c.check(st["calls_submitted"] == st["calls_completed"] + st["calls_recovered"] + st["calls_failed"],
+            "library stats: every call completed, recovered or failed")
+    c.check(st["calls_recovered"] == st["failover_recovered_calls"],
+            f"library calls_recovered {st['calls_recovered']} = the backend's failover_recovered_calls")
+    same_on_every_rank(c, a3, "failover_agreements")
+    dist.barrier()
+    return finish_worker(c)
+
+
+def worker_skip_inject(args):
+    """Rank 0 breaks its context while idle: seen at the agreement after the next all-reduce."""
+    c = init_worker(args)
+    import switchml.torch
+    rank = args.rank
+    ar, bc = skip_ops(c, rank)
+    ar()
+    bc()          # probe: idle
+    if rank == 0:
+        switchml.torch.backend()._inject_switch_failure()
+    bc()          # skipped on both ranks
+    st = stats_line(c, "after the skipped broadcast")
+    c.check(st["failover"] == 0 and st["failover_agreements"] == 1,
+            "still on the switch after the skipped broadcast, one agreement so far")
+    check = ar(async_op=True)  # refused on rank 0 (recovery thread: Agree(true)); on the switch on rank 1
+    bc()          # rank 1's probe meets rank 0's agreement: both recover
+    check()
+    ar()
+    st = stats_line(c, "at the end")
+    c.check(st["failover"] == 1, "stats: the group moved to the host path")
+    c.check(st["failover_agreements"] == 2, f"stats: two agreements ({st['failover_agreements']})")
+    same_on_every_rank(c, st["failover_host_calls"], "failover_host_calls")
     return finish_worker(c)
 
 
@@ -379,7 +521,7 @@ def switchml_stats():
 
 
 WORKERS = {"worker-return": worker_return, "worker-kill": worker_kill, "worker-probe": worker_probe, "worker-destroy": worker_destroy,
-           "worker-ddp": worker_ddp}
+           "worker-ddp": worker_ddp, "worker-skip": worker_skip, "worker-skip-inject": worker_skip_inject}
 
 
 def main():
