@@ -321,7 +321,7 @@ bool FailoverApplies(const RoutedOp* op, const Status& status) {
   State& s = S();
   if (status.ok() || !s.failover_on || s.gave_up.load(std::memory_order_acquire)) return false;
   std::lock_guard lock(s.fo_ptr_mu);
-  return op->generation == s.generation.load(std::memory_order_acquire) && s.fo->SwitchFailed(status);
+  return op->generation == s.generation.load(std::memory_order_acquire) && s.fo && s.fo->SwitchFailed(status);
 }
 
 // Flags a switch failure seen where no collective may run (a SwitchML worker thread, an MPIX
@@ -1128,7 +1128,10 @@ __attribute__((visibility("default"))) int MPI_Finalize(void) {
   st.active.store(false, std::memory_order_release);
   if (st.config.print_stats) switchml::mpi::PrintStats();
   st.rejoin.reset();  // stops rank 0's questions (waits for one in flight)
-  st.fo.reset();
+  {
+    std::lock_guard lock(st.fo_ptr_mu);  // a late completion callback may be in FailoverApplies
+    st.fo.reset();
+  }
   st.ctx.reset();
   if (st.host_comm != MPI_COMM_NULL) PMPI_Comm_free(&st.host_comm);
   return PMPI_Finalize();

@@ -48,7 +48,9 @@
  * (where the interposer polls its return; on MPI's all-reduce with the round's host-path request
  * outstanding across it), MPI_Wait, until rank 0 finds
  * DIR/returned (the script saw every rank's return line; MODE "return") or after 10 rounds 100 ms
- * apart (MODE "stay"); rank 0 tells the others with MPI_Bcast; then 10 calls. Rank 0 prints
+ * apart (MODE "stay"); rank 0 tells the others with MPI_Bcast; then 10 calls; MODE return then
+ * also: MPI_Barrier; rank 0 creates DIR/kill2 and waits for DIR/killed2 (the script killed the
+ * restarted switch); MPI_Barrier; 10 calls (the first fails over again). Rank 0 prints
  * "mpi_allreduce_check --rejoin: N ranks, C calls, R rounds, W wrong elements". Rank 0 gives up
  * waiting for a file after 120 s (hang guard; exit status 1). Exit status 0 iff all are exact.
  *
@@ -424,9 +426,17 @@ static int RejoinMode(int argc, char** argv) {
     if (flag) break;
     usleep(stay ? 100 * 1000 : 20 * 1000);
   }
-  for (int j = 0; j < 10; ++j, ++k) {
-    RejoinStart(&c, k, k % 4 == 1);
-    RejoinFinish(&c);
+  for (int phase = 0; phase < (stay ? 1 : 2); ++phase) {
+    if (phase == 1) {
+      /* MODE return: the new switch killed too; the new failover takes every rank to MPI again. */
+      Must(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+      if (g_rank == 0) ok &= Handshake(dir, "kill2", "killed2");
+      Must(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    }
+    for (int j = 0; j < 10; ++j, ++k) {
+      RejoinStart(&c, k, k % 4 == 1);
+      RejoinFinish(&c);
+    }
   }
   long total_wrong = 0;
   MPI_Allreduce(&g_wrong, &total_wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD); /* PMPI: MPI_LONG */

@@ -47,7 +47,8 @@
 #               the ranks keep calling, with an MPI_Barrier each round (an MPI_Iallreduce
 #               outstanding across it), until every rank printed its return line: every rank
 #               comes back at the same call, the calls from there on run
-#               on the new switch (the new context completed every one of them), every result
+#               on the new switch (the new context completed every one of them) until it is
+#               killed too and every rank fails over again, every result
 #               exact. Then the same with SWITCHML_MPI_REJOIN=0: no return, every call after the
 #               failure on MPI. Then a bad SWITCHML_REJOIN_MIN_BACKOFF_MS is named (MPI_Init
 #               fails with SWITCHML_MPI_FALLBACK=fail).
@@ -391,29 +392,35 @@ failover_return)
     if [ "$mode" = return ]; then
       sml_wait_for 150 "" _lines_or_gone "$log" ": back on the switch at MPI_Barrier" "$NP" "$mpi" || true
       touch "$dir/returned"
+      # The restarted switch killed too: the new failover must take every rank to MPI again.
+      sml_wait_for 150 "" _file_or_gone "$dir/kill2" "$mpi" || true
+      [ -e "$dir/kill2" ] || fail "$name: rank 0 never asked for the second kill: $(tail -20 "$log")"
+      kill -KILL "$SW_PID" 2>/dev/null || true
+      wait "$SW_PID" 2>/dev/null || true
+      touch "$dir/killed2"
     fi
     wait "$mpi" || rc=$?
     sml_untrack "$mpi"
     sml_stop_switch || true
     return $rc
   }
-  # rejoin_common NAME: exact results; one fallback line per rank; the same failover count on
-  # every rank. Sets CALLS (routed calls per rank).
+  # rejoin_common NAME FAILOVERS: exact results; FAILOVERS fallback lines per rank and in the
+  # counters; the same number of calls on every rank. Sets CALLS (routed calls per rank).
   rejoin_common() {
     local log="$WORK/$1.log"
     grep -q "^mpi_allreduce_check --rejoin: $NP ranks, .* 0 wrong elements" "$log" ||
       fail "$1: results wrong: $(tail -30 "$log")"
-    expect_stats "$log" switchml=on routed_errors=0 failovers=1
+    expect_stats "$log" switchml=on routed_errors=0 failovers="$2"
     CALLS=$(stat_of "$log" 0 routed_calls)
     for r in $(seq 0 $((NP - 1))); do
-      [ "$(grep -c "switchml-mpi: rank $r: the switch failed (" "$log")" = 1 ] ||
-        fail "$1: rank $r did not print one fallback line: $(grep switchml-mpi "$log")"
+      [ "$(grep -c "switchml-mpi: rank $r: the switch failed (" "$log")" = "$2" ] ||
+        fail "$1: rank $r did not print $2 fallback line(s): $(grep switchml-mpi "$log")"
       [ "$(stat_of "$log" "$r" routed_calls)" = "$CALLS" ] || fail "$1: rank $r made another number of calls"
     done
   }
 
   rejoin_case back return || fail "return run failed: $(tail -30 "$WORK/back.log")"
-  rejoin_common back
+  rejoin_common back 2
   LOG="$WORK/back.log"
   # Call #N: the first on the switch again (its number in each rank's return line).
   N=$(sed -n 's/^switchml-mpi: rank 0: back on the switch at .*; calls from #\([0-9]*\) on run on the switch.*/\1/p' "$LOG" | head -1)
@@ -423,24 +430,29 @@ failover_return)
       fail "rank $r did not print one return line: $(grep switchml-mpi "$LOG")"
     grep -q "switchml-mpi: rank $r: back on the switch at .*; calls from #$N on run on the switch" "$LOG" ||
       fail "rank $r came back at another call than rank 0 (#$N): $(grep 'back on the switch' "$LOG")"
-    # The failure at call 10 (the switch died before it) up to N-1: finished by the recovery or
-    # run on MPI; from N on: every call completed by the new context, on the restarted switch.
-    [ $(( $(stat_of "$LOG" "$r" recovered_calls) + $(stat_of "$LOG" "$r" host_path_calls) )) = $(( N - 10 )) ] ||
-      fail "rank $r: calls 10 to $((N - 1)) not all recovered or on MPI: $(grep "stats: rank=$r " "$LOG")"
-    [ "$(stat_of "$LOG" "$r" calls_completed)" = $(( CALLS - N )) ] ||
-      fail "rank $r: the new context completed $(stat_of "$LOG" "$r" calls_completed) calls, want $((CALLS - N)) (calls #$N to #$((CALLS - 1)))"
+    # The failure at call 10 (the switch died before it) up to N-1, and the second failure at
+    # call M = CALLS-10 (the restarted switch killed before it) to the end: finished by the
+    # recovery or run on MPI; N to M-1: completed by the new context, on the restarted switch.
+    M=$(( CALLS - 10 ))
+    [ $(( $(stat_of "$LOG" "$r" recovered_calls) + $(stat_of "$LOG" "$r" host_path_calls) )) = $(( N - 10 + 10 )) ] ||
+      fail "rank $r: calls 10 to $((N - 1)) and $M to $((CALLS - 1)) not all recovered or on MPI: $(grep "stats: rank=$r " "$LOG")"
+    [ "$(stat_of "$LOG" "$r" calls_completed)" = $(( M - N )) ] ||
+      fail "rank $r: the new context completed $(stat_of "$LOG" "$r" calls_completed) calls, want $((M - N)) (calls #$N to #$((M - 1)))"
+    # Its failover line numbers the calls from the first (the new context's own from #N).
+    grep -q "switchml-mpi: rank $r: the switch failed (.*); calls from #$((M + 1)) on run on MPI's own all-reduce (calls #$M to #$M finished" "$LOG" ||
+      fail "rank $r: no second fallback line at call #$M: $(grep "rank $r: the switch failed" "$LOG" | cut -c1-300)"
     [ "$(stat_of "$LOG" "$r" rejoin_attempts)" -ge 1 ] || fail "rank $r: no rejoin attempt counted"
     [ "$(stat_of "$LOG" "$r" packets_sent)" -gt 0 ] || fail "rank $r: no packets sent after the return"
   done
-  expect_stats "$LOG" returns=1 failover=ready
+  expect_stats "$LOG" returns=1 failover=done
   # The restart came after call 20; 10 calls follow the last round.
-  [ "$N" -ge 20 ] && [ $(( CALLS - N )) -ge 10 ] || fail "return at call #$N of $CALLS"
+  [ "$N" -ge 20 ] && [ $(( M - N )) -ge 10 ] || fail "return at call #$N of $CALLS"
   # (Not asserted, it depends on timing: N > 20 when the return came in a round, with the
   # round's host-path MPI_Iallreduce outstanding; the rounds before it polled likewise.)
-  pass "$FLAVOR switch killed after call 9 and restarted: every rank back on the switch at call #$N, calls #$N to #$((CALLS - 1)) on the new switch, all exact"
+  pass "$FLAVOR switch killed after call 9 and restarted: every rank back on the switch at call #$N, calls #$N to #$((M - 1)) on the new switch, then killed again: every rank on MPI from call #$M, all exact"
 
   rejoin_case stay stay SWITCHML_MPI_REJOIN=0 || fail "SWITCHML_MPI_REJOIN=0 run failed: $(tail -30 "$WORK/stay.log")"
-  rejoin_common stay
+  rejoin_common stay 1
   LOG="$WORK/stay.log"
   grep -q "back on the switch" "$LOG" && fail "came back with SWITCHML_MPI_REJOIN=0: $(grep 'back on' "$LOG")"
   expect_stats "$LOG" returns=0 rejoin_attempts=0 failover=done
