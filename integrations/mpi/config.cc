@@ -119,9 +119,10 @@ InterposerConfig ParseInterposerConfig(const EnvLookup& getenv) {
     }
   }
   if (backoff_ok && c.rejoin_options.min_backoff > c.rejoin_options.max_backoff) {
-    fail(InvalidArgumentError("SWITCHML_REJOIN_MIN_BACKOFF_MS (" + std::to_string(c.rejoin_options.min_backoff.count()) +
-                              ") must not exceed SWITCHML_REJOIN_MAX_BACKOFF_MS (" +
-                              std::to_string(c.rejoin_options.max_backoff.count()) + ")"));
+    fail(InvalidArgumentError(
+        "SWITCHML_REJOIN_MIN_BACKOFF_MS (" + std::to_string(c.rejoin_options.min_backoff.count()) +
+        ") must not exceed SWITCHML_REJOIN_MAX_BACKOFF_MS (" + std::to_string(c.rejoin_options.max_backoff.count()) +
+        ")"));
   }
   if (const char* v = get("SWITCHML_MPI_MIN_ELEMENTS")) {
     auto n = ParseUint("SWITCHML_MPI_MIN_ELEMENTS", v, 0, uint64_t{1} << 62);

@@ -375,7 +375,10 @@ static void RejoinFinish(struct RejoinCall* c) {
     long long want = 0;
     for (int r = 0; r < g_size; ++r) want += FailoverInput(r, c->k, i);
     if (c->y[i] != want) Wrong(name, i, c->y[i], (double)want);
-    if (!c->in_place && c->x[i] != FailoverInput(g_rank, c->k, i)) { Wrong("rejoin_input_modified", i, c->x[i], 0); break; }
+    if (!c->in_place && c->x[i] != FailoverInput(g_rank, c->k, i)) {
+      Wrong("rejoin_input_modified", i, c->x[i], 0);
+      break;
+    }
   }
   free(c->x);
   free(c->y);
