@@ -93,6 +93,37 @@ InterposerConfig ParseInterposerConfig(const EnvLookup& getenv) {
       fail(InvalidArgumentError("SWITCHML_MPI_FAILOVER must be 0 or 1, got '" + std::string(s) + "'"));
     }
   }
+  if (const char* v = get("SWITCHML_MPI_REJOIN")) {
+    std::string_view s(v);
+    if (s == "1") {
+      c.rejoin = true;
+    } else if (s == "0") {
+      c.rejoin = false;
+    } else {
+      fail(InvalidArgumentError("SWITCHML_MPI_REJOIN must be 0 or 1, got '" + std::string(s) + "'"));
+    }
+  }
+  // Rank 0's questions to the controller after a failover (RejoinOptions; the same variables as
+  // the PyTorch backend's). Unset: the library's defaults.
+  bool backoff_ok = true;
+  for (auto [name, field] : {std::pair{"SWITCHML_REJOIN_MIN_BACKOFF_MS", &c.rejoin_options.min_backoff},
+                             std::pair{"SWITCHML_REJOIN_MAX_BACKOFF_MS", &c.rejoin_options.max_backoff}}) {
+    if (const char* v = get(name)) {
+      auto n = ParseUint(name, v, 1, 86'400'000);
+      if (n.ok()) {
+        *field = std::chrono::milliseconds(*n);
+      } else {
+        fail(n.status());
+        backoff_ok = false;
+      }
+    }
+  }
+  if (backoff_ok && c.rejoin_options.min_backoff > c.rejoin_options.max_backoff) {
+    fail(InvalidArgumentError(
+        "SWITCHML_REJOIN_MIN_BACKOFF_MS (" + std::to_string(c.rejoin_options.min_backoff.count()) +
+        ") must not exceed SWITCHML_REJOIN_MAX_BACKOFF_MS (" + std::to_string(c.rejoin_options.max_backoff.count()) +
+        ")"));
+  }
   if (const char* v = get("SWITCHML_MPI_MIN_ELEMENTS")) {
     auto n = ParseUint("SWITCHML_MPI_MIN_ELEMENTS", v, 0, uint64_t{1} << 62);
     if (n.ok()) c.min_elements = *n; else fail(n.status());

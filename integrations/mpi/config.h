@@ -18,6 +18,9 @@
 //   SWITCHML_MPI_MIN_ELEMENTS    calls with fewer elements go to PMPI (default 0)
 //   SWITCHML_MPI_COMPLETION      async (default) | inline: how routed MPI_Iallreduce completes
 //   SWITCHML_MPI_FAILOVER        1 (default) | 0: move to MPI's own all-reduce when the switch fails
+//   SWITCHML_MPI_REJOIN          1 (default) | 0: after a failover, come back to the switch
+//   SWITCHML_REJOIN_MIN_BACKOFF_MS, SWITCHML_REJOIN_MAX_BACKOFF_MS
+//                                → rejoin.min_backoff / max_backoff (rank 0's questions)
 #pragma once
 
 #include <cstdint>
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "switchml/options.h"
+#include "switchml/rejoin.h"
 #include "switchml/status.h"
 
 namespace switchml::mpi {
@@ -50,6 +54,12 @@ struct InterposerConfig {
   // SWITCHML_MPI_FAILOVER: when a routed call fails because the switch is gone, finish the
   // calls on MPI's own all-reduce and run every later one there (README.md, "Failover").
   bool failover = true;
+  // SWITCHML_MPI_REJOIN: after a failover, come back to the switch at an MPI_Barrier once it can
+  // serve the job again (README.md, "Coming back"). Only with failover.
+  bool rejoin = true;
+  // SWITCHML_REJOIN_MIN_BACKOFF_MS / SWITCHML_REJOIN_MAX_BACKOFF_MS (min <= max, checked);
+  // poll_every_calls is the interposer's (every MPI_Barrier on the host path).
+  RejoinOptions rejoin_options;
   // Routed calls need at least this many elements (and always at least 1).
   uint64_t min_elements = 0;
   // One line each for deprecated variables that were used (the interposer prints them on

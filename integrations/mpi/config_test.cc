@@ -28,6 +28,10 @@ TEST(MpiConfigTest, NothingSetMeansDisabledWithoutError) {
   EXPECT_EQ(c.min_elements, 0u);
   EXPECT_EQ(c.completion, CompletionMode::kAsync);
   EXPECT_TRUE(c.failover);
+  EXPECT_TRUE(c.rejoin);
+  RejoinOptions defaults;
+  EXPECT_EQ(c.rejoin_options.min_backoff, defaults.min_backoff);
+  EXPECT_EQ(c.rejoin_options.max_backoff, defaults.max_backoff);
 }
 
 TEST(MpiConfigTest, EmptyControllerMeansDisabled) {
@@ -141,6 +145,42 @@ TEST(MpiConfigTest, FailoverSetting) {
   InterposerConfig c = Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"}, {"SWITCHML_MPI_FAILOVER", "yes"}});
   EXPECT_FALSE(c.enabled);
   EXPECT_THAT(c.status.message(), HasSubstr("SWITCHML_MPI_FAILOVER must be 0 or 1, got 'yes'"));
+}
+
+TEST(MpiConfigTest, RejoinSettings) {
+  InterposerConfig c = Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"},
+                              {"SWITCHML_MPI_REJOIN", "0"},
+                              {"SWITCHML_REJOIN_MIN_BACKOFF_MS", "200"},
+                              {"SWITCHML_REJOIN_MAX_BACKOFF_MS", "500"}});
+  ASSERT_TRUE(c.status.ok()) << c.status;
+  EXPECT_TRUE(c.enabled);
+  EXPECT_FALSE(c.rejoin);
+  EXPECT_EQ(c.rejoin_options.min_backoff, std::chrono::milliseconds(200));
+  EXPECT_EQ(c.rejoin_options.max_backoff, std::chrono::milliseconds(500));
+  EXPECT_TRUE(Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"}, {"SWITCHML_MPI_REJOIN", "1"}}).rejoin);
+  // Only the maximum below the default minimum: that is the error, naming both.
+  c = Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"}, {"SWITCHML_REJOIN_MAX_BACKOFF_MS", "300"}});
+  EXPECT_FALSE(c.enabled);
+  EXPECT_EQ(c.status.message(),
+            "SWITCHML_REJOIN_MIN_BACKOFF_MS (1000) must not exceed SWITCHML_REJOIN_MAX_BACKOFF_MS (300)");
+  c = Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"}, {"SWITCHML_REJOIN_MIN_BACKOFF_MS", "300"},
+             {"SWITCHML_REJOIN_MAX_BACKOFF_MS", "300"}});
+  EXPECT_TRUE(c.status.ok()) << c.status;
+}
+
+TEST(MpiConfigTest, BadRejoinValuesNameTheVariable) {
+  InterposerConfig c = Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"}, {"SWITCHML_MPI_REJOIN", "yes"}});
+  EXPECT_FALSE(c.enabled);
+  EXPECT_EQ(c.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status.message(), "SWITCHML_MPI_REJOIN must be 0 or 1, got 'yes'");
+  for (const char* name : {"SWITCHML_REJOIN_MIN_BACKOFF_MS", "SWITCHML_REJOIN_MAX_BACKOFF_MS"}) {
+    for (const char* bad : {"0", "", "-5", "fast", "86400001"}) {
+      c = Parse({{"SWITCHML_CONTROLLER", "127.0.0.1:1"}, {name, bad}});
+      EXPECT_FALSE(c.enabled) << name << "=" << bad;
+      EXPECT_EQ(c.status.message(),
+                std::string(name) + " must be an integer in [1, 86400000], got '" + bad + "'");
+    }
+  }
 }
 
 TEST(MpiConfigTest, BadStatsValueKeepsStatsOn) {

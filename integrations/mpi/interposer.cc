@@ -64,6 +64,17 @@
 // communicator from its intact input, or failed) and completes its request; every later
 // eligible call runs on the private communicator too, so the k-th call after the failure meets
 // the k-th on every rank whatever each had submitted when the switch died.
+//
+// Coming back (SWITCHML_MPI_REJOIN=1, the default; README.md "Coming back"): the recovery starts
+// a switchml::SwitchRejoin (rank 0 asks the controller in the background, with backoff, whether
+// the job can be served again). Every MPI_Barrier on MPI_COMM_WORLD on the host path polls it on
+// the calling thread under fo_mu (RejoinAtBarrier), after its probe: every rank reaches the same
+// barriers in the same order, each with every routed call before it settled, so the poll's
+// all-gathers on the private communicator meet in the same order on every rank (after any host
+// MPI_Iallreduce still outstanding, which every rank started before the barrier too). When rank
+// 0's answer is yes and every rank registered again, every rank swaps in the new context and a
+// new Failover at that barrier and routes every later call to the switch; the old context's
+// calls never start a failover again (RoutedOp::generation).
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
 #endif
@@ -90,6 +101,7 @@
 #include "config.h"
 #include "switchml/context.h"
 #include "switchml/failover.h"
+#include "switchml/rejoin.h"
 
 namespace switchml::mpi {
 namespace {
@@ -108,6 +120,9 @@ struct RoutedOp {
   int count = 0;
   MPI_Datatype datatype = MPI_DATATYPE_NULL;
   uint64_t seq = 0;  // routed calls on this rank, from 0 (the context's call numbers)
+  // The SwitchML context it was submitted to (State::generation then): after a return to the
+  // switch, a call of an earlier context is settled already and never starts a failover.
+  uint64_t generation = 0;
   MPI_Request request = MPI_REQUEST_NULL;
   int error_code = MPI_SUCCESS;  // written before MPI_Grequest_complete, read by query_fn after
   std::atomic<bool> completed{false};  // MPI_Grequest_complete called (exactly once)
@@ -133,6 +148,11 @@ struct Counters {
   std::atomic<uint64_t> host_path_calls{0};
   // Of those, calls submitted to the switch that ran again from their input (RunOnHost).
   std::atomic<uint64_t> rerun_calls{0};
+  // Moves to MPI's all-reduce, returns to the switch (SWITCHML_MPI_REJOIN), and registrations
+  // tried for a return (successful or not).
+  std::atomic<uint64_t> failovers{0};
+  std::atomic<uint64_t> returns{0};
+  std::atomic<uint64_t> rejoin_attempts{0};
 };
 
 enum class AsyncMode { kNone, kInline, kThread, kMpix };
@@ -234,9 +254,18 @@ struct State {
   MPI_Comm host_comm = MPI_COMM_NULL;  // private duplicate of MPI_COMM_WORLD
   std::unique_ptr<MpiHostPath> host;
   std::unique_ptr<Failover> fo;  // destroyed before ctx
-  // Serialises routed submissions, Agree / recovery and every use of host_comm.
+  // Serialises routed submissions, Agree / recovery, a return to the switch and every use of
+  // host_comm.
   std::mutex fo_mu;
   uint64_t next_seq = 0;               // guarded by fo_mu
+  // Coming back (SWITCHML_MPI_REJOIN=1): created at a failover, polled at every MPI_Barrier on
+  // the host path; a return replaces ctx and fo under fo_mu and fo_ptr_mu and bumps generation.
+  // FailoverApplies (also on SwitchML worker threads, without fo_mu) reads fo under fo_ptr_mu.
+  std::unique_ptr<SwitchRejoin> rejoin;  // guarded by fo_mu
+  std::mutex fo_ptr_mu;
+  std::atomic<uint64_t> generation{0};
+  uint64_t ctx_first_call = 0;  // routed calls before ctx started (call #N in logs); fo_mu
+  uint64_t rejoin_logged_attempt = 0;  // fo_mu
   std::atomic<bool> on_host{false};    // recovered: every eligible call runs on host_comm
   std::atomic<bool> gave_up{false};    // the agreement or the recovery failed: calls fail
   std::atomic<bool> failure_seen{false};  // a routed call of this rank failed with SwitchFailed
@@ -287,9 +316,12 @@ void CompleteOp(RoutedOp* op, const Status& s) {
 }
 
 // Whether a failed routed call is one failover handles (the switch is gone and nothing gave up).
-bool FailoverApplies(const Status& status) {
+// A call of a context that a return to the switch replaced never is (the recovery settled it).
+bool FailoverApplies(const RoutedOp* op, const Status& status) {
   State& s = S();
-  return !status.ok() && s.failover_on && !s.gave_up.load(std::memory_order_acquire) && s.fo->SwitchFailed(status);
+  if (status.ok() || !s.failover_on || s.gave_up.load(std::memory_order_acquire)) return false;
+  std::lock_guard lock(s.fo_ptr_mu);
+  return op->generation == s.generation.load(std::memory_order_acquire) && s.fo && s.fo->SwitchFailed(status);
 }
 
 // Flags a switch failure seen where no collective may run (a SwitchML worker thread, an MPIX
@@ -399,17 +431,90 @@ void RecoverLocked(bool failed, const Status& why = OkStatus()) {
     cause = "rank " + std::to_string(r.failed_ranks.empty() ? 0u : r.failed_ranks[0]) +
             " found it; this rank learned of it at a synchronisation point";
   }
-  s.counters.recovered_calls.store(r.end_call - r.first_call, std::memory_order_relaxed);
+  s.counters.recovered_calls.fetch_add(r.end_call - r.first_call, std::memory_order_relaxed);
+  s.counters.failovers.fetch_add(1, std::memory_order_relaxed);
+  // Call numbers count this rank's routed calls from 0 (the context's own from ctx_first_call).
+  const uint64_t base = s.ctx_first_call;
   std::string finished = "no call left for the recovery to finish";
   if (r.end_call > r.first_call) {
-    finished = "calls #" + std::to_string(r.first_call) + " to #" + std::to_string(r.end_call - 1) +
+    finished = "calls #" + std::to_string(base + r.first_call) + " to #" + std::to_string(base + r.end_call - 1) +
                " finished by the recovery";
   }
   std::fprintf(stderr,
                "switchml-mpi: rank %d: the switch failed (%s); calls from #%llu on run on MPI's own all-reduce (%s)\n",
-               s.rank, cause.c_str(), (unsigned long long)r.end_call, finished.c_str());
+               s.rank, cause.c_str(), (unsigned long long)(base + r.end_call), finished.c_str());
   ResolveAll(OkStatus());
   s.on_host.store(true, std::memory_order_release);
+  if (s.config.rejoin) {
+    // Coming back: rank 0 starts asking the controller; the ranks agree at MPI_Barrier.
+    RejoinOptions ro = s.config.rejoin_options;
+    ro.poll_every_calls = 1;  // every MPI_Barrier on the host path (RejoinAtBarrier)
+    auto started = SwitchRejoin::Start(s.ctx->options(), *s.host, ro);
+    if (started.ok()) {
+      s.rejoin = std::move(*started);
+      s.rejoin_logged_attempt = 0;
+    } else {
+      std::fprintf(stderr, "switchml-mpi: rank %d: cannot come back to the switch later: %s\n", s.rank,
+                   started.status().ToString().c_str());
+    }
+  }
+}
+
+// At MPI_Barrier on MPI_COMM_WORLD, after Probe, on the calling thread (SWITCHML_MPI_REJOIN=1):
+// while on the host path, every rank is at the same barrier with every routed call before it
+// settled (the recovery settled the switch's; later ones ran on host_comm), so the SwitchRejoin
+// all-gathers on host_comm meet in the same order on every rank. When every rank registered
+// again, all of them move back to the switch here, with a new context and a new Failover.
+void RejoinAtBarrier() {
+  State& s = S();
+  if (!s.failover_on || !s.config.rejoin || !s.on_host.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(s.fo_mu);
+  if (!s.rejoin || !s.on_host.load(std::memory_order_acquire) || s.gave_up.load(std::memory_order_acquire)) return;
+  auto back = s.rejoin->Poll();
+  if (!back.ok()) {
+    // The host path itself failed: the calls on it will say so; stop trying.
+    std::fprintf(stderr, "switchml-mpi: rank %d: stopped trying to come back to the switch: %s\n", s.rank,
+                 back.status().ToString().c_str());
+    s.rejoin.reset();
+    return;
+  }
+  const std::optional<RejoinAttempt> attempt = s.rejoin->last_attempt();
+  if (attempt && attempt->number != s.rejoin_logged_attempt) {
+    s.rejoin_logged_attempt = attempt->number;
+    s.counters.rejoin_attempts.fetch_add(1, std::memory_order_relaxed);
+    if (!attempt->succeeded) std::fprintf(stderr, "switchml-mpi: rank %d: %s\n", s.rank, attempt->description.c_str());
+  }
+  if (!*back) return;
+  const uint64_t barriers = s.rejoin->polls();
+  std::unique_ptr<Failover> old_fo;
+  std::unique_ptr<Context> old_ctx;
+  {
+    // A completion callback of the old context may be in FailoverApplies: from here on it sees
+    // another generation and leaves fo alone.
+    std::lock_guard ptr_lock(s.fo_ptr_mu);
+    old_fo = std::move(s.fo);
+    old_ctx = std::move(s.ctx);
+    s.ctx = std::move(*back);
+    s.fo = std::make_unique<Failover>(*s.ctx, *s.host);
+    s.generation.fetch_add(1, std::memory_order_acq_rel);
+  }
+  s.rejoin.reset();  // stops rank 0's questions
+  old_fo.reset();    // before the context it refers to
+  old_ctx.reset();   // joins its worker threads: none of its callbacks runs after this
+  {
+    // What its calls flagged is settled (they were the old context's).
+    std::lock_guard signal_lock(s.signal_mu);
+    s.failure_seen.store(false, std::memory_order_release);
+    s.first_failure.clear();
+  }
+  s.ctx_first_call = s.counters.routed_allreduce.load() + s.counters.routed_iallreduce.load();
+  s.counters.returns.fetch_add(1, std::memory_order_relaxed);
+  s.on_host.store(false, std::memory_order_release);
+  std::fprintf(stderr,
+               "switchml-mpi: rank %d: back on the switch at MPI_Barrier %llu on the host path (%s); calls from #%llu "
+               "on run on the switch (the stats line's returns= counts the returns)\n",
+               s.rank, (unsigned long long)barriers, attempt ? attempt->description.c_str() : "rejoined",
+               (unsigned long long)s.ctx_first_call);
 }
 
 // At a synchronisation point every rank reaches in the same order (MPI_Barrier, MPI_Finalize,
@@ -434,7 +539,9 @@ void FailoverThread() {
       if (s.fo_stop) return;
     }
     std::lock_guard lock(s.fo_mu);
-    RecoverLocked(true);  // sets on_host or gave_up
+    // Still to do (an application thread may have agreed meanwhile, and a return to the switch
+    // clears what the old context's calls flagged): sets on_host or gave_up.
+    if (s.failure_seen.load(std::memory_order_acquire)) RecoverLocked(true);
   }
 }
 
@@ -468,7 +575,7 @@ int PollFn(void* extra_state, MPI_Status* /*status*/) {
     FinishOp(op, op->rc);
   } else if (op->handle.IsDone()) {
     Status st = op->handle.status();
-    if (FailoverApplies(st)) {
+    if (FailoverApplies(op, st)) {
       SignalFailure(st);
       std::this_thread::yield();
     } else {
@@ -489,7 +596,7 @@ int WaitFn(int count, void** states, double /*timeout*/, MPI_Status* /*status*/)
     auto* op = static_cast<RoutedOp*>(states[i]);
     if (op->completed.load(std::memory_order_acquire)) continue;
     Status st = op->handle.Wait();
-    if (!op->resolved.load(std::memory_order_acquire) && FailoverApplies(st)) {
+    if (!op->resolved.load(std::memory_order_acquire) && FailoverApplies(op, st)) {
       SignalFailure(st);
       std::unique_lock lock(s.pending_mu);
       // A failure the failover thread cannot settle makes it give up, which settles every call.
@@ -523,13 +630,14 @@ int ReportError(MPI_Comm comm, const char* call, const Status& status) {
 }
 
 // Settings that must be equal on every rank; checked at MPI_Init.
-constexpr int kNumShared = 5;
+constexpr int kNumShared = 6;
 void SharedSettings(const InterposerConfig& c, long long out[kNumShared]) {
   out[0] = c.options.num_worker_threads;
   out[1] = c.options.window_packets;
   out[2] = c.options.elements_per_packet;
   out[3] = static_cast<long long>(c.min_elements);
   out[4] = c.failover ? 1 : 0;
+  out[5] = c.rejoin ? 1 : 0;  // MPI_Barrier polls on the host path only where it is on
 }
 
 // Collective over MPI_COMM_WORLD: decides on every rank the same way whether SwitchML is used.
@@ -572,7 +680,7 @@ int SetUp(int provided) {
   if (reason.empty()) {
     static const char* kNames[kNumShared] = {"SWITCHML_THREADS", "SWITCHML_WINDOW",
                                              "SWITCHML_ELEMENTS_PER_PACKET", "SWITCHML_MPI_MIN_ELEMENTS",
-                                             "SWITCHML_MPI_FAILOVER"};
+                                             "SWITCHML_MPI_FAILOVER", "SWITCHML_MPI_REJOIN"};
     for (int i = 0; i < kNumShared; ++i) {
       if (all[2 + 2 * i] != -all[3 + 2 * i]) {
         reason = std::string(kNames[i]) + " differs across ranks (must be equal on all)";
@@ -680,18 +788,20 @@ void PrintStats() {
                "switchml-mpi stats: rank=%d switchml=%s routed_calls=%llu routed_allreduce=%llu "
                "routed_iallreduce=%llu routed_bytes=%llu routed_errors=%llu passthrough_calls=%llu "
                "passthrough_allreduce=%llu passthrough_iallreduce=%llu packets_sent=%llu "
-               "retransmissions=%llu async_completion=%s failover=%s recovered_calls=%llu host_path_calls=%llu "
-               "rerun_calls=%llu fallback_reason=\"%s\"\n",
+               "retransmissions=%llu calls_completed=%llu async_completion=%s failover=%s failovers=%llu "
+               "recovered_calls=%llu host_path_calls=%llu rerun_calls=%llu returns=%llu rejoin_attempts=%llu "
+               "fallback_reason=\"%s\"\n",
                s.rank, s.ctx ? "on" : "off", (unsigned long long)routed,
                (unsigned long long)k.routed_allreduce.load(), (unsigned long long)k.routed_iallreduce.load(),
                (unsigned long long)k.routed_bytes.load(), (unsigned long long)k.routed_errors.load(),
                (unsigned long long)passed, (unsigned long long)k.passthrough_allreduce.load(),
                (unsigned long long)k.passthrough_iallreduce.load(), (unsigned long long)st.packets_sent,
-               (unsigned long long)st.retransmissions,
+               (unsigned long long)st.retransmissions, (unsigned long long)st.calls_completed,
                kAsyncModeNames[static_cast<int>(s.async_mode)],
                !s.failover_on ? "off" : s.gave_up.load() ? "failed" : s.on_host.load() ? "done" : "ready",
-               (unsigned long long)k.recovered_calls.load(), (unsigned long long)k.host_path_calls.load(),
-               (unsigned long long)k.rerun_calls.load(),
+               (unsigned long long)k.failovers.load(), (unsigned long long)k.recovered_calls.load(),
+               (unsigned long long)k.host_path_calls.load(), (unsigned long long)k.rerun_calls.load(),
+               (unsigned long long)k.returns.load(), (unsigned long long)k.rejoin_attempts.load(),
                s.disabled_reason.c_str());
 }
 
@@ -713,8 +823,9 @@ void CatchUpLocked() {
 bool SubmitLocked(RoutedOp* op, DataType type) {
   State& s = S();
   const void* in = op->sendbuf == MPI_IN_PLACE ? op->recvbuf : op->sendbuf;
+  op->generation = s.generation.load(std::memory_order_relaxed);  // changes only under fo_mu
   op->handle = s.ctx->AllReduceAsync(in, op->recvbuf, size_t(op->count), type);
-  if (op->handle.IsDone() && FailoverApplies(op->handle.status())) {
+  if (op->handle.IsDone() && FailoverApplies(op, op->handle.status())) {
     RecoverLocked(true, op->handle.status());
     return false;
   }
@@ -730,7 +841,7 @@ int AwaitRouted(RoutedOp* op) {
   State& s = S();
   Status st = op->handle.Wait();
   if (st.ok()) return MPI_SUCCESS;
-  if (!op->resolved.load(std::memory_order_acquire) && FailoverApplies(st)) {
+  if (!op->resolved.load(std::memory_order_acquire) && FailoverApplies(op, st)) {
     std::lock_guard lock(s.fo_mu);
     RecoverLocked(true, st);
   }
@@ -849,7 +960,7 @@ int FailoverIallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Dataty
       // reference.
       op->refs.fetch_add(1, std::memory_order_relaxed);
       op->handle.OnComplete([op](const Status& st) {
-        if (FailoverApplies(st)) {
+        if (FailoverApplies(op, st)) {
           SignalFailure(st);
         } else {
           CompleteOp(op, st);
@@ -967,8 +1078,12 @@ __attribute__((visibility("default"))) int MPI_Iallreduce(const void* sendbuf, v
 
 __attribute__((visibility("default"))) int MPI_Barrier(MPI_Comm comm) {
   // A synchronisation point every rank reaches in the same order: a rank still on the switch
-  // path learns here of a switch failure another rank saw (failover).
-  if (comm == MPI_COMM_WORLD && S().active.load(std::memory_order_acquire)) switchml::mpi::Probe();
+  // path learns here of a switch failure another rank saw (failover); on the host path, the
+  // ranks agree here whether to come back to the switch (SWITCHML_MPI_REJOIN).
+  if (comm == MPI_COMM_WORLD && S().active.load(std::memory_order_acquire)) {
+    switchml::mpi::Probe();
+    switchml::mpi::RejoinAtBarrier();
+  }
   return PMPI_Barrier(comm);
 }
 
@@ -989,7 +1104,7 @@ __attribute__((visibility("default"))) int MPI_Finalize(void) {
     }
   }
   bool switch_failed = false;
-  for (auto* op : left) switch_failed |= switchml::mpi::FailoverApplies(op->handle.Wait());
+  for (auto* op : left) switch_failed |= switchml::mpi::FailoverApplies(op, op->handle.Wait());
   if (st.failover_on) {
     // The last synchronisation point: agree once more while on the switch path, so a rank
     // whose last calls failed is not left waiting for the others (and settle those calls).
@@ -1012,7 +1127,11 @@ __attribute__((visibility("default"))) int MPI_Finalize(void) {
   }
   st.active.store(false, std::memory_order_release);
   if (st.config.print_stats) switchml::mpi::PrintStats();
-  st.fo.reset();
+  st.rejoin.reset();  // stops rank 0's questions (waits for one in flight)
+  {
+    std::lock_guard lock(st.fo_ptr_mu);  // a late completion callback may be in FailoverApplies
+    st.fo.reset();
+  }
   st.ctx.reset();
   if (st.host_comm != MPI_COMM_NULL) PMPI_Comm_free(&st.host_comm);
   return PMPI_Finalize();

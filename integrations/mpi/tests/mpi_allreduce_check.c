@@ -3,6 +3,7 @@
  * Usage: mpirun -np N mpi_allreduce_check RESULT_FILE FLOAT_TOLERANCE
  *        mpirun -np N mpi_allreduce_check --error-mode
  *        mpirun -np N mpi_allreduce_check --failover RESULT_FILE SEED KILL_AT MARKER ACK [MODE [FLOAT_TOLERANCE]]
+ *        mpirun -np N mpi_allreduce_check --rejoin DIR return|stay
  *
  * Issues a fixed sequence of all-reduce calls: some the interposer routes through SwitchML
  * (MPI_SUM on MPI_FLOAT / MPI_INT over MPI_COMM_WORLD, in place and not, blocking and
@@ -37,6 +38,22 @@
  * Ends with a pass-through MPI_Allreduce of the error count (MPI_LONG). Exit status 0 iff all
  * are exact.
  *
+ * --rejoin (the interposer's return to the switch; handshake files in DIR with the test script):
+ * routed-eligible MPI_INT MPI_SUM calls on MPI_COMM_WORLD (1 to 70000 elements, some in place,
+ * every fourth an MPI_Iallreduce + MPI_Wait), each checked exactly on every rank: 10 calls;
+ * MPI_Barrier; rank 0 creates DIR/kill and waits for DIR/killed (the script killed the switch);
+ * MPI_Barrier; 10 calls (the first fails over); MPI_Barrier; rank 0 creates DIR/restart (the
+ * script starts the switch again on the same controller port, then creates DIR/restarted, which
+ * rank 0 waits for in MODE stay only); MPI_Barrier; then rounds of MPI_Iallreduce, MPI_Barrier
+ * (where the interposer polls its return; on MPI's all-reduce with the round's host-path request
+ * outstanding across it), MPI_Wait, until rank 0 finds
+ * DIR/returned (the script saw every rank's return line; MODE "return") or after 10 rounds 100 ms
+ * apart (MODE "stay"); rank 0 tells the others with MPI_Bcast; then 10 calls; MODE return then
+ * also: MPI_Barrier; rank 0 creates DIR/kill2 and waits for DIR/killed2 (the script killed the
+ * restarted switch); MPI_Barrier; 10 calls (the first fails over again). Rank 0 prints
+ * "mpi_allreduce_check --rejoin: N ranks, C calls, R rounds, W wrong elements". Rank 0 gives up
+ * waiting for a file after 120 s (hang guard; exit status 1). Exit status 0 iff all are exact.
+ *
  * The call sequence (the test script expects these counts; keep them in sync):
  *   routed MPI_Allreduce: 4     routed MPI_Iallreduce: 3   (with SWITCHML_MPI_MIN_ELEMENTS <= 1)
  *   PMPI MPI_Allreduce:   5     PMPI MPI_Iallreduce:   2   (the last is the MPI_LONG error count)
@@ -46,6 +63,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int g_rank, g_size;
@@ -300,8 +318,142 @@ static int FailoverMode(int argc, char** argv) {
   return total_wrong == 0 ? 0 : 1;
 }
 
+/* --rejoin: see the header comment. */
+static double Now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Rank 0: creates DIR/ask, then waits for DIR/answer (at most 120 s; not with answer NULL).
+ * Returns 0 on time-out. */
+static int Handshake(const char* dir, const char* ask, const char* answer) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, ask);
+  FILE* f = fopen(path, "w");
+  if (!f) { perror(path); MPI_Abort(MPI_COMM_WORLD, 2); }
+  fclose(f);
+  if (answer == NULL) return 1;
+  snprintf(path, sizeof path, "%s/%s", dir, answer);
+  for (int i = 0; i < 120 * 20; ++i) {
+    if (access(path, F_OK) == 0) return 1;
+    usleep(50 * 1000);
+  }
+  fprintf(stderr, "rank 0: no %s after 120 s\n", path);
+  return 0;
+}
+
+/* Call k of --rejoin, started (MPI_Iallreduce: *req set) or run (MPI_Allreduce: *req null). */
+struct RejoinCall {
+  long n;
+  int k, in_place;
+  int *x, *y;
+  MPI_Request req;
+};
+static void RejoinStart(struct RejoinCall* c, int k, int nonblocking) {
+  static const long kSizes[] = {1, 300, 2500, 64, 70000};
+  c->k = k;
+  c->n = kSizes[k % 5];
+  c->in_place = k % 3 == 0;
+  c->x = Alloc(c->n * 4);
+  c->y = Alloc(c->n * 4);
+  for (long i = 0; i < c->n; ++i) c->x[i] = FailoverInput(g_rank, k, i);
+  if (c->in_place) memcpy(c->y, c->x, c->n * 4);
+  const void* send = c->in_place ? MPI_IN_PLACE : (const void*)c->x;
+  c->req = MPI_REQUEST_NULL;
+  if (nonblocking) {
+    Must(MPI_Iallreduce(send, c->y, (int)c->n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &c->req), "MPI_Iallreduce");
+  } else {
+    Must(MPI_Allreduce(send, c->y, (int)c->n, MPI_INT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  }
+}
+static void RejoinFinish(struct RejoinCall* c) {
+  if (c->req != MPI_REQUEST_NULL) Must(MPI_Wait(&c->req, MPI_STATUS_IGNORE), "MPI_Wait");
+  char name[64];
+  snprintf(name, sizeof name, "rejoin_call_%d_%ld%s", c->k, c->n, c->in_place ? "_inplace" : "");
+  for (long i = 0; i < c->n; ++i) {
+    long long want = 0;
+    for (int r = 0; r < g_size; ++r) want += FailoverInput(r, c->k, i);
+    if (c->y[i] != want) Wrong(name, i, c->y[i], (double)want);
+    if (!c->in_place && c->x[i] != FailoverInput(g_rank, c->k, i)) {
+      Wrong("rejoin_input_modified", i, c->x[i], 0);
+      break;
+    }
+  }
+  free(c->x);
+  free(c->y);
+}
+
+static int RejoinMode(int argc, char** argv) {
+  const char* dir = argv[2];
+  const int stay = strcmp(argv[3], "stay") == 0;
+  if (!stay && strcmp(argv[3], "return") != 0) { fprintf(stderr, "--rejoin: MODE must be return or stay\n"); return 2; }
+  Must(MPI_Init(&argc, &argv), "MPI_Init");
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  int k = 0, ok = 1;
+  struct RejoinCall c;
+  for (int phase = 0; phase < 2; ++phase) {
+    for (int j = 0; j < 10; ++j, ++k) {
+      RejoinStart(&c, k, k % 4 == 1);
+      RejoinFinish(&c);
+    }
+    Must(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    /* MODE return: no wait for the restart, so the rounds below usually start on MPI's
+     * all-reduce and poll with a host-path MPI_Iallreduce outstanding (the return itself too). */
+    if (g_rank == 0) {
+      ok &= phase == 0 ? Handshake(dir, "kill", "killed") : Handshake(dir, "restart", stay ? "restarted" : NULL);
+    }
+    Must(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  }
+  const double start = Now();
+  int rounds = 0;
+  for (;;) {
+    RejoinStart(&c, k, 1);
+    Must(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    RejoinFinish(&c);
+    ++k;
+    ++rounds;
+    int flag = 0;
+    if (g_rank == 0) {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/returned", dir);
+      flag = stay ? rounds >= 10 : access(path, F_OK) == 0;
+      if (!flag && Now() - start > 120) {
+        fprintf(stderr, "rank 0: no %s after 120 s\n", path);
+        flag = 2;
+        ok = 0;
+      }
+    }
+    Must(MPI_Bcast(&flag, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
+    if (flag) break;
+    usleep(stay ? 100 * 1000 : 20 * 1000);
+  }
+  for (int phase = 0; phase < (stay ? 1 : 2); ++phase) {
+    if (phase == 1) {
+      /* MODE return: the new switch killed too; the new failover takes every rank to MPI again. */
+      Must(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+      if (g_rank == 0) ok &= Handshake(dir, "kill2", "killed2");
+      Must(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    }
+    for (int j = 0; j < 10; ++j, ++k) {
+      RejoinStart(&c, k, k % 4 == 1);
+      RejoinFinish(&c);
+    }
+  }
+  long total_wrong = 0;
+  MPI_Allreduce(&g_wrong, &total_wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD); /* PMPI: MPI_LONG */
+  if (g_rank == 0) {
+    printf("mpi_allreduce_check --rejoin: %d ranks, %d calls, %d rounds, %ld wrong elements\n", g_size, k, rounds,
+           total_wrong);
+  }
+  MPI_Finalize();
+  return total_wrong == 0 && ok ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   if (argc >= 7 && strcmp(argv[1], "--failover") == 0) return FailoverMode(argc, argv);
+  if (argc == 4 && strcmp(argv[1], "--rejoin") == 0) return RejoinMode(argc, argv);
   if (argc == 2 && strcmp(argv[1], "--error-mode") == 0) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);

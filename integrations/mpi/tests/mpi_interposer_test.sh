@@ -3,7 +3,7 @@
 #
 # Usage: mpi_interposer_test.sh SCENARIO FLAVOR MPIRUN SWITCHML_BIN INTERPOSER_LIB CHECK_BIN COMPARE_BIN
 #   SCENARIO: routed | min_elements | inline | fallback | error | failover | failover_probe |
-#             failover_async                                        FLAVOR: openmpi | mpich
+#             failover_async | failover_return                      FLAVOR: openmpi | mpich
 #
 # routed:       mpi_allreduce_check under mpirun -np 3 without the interposer (baseline), then
 #               with it against a switch started here; results must match (int/double exactly,
@@ -42,6 +42,16 @@
 #               with ranks 1 and 2 completing inline (they fail before submitting the pair's
 #               second call, which rank 0 submitted): rank 0 runs it again from its input
 #               (rerun_calls=1).
+# failover_return: mpi_allreduce_check --rejoin: the switch killed after 10 calls (every rank
+#               fails over at the next call), then restarted on the same controller port while
+#               the ranks keep calling, with an MPI_Barrier each round (an MPI_Iallreduce
+#               outstanding across it), until every rank printed its return line: every rank
+#               comes back at the same call, the calls from there on run
+#               on the new switch (the new context completed every one of them) until it is
+#               killed too and every rank fails over again, every result
+#               exact. Then the same with SWITCHML_MPI_REJOIN=0: no return, every call after the
+#               failure on MPI. Then a bad SWITCHML_REJOIN_MIN_BACKOFF_MS is named (MPI_Init
+#               fails with SWITCHML_MPI_FALLBACK=fail).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../../scripts/lib.sh"
 SCENARIO=$1 FLAVOR=$2 MPIRUN=$3 SWITCHML=$4 LIB=$5 CHECK=$6 COMPARE=$7
@@ -345,6 +355,121 @@ failover|failover_probe|failover_async)
     pass "$FLAVOR MPI_Iallreduce, ranks 1-2 inline, kill before call $K: rerun_calls $(stat_of "$WORK/mixed.log" 0 rerun_calls) on rank 0, exact"
     ;;
   esac
+  ;;
+failover_return)
+  sml_deadline 580 "mpi_interposer_test.sh $SCENARIO $FLAVOR"  # below CTest's TIMEOUT 600
+
+  # _file_or_gone FILE PID: FILE exists, or PID (the mpirun) is gone.
+  _file_or_gone() { [ -e "$1" ] || ! sml_alive "$2"; }
+  # _lines_or_gone LOG PATTERN N PID: LOG has N lines matching PATTERN, or PID is gone.
+  _lines_or_gone() { [ "$(grep -c "$2" "$1" 2>/dev/null || true)" -ge "$3" ] || ! sml_alive "$4"; }
+
+  # rejoin_case NAME MODE [VAR=VALUE...]: starts a switch, runs mpi_allreduce_check --rejoin
+  # MODE in the background and answers its handshakes: kills the switch (SIGKILL), starts it
+  # again on the same controller port and, with MODE return, says when every rank printed its
+  # return line. Returns mpirun's exit status; its log is $WORK/NAME.log.
+  rejoin_case() {
+    local name=$1 mode=$2 dir="$WORK/$1" log="$WORK/$1.log" rc=0; shift 2
+    mkdir -p "$dir"
+    start_switch
+    local ctl=$CTL_PORT
+    run_mpi "$log" LD_PRELOAD="$LIB" SWITCHML_CONTROLLER="127.0.0.1:$ctl" SWITCHML_MPI_STATS=1 \
+        SWITCHML_CALL_TIMEOUT_MS=1000 SWITCHML_RPC_TIMEOUT_MS=2000 SWITCHML_REJOIN_MIN_BACKOFF_MS=100 \
+        SWITCHML_REJOIN_MAX_BACKOFF_MS=500 "$@" -- --rejoin "$dir" "$mode" &
+    local mpi=$!
+    sml_track "$mpi"
+    sml_wait_for 150 "" _file_or_gone "$dir/kill" "$mpi" || true
+    [ -e "$dir/kill" ] || fail "$name: rank 0 never asked for the kill: $(tail -20 "$log")"
+    kill -KILL "$SW_PID" 2>/dev/null || true
+    wait "$SW_PID" 2>/dev/null || true
+    sml_untrack "$SW_PID"
+    touch "$dir/killed"
+    sml_wait_for 150 "" _file_or_gone "$dir/restart" "$mpi" || true
+    [ -e "$dir/restart" ] || fail "$name: rank 0 never asked for the restart: $(tail -20 "$log")"
+    sml_start_switch --deadline 10 --controller-port "$ctl" --log "$WORK/$name-switch2.log" ||
+      fail "$name: the switch did not start again on controller port $ctl"
+    touch "$dir/restarted"
+    if [ "$mode" = return ]; then
+      sml_wait_for 150 "" _lines_or_gone "$log" ": back on the switch at MPI_Barrier" "$NP" "$mpi" || true
+      touch "$dir/returned"
+      # The restarted switch killed too: the new failover must take every rank to MPI again.
+      sml_wait_for 150 "" _file_or_gone "$dir/kill2" "$mpi" || true
+      [ -e "$dir/kill2" ] || fail "$name: rank 0 never asked for the second kill: $(tail -20 "$log")"
+      kill -KILL "$SW_PID" 2>/dev/null || true
+      wait "$SW_PID" 2>/dev/null || true
+      touch "$dir/killed2"
+    fi
+    wait "$mpi" || rc=$?
+    sml_untrack "$mpi"
+    sml_stop_switch || true
+    return $rc
+  }
+  # rejoin_common NAME FAILOVERS: exact results; FAILOVERS fallback lines per rank and in the
+  # counters; the same number of calls on every rank. Sets CALLS (routed calls per rank).
+  rejoin_common() {
+    local log="$WORK/$1.log"
+    grep -q "^mpi_allreduce_check --rejoin: $NP ranks, .* 0 wrong elements" "$log" ||
+      fail "$1: results wrong: $(tail -30 "$log")"
+    expect_stats "$log" switchml=on routed_errors=0 failovers="$2"
+    CALLS=$(stat_of "$log" 0 routed_calls)
+    for r in $(seq 0 $((NP - 1))); do
+      [ "$(grep -c "switchml-mpi: rank $r: the switch failed (" "$log")" = "$2" ] ||
+        fail "$1: rank $r did not print $2 fallback line(s): $(grep switchml-mpi "$log")"
+      [ "$(stat_of "$log" "$r" routed_calls)" = "$CALLS" ] || fail "$1: rank $r made another number of calls"
+    done
+  }
+
+  rejoin_case back return || fail "return run failed: $(tail -30 "$WORK/back.log")"
+  rejoin_common back 2
+  LOG="$WORK/back.log"
+  # Call #N: the first on the switch again (its number in each rank's return line).
+  N=$(sed -n 's/^switchml-mpi: rank 0: back on the switch at .*; calls from #\([0-9]*\) on run on the switch.*/\1/p' "$LOG" | head -1)
+  [ -n "$N" ] || fail "no return line for rank 0: $(grep switchml-mpi "$LOG")"
+  for r in $(seq 0 $((NP - 1))); do
+    [ "$(grep -c "switchml-mpi: rank $r: back on the switch at MPI_Barrier" "$LOG")" = 1 ] ||
+      fail "rank $r did not print one return line: $(grep switchml-mpi "$LOG")"
+    grep -q "switchml-mpi: rank $r: back on the switch at .*; calls from #$N on run on the switch" "$LOG" ||
+      fail "rank $r came back at another call than rank 0 (#$N): $(grep 'back on the switch' "$LOG")"
+    # The failure at call 10 (the switch died before it) up to N-1, and the second failure at
+    # call M = CALLS-10 (the restarted switch killed before it) to the end: finished by the
+    # recovery or run on MPI; N to M-1: completed by the new context, on the restarted switch.
+    M=$(( CALLS - 10 ))
+    [ $(( $(stat_of "$LOG" "$r" recovered_calls) + $(stat_of "$LOG" "$r" host_path_calls) )) = $(( N - 10 + 10 )) ] ||
+      fail "rank $r: calls 10 to $((N - 1)) and $M to $((CALLS - 1)) not all recovered or on MPI: $(grep "stats: rank=$r " "$LOG")"
+    [ "$(stat_of "$LOG" "$r" calls_completed)" = $(( M - N )) ] ||
+      fail "rank $r: the new context completed $(stat_of "$LOG" "$r" calls_completed) calls, want $((M - N)) (calls #$N to #$((M - 1)))"
+    # Its failover line numbers the calls from the first (the new context's own from #N).
+    grep -q "switchml-mpi: rank $r: the switch failed (.*); calls from #$((M + 1)) on run on MPI's own all-reduce (calls #$M to #$M finished" "$LOG" ||
+      fail "rank $r: no second fallback line at call #$M: $(grep "rank $r: the switch failed" "$LOG" | cut -c1-300)"
+    [ "$(stat_of "$LOG" "$r" rejoin_attempts)" -ge 1 ] || fail "rank $r: no rejoin attempt counted"
+    [ "$(stat_of "$LOG" "$r" packets_sent)" -gt 0 ] || fail "rank $r: no packets sent after the return"
+  done
+  expect_stats "$LOG" returns=1 failover=done
+  # The restart came after call 20; 10 calls follow the last round.
+  [ "$N" -ge 20 ] && [ $(( M - N )) -ge 10 ] || fail "return at call #$N of $CALLS"
+  # (Not asserted, it depends on timing: N > 20 when the return came in a round, with the
+  # round's host-path MPI_Iallreduce outstanding; the rounds before it polled likewise.)
+  pass "$FLAVOR switch killed after call 9 and restarted: every rank back on the switch at call #$N, calls #$N to #$((M - 1)) on the new switch, then killed again: every rank on MPI from call #$M, all exact"
+
+  rejoin_case stay stay SWITCHML_MPI_REJOIN=0 || fail "SWITCHML_MPI_REJOIN=0 run failed: $(tail -30 "$WORK/stay.log")"
+  rejoin_common stay 1
+  LOG="$WORK/stay.log"
+  grep -q "back on the switch" "$LOG" && fail "came back with SWITCHML_MPI_REJOIN=0: $(grep 'back on' "$LOG")"
+  expect_stats "$LOG" returns=0 rejoin_attempts=0 failover=done
+  for r in $(seq 0 $((NP - 1))); do
+    [ $(( $(stat_of "$LOG" "$r" recovered_calls) + $(stat_of "$LOG" "$r" host_path_calls) )) = $(( CALLS - 10 )) ] ||
+      fail "stay: rank $r: not every call from #10 on recovered or on MPI: $(grep "stats: rank=$r " "$LOG")"
+  done
+  pass "$FLAVOR SWITCHML_MPI_REJOIN=0: stayed on MPI's all-reduce after the restart (calls #10 to #$((CALLS - 1))), exact"
+
+  PORT=$(sml_free_port tcp)
+  if run_mpi "$WORK/bad.log" LD_PRELOAD="$LIB" SWITCHML_CONTROLLER="127.0.0.1:$PORT" SWITCHML_MPI_FALLBACK=fail \
+      SWITCHML_REJOIN_MIN_BACKOFF_MS=fast -- "$WORK/bad.txt" 0; then
+    fail "a bad SWITCHML_REJOIN_MIN_BACKOFF_MS + fail succeeded: $(tail -10 "$WORK/bad.log")"
+  fi
+  grep -q "SWITCHML_REJOIN_MIN_BACKOFF_MS must be an integer in \[1, 86400000\], got 'fast'" "$WORK/bad.log" ||
+    fail "bad SWITCHML_REJOIN_MIN_BACKOFF_MS not named: $(tail -20 "$WORK/bad.log")"
+  pass "$FLAVOR a bad SWITCHML_REJOIN_MIN_BACKOFF_MS is named"
   ;;
 *) fail "unknown scenario $SCENARIO" ;;
 esac
