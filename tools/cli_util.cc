@@ -1,5 +1,7 @@
 #include "cli_util.h"
 
+#include <CLI/CLI.hpp>
+
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -7,6 +9,7 @@
 #include <fcntl.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cstring>
 #include <cstdio>
 #include <deque>
@@ -143,6 +146,71 @@ std::string Tail(const std::string& path, int lines) {
   std::ostringstream os;
   for (auto& l : q) os << "    " << l << "\n";
   return os.str();
+}
+
+void AddConfigFileOption(CLI::App& app) {
+  app.add_option("--config", "Read options from a TOML file (`name = value` per line, the long "
+                             "option's name without dashes; a repeatable option as an array); "
+                             "the command line wins");
+}
+
+StatusOr<std::vector<std::string>> ExpandConfigFile(const CLI::App& command,
+                                                    const std::vector<std::string>& args) {
+  std::string path;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--config") {
+      if (i + 1 >= args.size()) return InvalidArgumentError("--config needs a FILE");
+      path = args[++i];
+    } else if (args[i].starts_with("--config=")) {
+      path = args[i].substr(9);
+    } else {
+      rest.push_back(args[i]);
+    }
+  }
+  if (path.empty()) return args;
+  const std::string where = "--config " + path;
+  if (std::FILE* f = std::fopen(path.c_str(), "r"); f != nullptr) {
+    std::fclose(f);
+  } else {
+    return InvalidArgumentError(where + ": cannot read it (" + std::strerror(errno) + ")");
+  }
+  std::vector<CLI::ConfigItem> items;
+  try {
+    items = CLI::ConfigTOML().from_file(path);
+  } catch (const CLI::Error& e) {
+    return InvalidArgumentError(where + ": " + e.what());
+  }
+  // What the command line gives itself: those keys of the file are left out.
+  auto on_command_line = [&](const std::string& name) {
+    for (const std::string& a : rest) {
+      if (a == "--" + name || a.starts_with("--" + name + "=")) return true;
+    }
+    return false;
+  };
+  std::vector<std::string> out;
+  for (const CLI::ConfigItem& item : items) {
+    if (item.name == "++" || item.name == "--" || !item.parents.empty()) {
+      return InvalidArgumentError(where + ": sections are not supported ('" + item.fullname() +
+                                  "'); write every option at the top level");
+    }
+    const CLI::Option* op = command.get_option_no_throw("--" + item.name);
+    if (op == nullptr || item.name == "config" || item.name == "help") {
+      return InvalidArgumentError(where + ": unknown key '" + item.name + "': not an option of `" +
+                                  command.get_name() + "` (see its --help)");
+    }
+    if (on_command_line(item.name)) continue;
+    if (op->get_expected_max() == 0) {  // a flag: `name = true` or `name = false`
+      for (const std::string& v : item.inputs) out.push_back("--" + item.name + "=" + v);
+      continue;
+    }
+    for (const std::string& v : item.inputs) {
+      out.push_back("--" + item.name);
+      out.push_back(v);
+    }
+  }
+  out.insert(out.end(), rest.begin(), rest.end());
+  return out;
 }
 
 }  // namespace switchml::tools

@@ -15,7 +15,24 @@
 
 #include "switchml/status.h"
 
+namespace CLI {
+class App;
+}
+
 namespace switchml::tools {
+
+// `--config FILE` for a long-running command (`switchml switch`, `switchml controller`): its
+// long options read from a TOML file, one `name = value` per line with the option's name
+// without the dashes (`io-threads = 4`, `bind = "10.0.0.254"`, `late-duplicate-guard = true`,
+// a repeatable option as an array: `switch = ["h1:50099", "h2:50099"]`); options given on the
+// command line win (docs/operations.md "Configuration files"). AddConfigFileOption declares the
+// option (for --help and parsing); ExpandConfigFile, run on the command's arguments (after its
+// name) before parsing, puts the file's options in front of them, leaving out those the
+// command line gives. The file is read with CLI11's TOML parser. Errors name the file and the
+// problem: unreadable, a [section], a key that names no option of `command`.
+void AddConfigFileOption(CLI::App& app);
+StatusOr<std::vector<std::string>> ExpandConfigFile(const CLI::App& command,
+                                                    const std::vector<std::string>& args);
 
 // "64MiB", "1M", "4096", "10e6"? — accepts an integer with an optional K/M/G (powers of 1000)
 // or KiB/MiB/GiB (powers of 1024) suffix; names the problem on error.

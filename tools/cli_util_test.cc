@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <CLI/CLI.hpp>
+#include <fstream>
+
 #include <array>
 #include <cstdio>
 #include <random>
@@ -9,6 +12,83 @@
 
 namespace switchml::tools {
 namespace {
+
+// A command with the options `switchml switch` and `controller` have, and --config.
+struct ConfigApp {
+  CLI::App app{"test"};
+  int slots = 8192;
+  std::string bind = "0.0.0.0";
+  bool guard = false;
+  std::vector<std::string> switches;
+  ConfigApp() {
+    app.add_option("--slots", slots);
+    app.add_option("--bind", bind);
+    app.add_flag("--late-duplicate-guard", guard);
+    app.add_option("--switch", switches);
+    AddConfigFileOption(app);
+  }
+  // Expands --config and parses; "" on success, else the error message.
+  std::string Parse(std::vector<std::string> args) {
+    StatusOr<std::vector<std::string>> expanded = ExpandConfigFile(app, args);
+    if (!expanded.ok()) return expanded.status().message();
+    std::vector<const char*> argv = {"test"};
+    for (const auto& a : *expanded) argv.push_back(a.c_str());
+    try {
+      app.parse(int(argv.size()), argv.data());
+    } catch (const CLI::ParseError& e) {
+      return e.what();
+    }
+    return "";
+  }
+};
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(CliConfigFile, ReadsEveryKindOfOptionAndTheCommandLineWins) {
+  const std::string f = WriteFile("good.toml",
+                                  "# a comment\nslots = 128\nbind = \"10.0.0.254\"\n"
+                                  "late-duplicate-guard = true\nswitch = [\"a:1\", \"b:2\"]\n");
+  ConfigApp a;
+  ASSERT_EQ(a.Parse({"--config", f}), "");
+  EXPECT_EQ(a.slots, 128);
+  EXPECT_EQ(a.bind, "10.0.0.254");
+  EXPECT_TRUE(a.guard);
+  EXPECT_EQ(a.switches, (std::vector<std::string>{"a:1", "b:2"}));
+  ConfigApp b;
+  ASSERT_EQ(b.Parse({"--slots", "64", "--config=" + f, "--switch", "c:3"}), "");
+  EXPECT_EQ(b.slots, 64);
+  EXPECT_EQ(b.bind, "10.0.0.254");
+  EXPECT_EQ(b.switches, (std::vector<std::string>{"c:3"}));
+  ConfigApp c;
+  ASSERT_EQ(c.Parse({"--config", WriteFile("off.toml", "late-duplicate-guard = false\n")}), "");
+  EXPECT_FALSE(c.guard);
+  ConfigApp d;  // no --config: the arguments as they are
+  ASSERT_EQ(d.Parse({"--slots", "7"}), "");
+  EXPECT_EQ(d.slots, 7);
+}
+
+TEST(CliConfigFile, UnknownKeysBadValuesAndMissingFilesAreErrorsNamingThem) {
+  ConfigApp a;
+  std::string e = a.Parse({"--config", WriteFile("typo.toml", "slots = 128\nslotz = 5\n")});
+  EXPECT_NE(e.find("slotz"), std::string::npos) << e;
+  ConfigApp b;
+  e = b.Parse({"--config", WriteFile("bad.toml", "slots = \"many\"\n")});
+  EXPECT_NE(e.find("slots"), std::string::npos) << e;
+  EXPECT_NE(e.find("many"), std::string::npos) << e;
+  ConfigApp c;
+  e = c.Parse({"--config", "/nonexistent/switchml.toml"});
+  EXPECT_NE(e.find("/nonexistent/switchml.toml"), std::string::npos) << e;
+  ConfigApp d;
+  e = d.Parse({"--config", WriteFile("section.toml", "[switch]\nslots = 5\n")});
+  EXPECT_NE(e.find("sections are not supported"), std::string::npos) << e;
+  ConfigApp f;
+  e = f.Parse({"--config"});
+  EXPECT_NE(e.find("--config needs a FILE"), std::string::npos) << e;
+}
 
 TEST(CliUtilStrPrintf, FormatsLikePrintf) {
   EXPECT_EQ(StrPrintf("%llu B, %.2f %s", 4096ULL, 1.5, "x"), "4096 B, 1.50 x");

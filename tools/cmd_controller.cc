@@ -23,6 +23,7 @@
 
 #include "controller/remote_switches.h"
 #include "controller/session_service.h"
+#include "cli_util.h"
 #include "commands.h"
 #include "job_flags.h"
 
@@ -133,6 +134,7 @@ Runner AddControllerCommand(CLI::App& app) {
   app.add_option("--job-idle-timeout-s", a->job_idle_timeout_s,
                  "Idle timeout of a job created without one (0 = such jobs never expire)")
       ->capture_default_str();
+  AddConfigFileOption(app);
   return [a] { return Run(*a); };
 }
 

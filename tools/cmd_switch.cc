@@ -299,6 +299,7 @@ Runner AddSwitchCommand(CLI::App& app) {
   app.add_option("--busy-poll-us", a->busy_poll_us,
                  "Poll the socket this long before sleeping when idle (0 = off, max 1000000); costs a core")
       ->capture_default_str();
+  AddConfigFileOption(app);
   return [a] { return Run(*a); };
 }
 

@@ -10,7 +10,9 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>
+#include <vector>
 
+#include "cli_util.h"
 #include "commands.h"
 
 int main(int argc, char** argv) {
@@ -36,8 +38,23 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // `switch` and `controller` take --config FILE: its options go in front of the command line's
+  // (switchml::tools::ExpandConfigFile).
+  std::vector<std::string> args(argv, argv + argc);
+  if (argc > 1 && (args[1] == "switch" || args[1] == "controller")) {
+    const CLI::App& command = args[1] == "switch" ? *sw : *ctlr;
+    auto expanded = switchml::tools::ExpandConfigFile(command, {args.begin() + 2, args.end()});
+    if (!expanded.ok()) {
+      std::cerr << "switchml " << args[1] << ": " << expanded.status().message() << "\n";
+      return 2;
+    }
+    args.resize(2);
+    args.insert(args.end(), expanded->begin(), expanded->end());
+  }
+  std::vector<char*> args_c;
+  for (std::string& a : args) args_c.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(int(args_c.size()), args_c.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

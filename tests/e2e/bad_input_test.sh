@@ -31,6 +31,23 @@ expect_error "bad controller address" "controller_address" 30 -- \
     "$SWITCHML" allreduce --rank 0 --workers 1 --controller 999.1.2.3:50099
 expect_error "switch: bad slots" "num_slots" 30 -- "$SWITCHML" switch --slots 0
 expect_error "switch: bad drop probability" "ingress_drop_probability" 30 -- "$SWITCHML" switch --ingress-drop 1.5
+# Configuration files (--config): a misspelt key, a bad value, a missing file.
+printf 'slots = 64\nslotz = 5\n' > "$WORK/typo.conf"
+expect_error "switch: unknown config key" "slotz" 30 -- "$SWITCHML" switch --config "$WORK/typo.conf"
+printf 'io-threads = 99\n' > "$WORK/bad.conf"
+expect_error "switch: bad config value" "io.threads" 30 -- "$SWITCHML" switch --config "$WORK/bad.conf"
+printf 'listen = "0.0.0.0:0"\nswitches = ["127.0.0.1:9"]\n' > "$WORK/ctl.conf"
+expect_error "controller: unknown config key" "switches" 30 -- "$SWITCHML" controller --config "$WORK/ctl.conf"
+expect_error "switch: missing config file" "$WORK/none.conf" 30 -- "$SWITCHML" switch --config "$WORK/none.conf"
+# A good one is applied, and the command line wins over it.
+printf '# the site settings\nslots = 96\nlate-duplicate-guard = true\n' > "$WORK/good.conf"
+start_switch_on 0 0 config1.log --config "$WORK/good.conf"
+grep -q ", 96 slots," "$SW_LOG" || { cat "$SW_LOG"; fail "switch --config: the file's slots = 96 not applied"; }
+stop_switch
+start_switch_on 0 0 config2.log --config "$WORK/good.conf" --slots 80
+grep -q ", 80 slots," "$SW_LOG" || { cat "$SW_LOG"; fail "switch --config: --slots 80 did not win over the file"; }
+stop_switch
+pass "switch --config: the file's options applied, the command line's win"
 
 # No switch at this address: a clear error naming it, ended by the RPC timeout (2 s here, named
 # in the error).
