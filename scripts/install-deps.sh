@@ -19,6 +19,8 @@ PKGS=(
   clang libclang-rt-14-dev
   # AF_XDP measurement tool bench/xdp_rate (optional in the build): libbpf, libxdp.
   libbpf-dev libxdp-dev
+  # `switchml top`'s test drives it in a pseudo-terminal.
+  tmux
 )
 missing=()
 for p in "${PKGS[@]}"; do

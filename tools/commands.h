@@ -13,5 +13,6 @@ Runner AddAllReduceCommand(CLI::App& app);
 Runner AddDemoCommand(CLI::App& app);
 Runner AddJobsCommand(CLI::App& app);
 Runner AddControllerCommand(CLI::App& app);
+Runner AddTopCommand(CLI::App& app);
 
 }  // namespace switchml::tools

@@ -5,6 +5,7 @@
 //   switchml allreduce --rank R --workers N --controller HOST:PORT ...   one worker of a job
 //   switchml jobs create|list|show|delete|slots --controller HOST:PORT   manage jobs
 //   switchml controller --switch HOST:PORT ...   a standalone controller driving switches
+//   switchml top --controller HOST:PORT          a live view of its switches and jobs
 //
 // `switchml <command> --help` lists each command's flags.
 #include <CLI/CLI.hpp>
@@ -25,16 +26,19 @@ int main(int argc, char** argv) {
       "demo", "Start a switch and N workers on this machine, all-reduce a tensor, verify every element");
   auto* jobs = app.add_subcommand("jobs", "Create, list, show, delete jobs; inspect slots (JobService)");
   auto* ctlr = app.add_subcommand("controller", "Run a standalone controller driving one or more switches over gRPC");
+  auto* top = app.add_subcommand("top", "A live view of a controller's switches and jobs (rates, drops, slots, workers)");
   auto run_switch = switchml::tools::AddSwitchCommand(*sw);
   auto run_jobs = switchml::tools::AddJobsCommand(*jobs);
   auto run_ctlr = switchml::tools::AddControllerCommand(*ctlr);
   auto run_allreduce = switchml::tools::AddAllReduceCommand(*ar);
   auto run_demo = switchml::tools::AddDemoCommand(*demo);
+  auto run_top = switchml::tools::AddTopCommand(*top);
   if (argc > 1 && argv[1][0] != '-') {
     const std::string cmd = argv[1];
-    if (cmd != "switch" && cmd != "allreduce" && cmd != "demo" && cmd != "jobs" && cmd != "controller") {
+    if (cmd != "switch" && cmd != "allreduce" && cmd != "demo" && cmd != "jobs" && cmd != "controller" &&
+        cmd != "top") {
       std::cerr << "switchml: unknown command '" << cmd
-                << "' (commands: switch, allreduce, demo, jobs, controller; see switchml --help)\n";
+                << "' (commands: switch, allreduce, demo, jobs, controller, top; see switchml --help)\n";
       return 2;
     }
   }
@@ -63,5 +67,6 @@ int main(int argc, char** argv) {
   if (demo->parsed()) return run_demo();
   if (jobs->parsed()) return run_jobs();
   if (ctlr->parsed()) return run_ctlr();
+  if (top->parsed()) return run_top();
   return 2;
 }
