@@ -67,7 +67,8 @@ nlohmann::json ToJson(const control::JobInfo& j) {
     workers.push_back({{"rank", w.rank}, {"ipv4", Ipv4(w.ipv4)}, {"udp_ports", w.udp_ports},
                        {"received", w.received}, {"idle_ms", w.idle_for.count()}});
   }
-  const auto& c = j.counters;
+  nlohmann::json counters = nlohmann::json::object();
+  control::JobCounters::Visit(j.counters, [&](const char* name, uint64_t v) { counters[name] = v; });
   return {{"job_id", j.job_id},
           {"name", j.spec.name},
           {"state", control::JobStateName(j.state)},
@@ -86,19 +87,7 @@ nlohmann::json ToJson(const control::JobInfo& j) {
           {"barrier_waiters", j.barrier_waiters},
           {"broadcast_waiters", j.broadcast_waiters},
           {"workers", workers},
-          {"counters",
-           {{"received", c.received},
-            {"consumed", c.consumed},
-            {"multicast_rounds", c.multicast_rounds},
-            {"unicast_replies", c.unicast_replies},
-            {"duplicates_dropped", c.duplicates_dropped},
-            {"late_duplicates_dropped", c.late_duplicates_dropped},
-            {"size_mismatch", c.size_mismatch},
-            {"slot_out_of_range", c.slot_out_of_range},
-            {"too_large", c.too_large},
-            {"not_running", c.not_running},
-            {"datagrams_sent", c.datagrams_sent},
-            {"wrong_io_thread", c.wrong_io_thread}}}};
+          {"counters", counters}};
 }
 
 void PrintJobLine(const control::JobInfo& j, bool reference = false) {

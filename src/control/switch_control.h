@@ -203,34 +203,41 @@ struct ShardAssignment {
   bool operator==(const ShardAssignment&) const = default;
 };
 
+// The per-job counters, the one list the struct below, its sums, the switch's per-thread
+// atomic copies (dataplane::AtomicJobCounters), the wire (switchml.v1.JobCounters, a field of
+// the same name each) and the CLI's JSON are made from:
+//   received                 datagrams attributed to this job (all outcomes)
+//   consumed, multicast_rounds, unicast_replies, duplicates_dropped, late_duplicates_dropped,
+//   size_mismatch            as the switch-wide counters (dataplane/switch_counters.h)
+//   slot_out_of_range        slot >= the job's num_slots
+//   too_large                more elements than the job's elements_per_packet
+//   not_running              arrived before every rank had registered
+//   datagrams_sent
+//   wrong_io_thread          reached a switch I/O thread (or shard) that does not own its slot
+//   uplink_sent, uplink_resent, parent_stale   a leaf of a two-level job (switch_counters.h)
+#define SWITCHML_JOB_COUNTERS(X)                                                            \
+  X(received) X(consumed) X(multicast_rounds) X(unicast_replies) X(duplicates_dropped)      \
+  X(late_duplicates_dropped) X(size_mismatch) X(slot_out_of_range) X(too_large)             \
+  X(not_running) X(datagrams_sent) X(wrong_io_thread) X(uplink_sent) X(uplink_resent)       \
+  X(parent_stale)
+
 struct JobCounters {
-  uint64_t received = 0;            // datagrams attributed to this job (all outcomes)
-  uint64_t consumed = 0;
-  uint64_t multicast_rounds = 0;
-  uint64_t unicast_replies = 0;
-  uint64_t duplicates_dropped = 0;
-  uint64_t late_duplicates_dropped = 0;
-  uint64_t size_mismatch = 0;
-  uint64_t slot_out_of_range = 0;   // slot >= the job's num_slots
-  uint64_t too_large = 0;           // more elements than the job's elements_per_packet
-  uint64_t not_running = 0;         // arrived before every rank had registered
-  uint64_t datagrams_sent = 0;
-  uint64_t wrong_io_thread = 0;     // reached a switch I/O thread (or shard) that does not
-                                    // own its slot
+#define SWITCHML_JOB_COUNTER_FIELD(name) uint64_t name = 0;
+  SWITCHML_JOB_COUNTERS(SWITCHML_JOB_COUNTER_FIELD)
+#undef SWITCHML_JOB_COUNTER_FIELD
+
+  // Calls f(name, value_ref) for every counter, in the list's order (const or not).
+  template <typename Self, typename F>
+  static void Visit(Self& c, F&& f) {
+#define SWITCHML_JOB_COUNTER_VISIT(name) f(#name, c.name);
+    SWITCHML_JOB_COUNTERS(SWITCHML_JOB_COUNTER_VISIT)
+#undef SWITCHML_JOB_COUNTER_VISIT
+  }
   // Field by field: totals over I/O threads or over the shards of a job.
   JobCounters& operator+=(const JobCounters& o) {
-    received += o.received;
-    consumed += o.consumed;
-    multicast_rounds += o.multicast_rounds;
-    unicast_replies += o.unicast_replies;
-    duplicates_dropped += o.duplicates_dropped;
-    late_duplicates_dropped += o.late_duplicates_dropped;
-    size_mismatch += o.size_mismatch;
-    slot_out_of_range += o.slot_out_of_range;
-    too_large += o.too_large;
-    not_running += o.not_running;
-    datagrams_sent += o.datagrams_sent;
-    wrong_io_thread += o.wrong_io_thread;
+#define SWITCHML_JOB_COUNTER_ADD(name) name += o.name;
+    SWITCHML_JOB_COUNTERS(SWITCHML_JOB_COUNTER_ADD)
+#undef SWITCHML_JOB_COUNTER_ADD
     return *this;
   }
 };

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "rendezvous/grpc_status.h"
+#include "rendezvous/job_counters_proto.h"
 #include "controller/job_sync_table.h"
 #include "rendezvous/operator_auth.h"
 #include "controller/sync_calls.h"
@@ -68,19 +69,7 @@ void ToProto(const JobInfo& j, v1::JobInfo* out) {
     wi->set_received(w.received);
     wi->set_idle_ms(static_cast<uint64_t>(w.idle_for.count()));
   }
-  v1::JobCounters* c = out->mutable_counters();
-  c->set_received(j.counters.received);
-  c->set_consumed(j.counters.consumed);
-  c->set_multicast_rounds(j.counters.multicast_rounds);
-  c->set_unicast_replies(j.counters.unicast_replies);
-  c->set_duplicates_dropped(j.counters.duplicates_dropped);
-  c->set_late_duplicates_dropped(j.counters.late_duplicates_dropped);
-  c->set_size_mismatch(j.counters.size_mismatch);
-  c->set_slot_out_of_range(j.counters.slot_out_of_range);
-  c->set_too_large(j.counters.too_large);
-  c->set_not_running(j.counters.not_running);
-  c->set_datagrams_sent(j.counters.datagrams_sent);
-  c->set_wrong_io_thread(j.counters.wrong_io_thread);
+  rendezvous::ToProto(j.counters, out->mutable_counters());
   out->set_idle_ms(static_cast<uint64_t>(j.idle_for.count()));
   out->set_end_reason(j.end_reason);
   out->set_switch_lost(j.switch_lost);

@@ -15,6 +15,7 @@
 #include "controller/fake_switch_for_tests.h"
 #include "controller/remote_switches.h"
 #include "controller/session_service.h"
+#include "rendezvous/job_counters_proto.h"
 #include "controller/local_switch_for_tests.h"
 #include "dataplane/switch_server.h"
 #include "dataplane/test_packets.h"
@@ -145,6 +146,23 @@ JobRegistration Reg(const JobInfo& job, uint32_t rank, uint16_t port,
 
 // Job 0 is the reference session: registered through UdpSession only, never through the
 // JobService, whose answers for id 0 are those for a job that does not exist.
+// The wire carries every per-job counter under its own name (control::SWITCHML_JOB_COUNTERS).
+TEST(JobCountersProtoTest, EveryCounterHasAFieldOfItsNameAndRoundTrips) {
+  control::JobCounters c;
+  uint64_t next = 1;
+  control::JobCounters::Visit(c, [&](const char* name, uint64_t& v) {
+    v = next++ * 1000003;
+    EXPECT_NE(v1::JobCounters::descriptor()->FindFieldByName(name), nullptr) << name;
+  });
+  v1::JobCounters p;
+  rendezvous::ToProto(c, &p);
+  EXPECT_EQ(p.uplink_resent(), 14u * 1000003);
+  const control::JobCounters back = rendezvous::FromProto(p);
+  control::JobCounters::Visit(back, [&, i = uint64_t{1}](const char* name, uint64_t v) mutable {
+    EXPECT_EQ(v, i++ * 1000003) << name;
+  });
+}
+
 TEST_F(JobServiceTest, Job0IsNotAJobServiceJob) {
   JobRegistration job0;
   job0.job_id = 0;

@@ -79,19 +79,9 @@ StatusOr<control::JobLayout> LayoutOf(const JobSpec& spec, const control::ShardA
 
 JobCounters AtomicJobCounters::Snapshot() const {
   JobCounters c;
-  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  c.received = ld(received);
-  c.consumed = ld(consumed);
-  c.multicast_rounds = ld(multicast_rounds);
-  c.unicast_replies = ld(unicast_replies);
-  c.duplicates_dropped = ld(duplicates_dropped);
-  c.late_duplicates_dropped = ld(late_duplicates_dropped);
-  c.size_mismatch = ld(size_mismatch);
-  c.slot_out_of_range = ld(slot_out_of_range);
-  c.too_large = ld(too_large);
-  c.not_running = ld(not_running);
-  c.datagrams_sent = ld(datagrams_sent);
-  c.wrong_io_thread = ld(wrong_io_thread);
+#define SWITCHML_JOB_COUNTER_LOAD(name) c.name = name.load(std::memory_order_relaxed);
+  SWITCHML_JOB_COUNTERS(SWITCHML_JOB_COUNTER_LOAD)
+#undef SWITCHML_JOB_COUNTER_LOAD
   return c;
 }
 

@@ -80,10 +80,11 @@ inline void Bump(std::atomic<uint64_t>& c, uint64_t by = 1) {
   c.store(c.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
 }
 
+// JobCounters as single-writer atomics (control::SWITCHML_JOB_COUNTERS, the one list).
 struct AtomicJobCounters {
-  std::atomic<uint64_t> received{0}, consumed{0}, multicast_rounds{0}, unicast_replies{0},
-      duplicates_dropped{0}, late_duplicates_dropped{0}, size_mismatch{0}, slot_out_of_range{0}, too_large{0},
-      not_running{0}, datagrams_sent{0}, wrong_io_thread{0};
+#define SWITCHML_ATOMIC_JOB_COUNTER(name) std::atomic<uint64_t> name{0};
+  SWITCHML_JOB_COUNTERS(SWITCHML_ATOMIC_JOB_COUNTER)
+#undef SWITCHML_ATOMIC_JOB_COUNTER
   JobCounters Snapshot() const;
 };
 

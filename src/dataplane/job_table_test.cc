@@ -781,6 +781,13 @@ TEST(SwitchCoreLeafTest, RoundsGoUpAndTotalsComeDown) {
   // Every datagram in one bucket (switch_counters.h).
   EXPECT_EQ(c.datagrams_received, c.consumed + c.uplink_sent + c.uplink_resent + c.parent_stale +
                                       c.multicast_rounds + c.unicast_replies);
+  // The job's own share of them.
+  const JobCounters jc = h.tables().t->FindJob(leaf)->runtime->Counters();
+  EXPECT_EQ(jc.uplink_sent, 1u);
+  EXPECT_EQ(jc.uplink_resent, 1u);
+  EXPECT_EQ(jc.parent_stale, 4u);
+  EXPECT_EQ(jc.multicast_rounds, 1u);
+  EXPECT_EQ(jc.received, c.datagrams_received);
 }
 
 }  // namespace

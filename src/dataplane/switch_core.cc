@@ -180,9 +180,11 @@ void SwitchCore::Aggregate(const transport::RxDatagram& d, const wire::PacketVie
       return;
     case Outcome::kForwardUp:
       ++c.uplink_sent;
+      Bump(jc.uplink_sent);
       break;
     case Outcome::kResendUp:
       ++c.uplink_resent;
+      Bump(jc.uplink_resent);
       break;
     case Outcome::kMulticast:
       ++c.multicast_rounds;
@@ -254,6 +256,7 @@ void SwitchCore::ParentTotal(const wire::PacketView& pkt, const JobTable::Job& j
   if (job.state != JobState::kRunning || h.slot >= job.spec.num_slots ||
       pkt.num_elements > job.spec.elements_per_packet || !job.OwnsSlot(io_thread_, h.slot)) {
     ++c.parent_stale;
+    Bump(jc.parent_stale);
     return;
   }
   if (ingress_drop_.ShouldDrop()) {
@@ -264,6 +267,7 @@ void SwitchCore::ParentTotal(const wire::PacketView& pkt, const JobTable::Job& j
                                                      h.exp0, h.exp1, pkt.payload, pkt.num_elements);
   if (r.outcome != Outcome::kMulticast) {
     ++c.parent_stale;
+    Bump(jc.parent_stale);
     return;
   }
   ++c.multicast_rounds;

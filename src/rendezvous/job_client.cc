@@ -8,6 +8,7 @@
 
 #include "rendezvous/grpc_client.h"
 #include "rendezvous/grpc_status.h"
+#include "rendezvous/job_counters_proto.h"
 #include "rendezvous/operator_auth.h"
 #include "switchml_v1.grpc.pb.h"
 
@@ -55,19 +56,7 @@ JobInfo FromProto(const v1::JobInfo& p) {
     wi.idle_for = std::chrono::milliseconds(w.idle_ms());
     j.workers.push_back(std::move(wi));
   }
-  const v1::JobCounters& c = p.counters();
-  j.counters.received = c.received();
-  j.counters.consumed = c.consumed();
-  j.counters.multicast_rounds = c.multicast_rounds();
-  j.counters.unicast_replies = c.unicast_replies();
-  j.counters.duplicates_dropped = c.duplicates_dropped();
-  j.counters.late_duplicates_dropped = c.late_duplicates_dropped();
-  j.counters.size_mismatch = c.size_mismatch();
-  j.counters.slot_out_of_range = c.slot_out_of_range();
-  j.counters.too_large = c.too_large();
-  j.counters.not_running = c.not_running();
-  j.counters.datagrams_sent = c.datagrams_sent();
-  j.counters.wrong_io_thread = c.wrong_io_thread();
+  j.counters = ::switchml::rendezvous::FromProto(p.counters());
   j.idle_for = std::chrono::milliseconds(p.idle_ms());
   j.end_reason = p.end_reason();
   j.switch_lost = p.switch_lost();
