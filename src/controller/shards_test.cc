@@ -4,7 +4,10 @@
 // counts: every worker thread reaches the shard that serves it and results are exact; the
 // merged job view; a shard that dies fails every worker's call naming that shard, ends the job
 // on the other shard, and leaves another job alone; a restarted controller finds the job
-// again; the errors of bad placements.
+// again; the errors of bad placements. Then two-level jobs placed by the controller (leaf
+// switches under a parent, docs/scaling.md "Two-level aggregation"): exact results through real
+// contexts, bad requests refused naming the field, a dead leaf or parent or a leaf's part ended
+// at its switch ending the job naming it, and a restarted controller finding the job again.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -1027,6 +1030,25 @@ TEST_F(ShardsTest, ADeadParentEndsTheTwoLevelJobNamingIt) {
   EXPECT_TRUE(ended.switch_lost);
   EXPECT_EQ(switches_[1]->ListJobs().free_slots, kPool);
   EXPECT_EQ(switches_[2]->ListJobs().free_slots, kPool);
+}
+
+// A leaf's switch that no longer holds its part (deleted there directly) ends the job too,
+// naming the leaf; the parent's part is deleted.
+TEST_F(ShardsTest, ALeafJobEndedAtItsSwitchEndsTheTwoLevelJobNamingIt) {
+  StartSwitches({1, 1, 1});
+  auto job = CreateTwoLevel({{.switch_index = 0, .workers = 1}, {.switch_index = 1, .workers = 1}});
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto on1 = ShardsOn(1, job->assignment.shard_group);
+  ASSERT_EQ(on1.size(), 1u);
+  ASSERT_TRUE(switches_[1]->DeleteJob(on1[0].first, job->token).ok());
+  const JobInfo ended =
+      WaitForJob(job->job_id, [](const JobInfo& j) { return j.state == JobState::kEnded; });
+  EXPECT_THAT(ended.end_reason, HasSubstr("leaf 1 (switch 1 at"));
+  EXPECT_THAT(ended.end_reason, HasSubstr("ended: deleted"));
+  EXPECT_FALSE(ended.switch_lost);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(LiveInGroup(*switches_[i], job->assignment.shard_group), 0u) << "switch " << i;
+  }
 }
 
 // A restarted controller finds a two-level job again (its leaves and parent share the shard
