@@ -2,12 +2,14 @@
 # CTest `bench_racks_quick` (label bench): the racks scenario (bench/run_racks.sh) end to end,
 # small:
 #   1. bad options are refused (exit 2) with a message naming them, before anything is created;
-#   2. run_racks.sh --quick (2 racks x 2 workers, uplinks 4:1, 1 MiB float32): it passes, says
-#      why two-level did not run ("two-level: not available in this build", unless the switch
-#      has --parent), and its JSON has one record per method run (flat, and gloo unless
-#      --no-gloo), each with every field, wrong == 0, ok, tat_s, bound_s > 0, the tensor's
-#      bytes, and uplink_bytes > 0; the busiest uplink carried at least 90% of what the bound's
-#      model puts there (bytes counted, not time: every packet of the other rack must cross it).
+#   2. run_racks.sh --quick (2 racks x 2 workers, uplinks 4:1, 1 MiB float32): it passes, and
+#      its JSON has one record per method run (flat, gloo unless --no-gloo, and two-level: a
+#      leaf switch per rack and a parent placed by a standalone controller; a build without
+#      `jobs create --leaf` must say "two-level: not available in this build" instead), each
+#      with every field, wrong == 0, ok, tat_s, bound_s > 0, the tensor's bytes, and
+#      uplink_bytes > 0; the busiest uplink carried at least 90% of what the bound's model puts
+#      there (bytes counted, not time: every packet of the other rack must cross it), and for
+#      two-level at most 1.5x (about one tensor's packets each way).
 # Asserts correctness only, never speed. Usage: racks_smoke.sh BUILD_DIR [--no-gloo]
 # (exit 77 = skipped: not root, no `ip netns`).
 set -euo pipefail
@@ -46,14 +48,14 @@ rc=0
     > "$WORK/run.log" 2>&1 || rc=$?
 cat "$WORK/run.log"
 ((rc == 0)) || fail "run_racks.sh --quick failed (exit $rc; logs in $WORK/run)"
-if "$BUILD/switchml" switch --help 2>&1 | grep -q -- '--parent'; then
-  grep -q "^# two-level: " "$WORK/run.log" || fail "run_racks.sh said nothing about two-level"
+methods=flat
+[[ -n $NO_GLOO ]] || methods=flat,gloo
+if "$BUILD/switchml" jobs create --help 2>&1 | grep -q -- '--leaf'; then
+  methods+=,two-level
 else
   grep -q "^# two-level: not available in this build" "$WORK/run.log" ||
     fail "run_racks.sh did not say 'two-level: not available in this build'"
 fi
-methods=flat
-[[ -n $NO_GLOO ]] || methods=flat,gloo
 "$PY" - "$WORK/run/racks.json" "$methods" <<'PYEOF'
 import json, sys
 runs = json.load(open(sys.argv[1]))
@@ -76,6 +78,12 @@ for r in runs:
     model = r.get("uplink_model_bytes") or 0
     check(model > 0 and r["uplink_bytes"] >= 0.9 * model,
           f"{m}: the busiest uplink carried {r['uplink_bytes']:.0f} B per all-reduce, the model {model:.0f} B")
+    if m == "two-level":
+        # Each uplink carries its leaf's partial up and the total down: about one tensor's
+        # packets each way (the model's 2P), far less than flat's busiest uplink (2 r P with
+        # 2 racks); a loose bound (retransmissions, the workers' gRPC), bytes not time.
+        check(r["uplink_bytes"] <= 1.5 * model,
+              f"{m}: the busiest uplink carried at most 1.5x the model ({r['uplink_bytes']:.0f} B, model {model:.0f} B)")
 sys.exit(1 if failures else 0)
 PYEOF
 [[ -s "$WORK/run/racks.png" ]] || ! /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || fail "no plot written"

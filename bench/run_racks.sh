@@ -8,9 +8,10 @@
 #   flat       SwitchML with one switch, on rack 0's leaf switch host: every other rack's
 #              workers reach it across their uplink and rack 0's;
 #   gloo       Gloo's ring (ranks rack-major, so the ring crosses each uplink once each way);
-#   two-level  a leaf switch per rack under a parent switch: run only when the switch has it
-#              (`switchml switch --help` mentions --parent); otherwise it says
-#              "two-level: not available in this build" and records nothing.
+#   two-level  a leaf switch per rack under a parent switch, placed by a standalone controller
+#              (`switchml jobs create --leaf k:r ... --parent R`; needs 2 racks or more); when
+#              the build has no --leaf it says "two-level: not available in this build" and
+#              records nothing.
 # Per run: the median time per all-reduce, the method's bound (bench/racks_report.py explains
 # each), the bytes that crossed the busiest uplink per all-reduce (its interface counters, both
 # directions, before and after the run), the tensor's bytes and the wrong elements. It prints a
@@ -142,14 +143,12 @@ ip netns list >/dev/null 2>&1 || skip "run_racks.sh: 'ip netns' is not available
 [ -x "$SWITCHML" ] || die "switchml CLI not found at '$SWITCHML' (build it or pass --switchml)"
 [ -x "$CLUSTER" ] || die "cluster script not found at '$CLUSTER' (pass --cluster-sh)"
 
-# The two-level slot: only when the switch has the leaf/parent roles (issue #23).
+# The two-level method: only when the controller places two-level jobs (`switchml jobs create
+# --leaf`, issue #23); otherwise it says so and records nothing.
 TWO_LEVEL_MSG=""
-if [ "$DO_TWO" = 1 ]; then
-  if "$SWITCHML" switch --help 2>&1 | grep -q -- '--parent'; then
-    TWO_LEVEL_MSG="two-level: the switch offers --parent, but run_racks.sh does not launch two-level jobs yet (fill in run_two_level)"
-  else
-    TWO_LEVEL_MSG="two-level: not available in this build"
-  fi
+if [ "$DO_TWO" = 1 ] && ! "$SWITCHML" jobs create --help 2>&1 | grep -q -- '--leaf'; then
+  TWO_LEVEL_MSG="two-level: not available in this build"
+  DO_TWO=0
 fi
 
 [ -n "$OUT" ] || OUT="$(mktemp -d /tmp/switchml-bench-racks.XXXXXX)"
@@ -163,6 +162,16 @@ rm -rf "$BASE"/cfg-* && : >"$RUNS"  # a reused --out must not mix in old runs
 # shellcheck source=bench/scenario_lib.sh
 source "$here/scenario_lib.sh"  # wait_ranks, show_logs, run_switchml, run_gloo; installs the exit trap
 SCENARIO=racks
+
+# The operator credential the two-level run's switches, controller and `jobs create` share (a
+# file, mode 600).
+if [ "$DO_TWO" = 1 ]; then
+  sml_operator_token
+  TOKEN_FILE="$BASE/logs/operator-token"
+  (umask 077 && printf '%s\n' "$SWITCHML_OPERATOR_TOKEN" >"$TOKEN_FILE") || die "cannot write $TOKEN_FILE"
+  # shellcheck disable=SC2016  # expanded at exit
+  sml_at_exit 'rm -f "$TOKEN_FILE"'
+fi
 
 # The clusters: a unique name per configuration, removed when it is done and at exit whatever
 # happens; first the clusters of an earlier run that was killed before its cleanup.
@@ -220,12 +229,82 @@ run_method() {
   return $rc
 }
 
-# run_two_level: the slot for the two-level method (a leaf switch on each leaf<k> host, the
-# parent switch on the parent host, the workers of rack k on leaf k). Not written until the
-# switch has the roles (issue #23): it must never report numbers it did not measure.
+# run_two_level: the two-level method (docs/scaling.md "Two-level aggregation"): a switch on each
+# leaf<k> host and on the parent host, a standalone controller on the parent host driving all of
+# them (leaf k = its switch k, the parent its switch R), one job created with
+# `switchml jobs create --leaf k:r ... --parent R` (rack k: ranks k*r .. k*r+r-1, cluster.sh's
+# w<i> with i = k*r + j), and every rank's allreduce_perf against the controller with the job's
+# id and token (as run_scaleout.sh runs K shards), between two snapshots of the uplinks. Its
+# bound (bench/racks_report.py): the slowest level's link time. Every worker link carries P each
+# way, each uplink only its leaf's partial up and the total down (P each way, whatever r), each
+# leaf host's link (r + 1) P and the parent's R x P each way; so at 4:1 it is the worker link
+# (P / W) unless the uplink is slower than one worker link (U < W) or the switch hosts' links are
+# limited.
+TL_THREADS=1 TL_WINDOW=256  # every rank's --threads and --window; the job is sized for them
+SERVER_PIDS=()
+stop_servers() {  # the controller first, then the switches (SIGTERM: they print their counters)
+  local p
+  for p in "${SERVER_PIDS[@]}"; do sml_stop "$p" 10 "server $p" || true; done
+  SERVER_PIDS=()
+}
 run_two_level() {
-  echo "# $TWO_LEVEL_MSG"
-  return 0
+  local n=$((R * PER)) tag k ctl r rc=0 ranks=() args id token before after switch_args=() leaf_args=()
+  tag="two-level-n$n"
+  before="$OUT/logs/two-level.uplinks.before" after="$OUT/logs/two-level.uplinks.after"
+  for ((k = 0; k <= R; k++)); do  # the leaves 0..R-1, then the parent (switch R)
+    local ip=${LEAF_IPS[$k]:-} what="leaf$k"
+    if [ "$k" = "$R" ]; then ip=$PARENT_IP what=parent; fi
+    SW_HOST=$what
+    sml_start_switch --bind "$ip" --via on_switch_host --ready "$OUT/logs/$tag.$what.ready" \
+        --log "$OUT/logs/$tag.$what.log" --deadline 20 -- --operator-token-file "$TOKEN_FILE" \
+        --counters-json "$OUT/logs/$tag.$what.counters.json" ${SWITCH_FLAGS[@]+"${SWITCH_FLAGS[@]}"} ||
+      { echo "$SCENARIO: the $what switch did not start" >&2; stop_servers; return 1; }
+    SERVER_PIDS+=("$SW_PID")
+    switch_args+=(--switch "$ip:$CTL_PORT")
+    [ "$k" = "$R" ] || leaf_args+=(--leaf "$k:$PER")
+  done
+  SW_HOST=parent
+  sml_start_server controller "$OUT/logs/$tag.controller.ready" "$OUT/logs/$tag.controller.log" 20 on_switch_host \
+      "$SWITCHML" controller --listen "$PARENT_IP:0" "${switch_args[@]}" --operator-token-file "$TOKEN_FILE" ||
+    { echo "$SCENARIO: the controller did not start" >&2; stop_servers; return 1; }
+  SERVER_PIDS=("$SML_PID" "${SERVER_PIDS[@]}")  # stopped first
+  ctl="$PARENT_IP:$(json_get "$OUT/logs/$tag.controller.ready" "j['controller_port']")"
+  "$CLUSTER" exec --name "$NAME" --host parent -- timeout 30 "$SWITCHML" jobs create --controller "$ctl" \
+      --operator-token-file "$TOKEN_FILE" --workers "$n" --window "$TL_WINDOW" --threads "$TL_THREADS" \
+      "${leaf_args[@]}" --parent "$R" --name "racks-two-level-${R}x$PER" >"$OUT/logs/$tag.job" 2>&1 ||
+    { echo "$SCENARIO: switchml jobs create failed: $(tail -3 "$OUT/logs/$tag.job")" >&2; stop_servers; return 1; }
+  id=$(sed -n 's/^SWITCHML_JOB_ID=//p' "$OUT/logs/$tag.job")
+  token=$(sed -n 's/^SWITCHML_JOB_TOKEN=//p' "$OUT/logs/$tag.job")
+  if [ -z "$id" ] || [ -z "$token" ]; then
+    echo "$SCENARIO: no job id and token in the output of jobs create ($OUT/logs/$tag.job)" >&2
+    stop_servers
+    return 1
+  fi
+  echo "# controller $ctl driving $R leaves and the parent, job $id (${leaf_args[*]} --parent $R)"
+  uplink_snapshot "$before" || { echo "$SCENARIO: cannot read the uplink counters" >&2; stop_servers; return 1; }
+  for ((r = 0; r < n; r++)); do
+    mapfile -t args < <(rank_args "$r")
+    on_worker_host "$r" timeout "$TIMEOUT" "$PERF" --backend switchml --rank "$r" --workers "$n" \
+        --controller "$ctl" --job-id "$id" --job-token "$token" --threads "$TL_THREADS" --window "$TL_WINDOW" \
+        --label two-level --json "$OUT/$tag.json" "${common[@]}" "${args[@]}" >"$OUT/logs/$tag.rank$r.log" 2>&1 &
+    ranks+=("$!")
+    sml_track "$!"
+  done
+  wait_ranks "${ranks[@]}" || rc=1
+  uplink_snapshot "$after" || { echo "$SCENARIO: cannot read the uplink counters" >&2; rc=1; }
+  stop_servers
+  show_logs "$tag" "$n" "$rc"
+  # Every leaf sent its rounds up and the parent aggregated (their counters, written at exit).
+  local sent counts=""
+  for ((k = 0; k < R; k++)); do
+    sent=$(json_get "$OUT/logs/$tag.leaf$k.counters.json" "j['uplink_sent']" 2>/dev/null) || sent=""
+    counts+=" leaf$k=${sent:-?}"
+    [[ "$sent" =~ ^[1-9][0-9]*$ ]] ||
+      { echo "$SCENARIO: leaf $k sent ${sent:-an unknown number of} rounds up: it did not serve as a leaf" >&2; rc=1; }
+  done
+  echo "# rounds sent up per leaf:$counts"
+  record two-level "$([ $rc = 0 ] && echo ok || echo failed)" "$OUT/$tag.json" "$(uplink_delta "$before" "$after")"
+  return $rc
 }
 
 elapsed() { printf '%d:%02d' $(((SECONDS - T0) / 60)) $(((SECONDS - T0) % 60)); }
@@ -266,6 +345,7 @@ for c in $CONFIGS; do
     source "/tmp/switchml-cluster-$NAME.env"
     read -r -a WORKER_IPS <<<"$CLUSTER_WORKER_IPS"
     read -r -a LEAF_IPS <<<"$CLUSTER_LEAF_IPS"
+    PARENT_IP=$CLUSTER_PARENT_IP
     for m in flat gloo; do
       if [ "$m" = flat ] && [ "$DO_FLAT" != 1 ]; then continue; fi
       if [ "$m" = gloo ] && [ "$DO_GLOO" != 1 ]; then continue; fi
@@ -277,8 +357,14 @@ for c in $CONFIGS; do
     done
     if [ "$DO_TWO" = 1 ]; then
       echo
-      echo "### two-level, $R x $PER, $O:1"
-      run_two_level || failed+=("two-level $c o=$O")
+      echo "### two-level, $R x $PER, $O:1 (elapsed $(elapsed))"
+      s0=$SECONDS
+      if [ "$R" -lt 2 ]; then
+        echo "# two-level: skipped for 1 rack (a two-level job needs two racks or more)"
+      else
+        run_two_level || { failed+=("two-level $c o=$O"); echo "### FAILED: two-level, $c, $O:1 (logs in $OUT/logs)"; }
+        echo "### two-level: $((SECONDS - s0)) s; bytes across each uplink: $(tail -1 "$RUNS" | cut -f10)"
+      fi
     fi
     "$CLUSTER" down --name "$NAME" >"$OUT/logs/cluster-down.log" 2>&1 || failed+=("cluster down $c o=$O")
     NAME=""

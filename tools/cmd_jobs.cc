@@ -5,6 +5,10 @@
 //                        places the job on K switches, each serving a share of its threads)
 //                        --window W [--threads T] instead of --slots: the fewest slots that
 //                        hold workers with T threads and W packets in flight on K switches
+//   switchml jobs create --controller H:P --workers 8 --leaf 0:4 --leaf 1:4 [--parent 2] ...
+//                        a two-level job (standalone controller): rack k = the k-th --leaf
+//                        SWITCH:WORKERS, the next WORKERS ranks on that switch, under a parent
+//                        job on --parent (default: a reachable non-leaf switch with room)
 //       prints SWITCHML_JOB_ID=<id> and SWITCHML_JOB_TOKEN=<token> (shell syntax, so a launch
 //       script can `eval "$(switchml jobs create ...)"`), or JSON with --json
 //   switchml jobs list   --controller H:P [--json]      jobs (job 0, the reference session,
@@ -22,6 +26,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "control/job_layout.h"
@@ -44,6 +49,8 @@ struct JobsArgs {
   uint32_t threads = 1;  // --threads (with --window)
   uint32_t elements_per_packet = 256;
   uint32_t switches = 1;
+  std::vector<std::string> leaves;  // --leaf I:N (a two-level job)
+  std::optional<uint32_t> parent;   // --parent I
   std::string type = "unspecified";
   double idle_timeout_s = 0;
   bool no_idle_timeout = false;
@@ -61,6 +68,15 @@ std::string Ipv4(uint32_t ip) {
          std::to_string((ip >> 8) & 255) + "." + std::to_string(ip & 255);
 }
 
+// A two-level job's racks ([{"switch", "workers"}] in rank order) and parent switch; null
+// for a one-level job.
+nlohmann::json RacksJson(const control::JobSpec& spec) {
+  if (spec.racks.empty()) return nullptr;
+  nlohmann::json racks = nlohmann::json::array();
+  for (const auto& r : spec.racks) racks.push_back({{"switch", r.switch_index}, {"workers", r.workers}});
+  return {{"leaves", racks}, {"parent", spec.parent_switch ? nlohmann::json(*spec.parent_switch) : nullptr}};
+}
+
 nlohmann::json ToJson(const control::JobInfo& j) {
   nlohmann::json workers = nlohmann::json::array();
   for (const auto& w : j.workers) {
@@ -76,6 +92,7 @@ nlohmann::json ToJson(const control::JobInfo& j) {
           {"num_registered", j.num_registered},
           {"num_slots", j.spec.num_slots},
           {"switches", j.spec.switches},
+          {"racks", RacksJson(j.spec)},
           {"slot_base", j.slot_base},
           {"elements_per_packet", j.spec.elements_per_packet},
           {"data_type", control::JobDataTypeName(j.spec.data_type)},
@@ -93,6 +110,14 @@ nlohmann::json ToJson(const control::JobInfo& j) {
 void PrintJobLine(const control::JobInfo& j, bool reference = false) {
   std::string what = j.state == control::JobState::kEnded ? j.end_reason : j.spec.name;
   if (j.spec.switches > 1) what += " [on " + std::to_string(j.spec.switches) + " switches]";
+  if (!j.spec.racks.empty()) {
+    std::string racks;
+    for (const auto& r : j.spec.racks) {
+      racks += (racks.empty() ? "" : " ") + std::to_string(r.switch_index) + ":" + std::to_string(r.workers);
+    }
+    what += " [two-level: leaves " + racks + ", parent " +
+            (j.spec.parent_switch ? std::to_string(*j.spec.parent_switch) : "?") + "]";
+  }
   if (j.assignment.placement > 1) {
     what += " [re-placed: placement " + std::to_string(j.assignment.placement) + "]";
   }
@@ -137,6 +162,13 @@ int Run(const std::string& cmd, const JobsArgs& a) {
   if (cmd == "create") {  // argument errors before connecting
     auto slots = JobSlots(a);
     if (!slots.ok()) return Fail(cmd, slots.status());
+    auto racks = ParseLeafFlags(a.leaves, a.workers, a.parent);
+    if (!racks.ok()) return Fail(cmd, racks.status());
+    if (!racks->empty() && a.switches != 1) {
+      return Fail(cmd, InvalidArgumentError("--switches " + std::to_string(a.switches) +
+                                            " with --leaf: a two-level job has one switch per "
+                                            "level and rack (--switches 1)"));
+    }
   }
   auto cred = a.operator_token.Resolve("switchml jobs " + cmd);
   if (!cred.ok()) return Fail(cmd, cred.status());
@@ -152,6 +184,8 @@ int Run(const std::string& cmd, const JobsArgs& a) {
     spec.num_slots = *JobSlots(a);  // checked above
     spec.elements_per_packet = a.elements_per_packet;
     spec.switches = a.switches;
+    spec.racks = *ParseLeafFlags(a.leaves, a.workers, a.parent);  // checked above
+    spec.parent_switch = a.parent;
     if (a.type == "int32") {
       spec.data_type = control::JobDataType::kInt32;
     } else if (a.type == "float32") {
@@ -351,6 +385,14 @@ Runner AddJobsCommand(CLI::App& app) {
                      "each a shard serving a contiguous share of every worker's threads; "
                      "workers need --threads >= K to use them all")
       ->capture_default_str();
+  create->add_option("--leaf", a->leaves,
+                     "Two-level job (a standalone controller): SWITCH:WORKERS, once per rack in "
+                     "rank order: rack k is a leaf job of the next WORKERS ranks on the "
+                     "controller's switch SWITCH (its --switch list, from 0); counts sum to "
+                     "--workers");
+  create->add_option("--parent", a->parent,
+                     "With --leaf: the controller's switch that runs the parent job (default: "
+                     "a reachable switch that is not a leaf, with room)");
   create->add_option("--idle-timeout-s", a->idle_timeout_s,
                      "Tear the job down after this long without datagrams (0 = the switch's or "
                      "controller's default, 600 s unless it was started with another)")

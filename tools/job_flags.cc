@@ -70,6 +70,56 @@ std::vector<std::string> JobFlags::ToArgs(const std::vector<uint64_t>& c) const 
           std::to_string(elements_per_packet), "--call-timeout-ms", std::to_string(EffectiveCallTimeoutMs())};
 }
 
+StatusOr<std::vector<control::JobSpec::Rack>> ParseLeafFlags(
+    const std::vector<std::string>& leaves, uint32_t workers,
+    const std::optional<uint32_t>& parent) {
+  std::vector<control::JobSpec::Rack> racks;
+  if (leaves.empty()) {
+    if (parent) return InvalidArgumentError("--parent needs --leaf (a two-level job's racks)");
+    return racks;
+  }
+  if (leaves.size() < 2) {
+    return InvalidArgumentError("--leaf: a two-level job needs at least two racks, got one ('" +
+                                leaves[0] + "'); a job of one rack is a one-level job on that "
+                                "switch");
+  }
+  uint64_t sum = 0;
+  for (const std::string& l : leaves) {
+    const size_t colon = l.find(':');
+    auto number = [](const std::string& t, uint32_t* out) {
+      if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos) {
+        return false;
+      }
+      *out = uint32_t(std::stoul(t));
+      return true;
+    };
+    control::JobSpec::Rack r;
+    if (colon == std::string::npos || !number(l.substr(0, colon), &r.switch_index) ||
+        !number(l.substr(colon + 1), &r.workers)) {
+      return InvalidArgumentError("--leaf must be SWITCH:WORKERS (the controller's switch index "
+                                  "and the rack's worker count, e.g. 0:4), got '" + l + "'");
+    }
+    if (r.workers == 0) return InvalidArgumentError("--leaf " + l + ": a rack needs >= 1 worker");
+    for (const control::JobSpec::Rack& o : racks) {
+      if (o.switch_index == r.switch_index) {
+        return InvalidArgumentError("--leaf: switch " + std::to_string(r.switch_index) +
+                                    " is given twice (one rack per leaf switch)");
+      }
+    }
+    if (parent && *parent == r.switch_index) {
+      return InvalidArgumentError("--parent " + std::to_string(*parent) +
+                                  " is also a --leaf; the parent must be another switch");
+    }
+    sum += r.workers;
+    racks.push_back(r);
+  }
+  if (sum != workers) {
+    return InvalidArgumentError("--leaf counts sum to " + std::to_string(sum) + " but --workers is " +
+                                std::to_string(workers) + "; rack k holds the next count ranks");
+  }
+  return racks;
+}
+
 void OperatorTokenFlag::Register(CLI::App& app, const std::string& role) {
   app.add_option("--operator-token-file", file,
                  "File holding the operator credential (16..1024 printable characters; wins over "

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "control/switch_control.h"
 #include "rendezvous/operator_auth.h"
 #include "switchml/status.h"
 #include "switchml/types.h"
@@ -47,6 +48,15 @@ struct JobFlags {
   // The same flags as arguments for `switchml allreduce`, with the tensor sizes given.
   std::vector<std::string> ToArgs(const std::vector<uint64_t>& counts) const;
 };
+
+// `switchml jobs create --leaf I:N ... [--parent P]`: a two-level job's racks in rank order
+// (rack k = the k-th --leaf: N ranks on the controller's switch I, its --switch list from 0).
+// Checks what needs no controller: each "I:N" well formed with N >= 1, no switch twice, the
+// counts summing to `workers`, --parent not a leaf, and at least two racks. Errors name the
+// flag. Empty `leaves` = a one-level job (then --parent is refused).
+StatusOr<std::vector<control::JobSpec::Rack>> ParseLeafFlags(
+    const std::vector<std::string>& leaves, uint32_t workers,
+    const std::optional<uint32_t>& parent);
 
 // --operator-token-file FILE, or else the environment variable SWITCHML_OPERATOR_TOKEN
 // (rendezvous/operator_auth.h): the operator credential of the job service.

@@ -1,4 +1,5 @@
-// JobFlags: --call-timeout-ms, and --job-timeout-ms as its deprecated alias (one release).
+// JobFlags: --call-timeout-ms, and --job-timeout-ms as its deprecated alias (one release);
+// `switchml jobs create --leaf ... --parent` (ParseLeafFlags).
 #include "job_flags.h"
 
 #include <gtest/gtest.h>
@@ -58,6 +59,41 @@ TEST(JobFlagsTest, DeprecatedJobTimeoutStillWorksWithANote) {
   p = ParseArgs({"--job-timeout-ms", "1500", "--call-timeout-ms", "900"});
   EXPECT_EQ(p.status.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(p.status.message(), "--job-timeout-ms (deprecated) 1500 and --call-timeout-ms 900 disagree; give only --call-timeout-ms");
+}
+
+TEST(LeafFlagsTest, RacksInRankOrder) {
+  auto racks = ParseLeafFlags({"2:3", "0:5"}, 8, 1);
+  ASSERT_TRUE(racks.ok()) << racks.status();
+  ASSERT_EQ(racks->size(), 2u);
+  EXPECT_EQ((*racks)[0], (control::JobSpec::Rack{.switch_index = 2, .workers = 3}));
+  EXPECT_EQ((*racks)[1], (control::JobSpec::Rack{.switch_index = 0, .workers = 5}));
+  auto none = ParseLeafFlags({}, 8, std::nullopt);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
+TEST(LeafFlagsTest, BadRacksAreRefusedNamingTheFlag) {
+  struct Case {
+    std::vector<std::string> leaves;
+    uint32_t workers;
+    std::optional<uint32_t> parent;
+    std::string expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"0:4", "1:3"}, 8, std::nullopt, "--leaf counts sum to 7 but --workers is 8"},
+           {{"0:4", "0:4"}, 8, std::nullopt, "--leaf: switch 0 is given twice"},
+           {{"0:4", "1:4"}, 8, 1, "--parent 1 is also a --leaf"},
+           {{"0:4", "1"}, 8, std::nullopt, "--leaf must be SWITCH:WORKERS"},
+           {{"0:4", "x:4"}, 8, std::nullopt, "--leaf must be SWITCH:WORKERS"},
+           {{"0:8", "1:0"}, 8, std::nullopt, "a rack needs >= 1 worker"},
+           {{"0:8"}, 8, std::nullopt, "--leaf: a two-level job needs at least two racks"},
+           {{}, 8, 2, "--parent needs --leaf"},
+       }) {
+    auto r = ParseLeafFlags(c.leaves, c.workers, c.parent);
+    ASSERT_FALSE(r.ok()) << c.expect;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
+  }
 }
 
 }  // namespace

@@ -144,6 +144,18 @@ struct JobSpec {
   // (controller/remote_switches.h) places a job on several switches; a switch asked directly
   // serves a job alone (1).
   uint32_t switches = 1;
+  // Two-level aggregation (docs/scaling.md "Two-level aggregation"), placed only by a
+  // standalone controller: the racks in rank order, rack k a leaf job of `workers` ranks on
+  // the controller's switch `switch_index` (rack k holds the next `workers` global ranks), under
+  // one parent job on switch `parent_switch` (none: a reachable switch that is not a leaf, with
+  // room). Empty = a one-level job. With racks, switches must be 1 (one shard per level).
+  struct Rack {
+    uint32_t switch_index = 0;
+    uint32_t workers = 0;
+    bool operator==(const Rack&) const = default;
+  };
+  std::vector<Rack> racks;
+  std::optional<uint32_t> parent_switch;
 };
 
 // The controller's assignment of one switch to a job it placed (docs/design.md "Shards on
@@ -305,6 +317,11 @@ struct JobList {
   uint32_t largest_free_range = 0;
   // A standalone controller's switches, in --switch order (empty from a switch).
   std::vector<SwitchHealth> switches;
+  // A switch's data address (SwitchInfo ipv4 and udp_port: I/O thread 0's, ipv4 0 when it
+  // listens on every interface), what a standalone controller gives a leaf as its parent and
+  // registers a leaf at its parent with. 0 from a standalone controller.
+  uint32_t data_ipv4 = 0;
+  uint16_t data_udp_port = 0;
 };
 
 struct JobRegistration {

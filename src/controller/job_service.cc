@@ -56,6 +56,17 @@ void ToProto(const JobInfo& j, v1::JobInfo* out) {
   spec->set_shard_group(j.assignment.shard_group);
   spec->set_placement(j.assignment.placement);
   spec->set_controller_job_id(j.assignment.job_id);
+  spec->set_parent_ipv4(j.assignment.uplink.parent_ipv4);
+  spec->set_parent_port(j.assignment.uplink.parent_port);
+  spec->set_parent_job_id(j.assignment.uplink.parent_job_id);
+  spec->set_leaf(j.assignment.uplink.leaf);
+  spec->set_total_workers(j.assignment.uplink.total_workers);
+  for (const JobSpec::Rack& r : j.spec.racks) {
+    auto* out = spec->add_racks();
+    out->set_switch_index(r.switch_index);
+    out->set_workers(r.workers);
+  }
+  if (j.spec.parent_switch) spec->set_parent_switch(*j.spec.parent_switch);
   out->set_state(ToProto(j.state));
   out->set_slot_base(j.slot_base);
   out->set_num_registered(j.num_registered);
@@ -137,14 +148,29 @@ class JobService::Impl final : public JobServiceBase {
     spec.token = p.token();
     spec.name = p.name();
     spec.switches = std::max<uint32_t>(1, p.switches());
+    for (const auto& r : p.racks()) {
+      spec.racks.push_back({.switch_index = r.switch_index(), .workers = r.workers()});
+    }
+    if (p.has_parent_switch()) spec.parent_switch = p.parent_switch();
     // The wire's JobSpec also carries a shard assignment, which only a standalone controller
     // sends, to the switches it places a job on: the switch creates its shard; any other sink
     // (a standalone controller itself) refuses it naming the field.
+    if (p.parent_port() > 65535) {
+      return Error(StatusCode::kInvalidArgument,
+                   "CreateJob: parent_port must be in [0, 65535], got " +
+                       std::to_string(p.parent_port()));
+    }
     const control::ShardAssignment assignment{.shard = p.shard(),
                                               .num_shards = std::max<uint32_t>(1, p.num_shards()),
                                               .shard_group = p.shard_group(),
                                               .placement = p.placement(),
-                                              .job_id = p.controller_job_id()};
+                                              .job_id = p.controller_job_id(),
+                                              .uplink = {.parent_ipv4 = p.parent_ipv4(),
+                                                         .parent_port = static_cast<uint16_t>(
+                                                             p.parent_port()),
+                                                         .parent_job_id = p.parent_job_id(),
+                                                         .leaf = p.leaf(),
+                                                         .total_workers = p.total_workers()}};
     StatusOr<JobInfo> job = assignment == control::ShardAssignment{}
                                 ? sink_->CreateJob(spec)
                                 : sink_->CreateJobShard(spec, assignment);
@@ -194,6 +220,8 @@ class JobService::Impl final : public JobServiceBase {
     response->set_pool_slots(list.pool_slots);
     response->set_free_slots(list.free_slots);
     response->set_largest_free_range(list.largest_free_range);
+    response->set_data_ipv4(list.data_ipv4);
+    response->set_data_udp_port(list.data_udp_port);
     for (const SwitchHealth& h : list.switches) {
       v1::SwitchHealth* out = response->add_switches();
       out->set_address(h.address);

@@ -257,7 +257,7 @@ StatusOr<std::vector<SlotInfo>> RemoteSwitches::InspectSlots(uint32_t job_id,
     for (size_t shard = 0; shard < shards.size(); ++shard) {
       const auto& [index, local_id] = shards[shard];
       auto slots = switches_[index].jobs->InspectSlots(local_id, first_slot, count);
-      if (!slots.ok()) return slots.status().WithContext(ShardName(shards, shard));
+      if (!slots.ok()) return slots.status().WithContext(PartName(*job, shards, shard));
       merged.insert(merged.end(), slots->begin(), slots->end());
     }
     return merged;
@@ -338,6 +338,13 @@ std::string RemoteSwitches::ShardName(const Shards& shards, size_t shard) const 
          " at " + switches_[index].address + ")";
 }
 
+std::string RemoteSwitches::PartName(const Job& job, const Shards& shards, size_t part) const {
+  if (!job.two_level()) return ShardName(shards, part);
+  const size_t index = shards[part].first;
+  const std::string where = "(switch " + Str(index) + " at " + switches_[index].address + ")";
+  return part + 1 == shards.size() ? "the parent " + where : "leaf " + Str(part) + " " + where;
+}
+
 RemoteSwitches::Shards RemoteSwitches::ShardsOf(const Job& job, uint32_t* placement) const {
   std::lock_guard<std::mutex> lock(jobs_mu_);
   if (placement != nullptr) *placement = job.placement;
@@ -379,7 +386,7 @@ Status RemoteSwitches::CheckAccess(Job& job, const std::string& token) const {
     const Shards shards = ShardsOf(job);
     const auto& [index, local_id] = shards[0];
     StatusOr<JobInfo> info = switches_[index].jobs->GetJob(local_id, token);
-    if (!info.ok()) return info.status().WithContext(ShardName(shards, 0));
+    if (!info.ok()) return info.status().WithContext(PartName(job, shards, 0));
     std::lock_guard<std::mutex> lock(jobs_mu_);
     job.token = token;
   }
@@ -406,12 +413,30 @@ void RemoteSwitches::Adopt() {
   };
   std::map<uint64_t, Group> groups;
   constexpr auto kMissing = std::make_pair(SIZE_MAX, uint32_t{0});
+  std::vector<std::optional<JobList>> lists(switches_.size());
+  // The groups of two-level jobs (a leaf's assignment has an uplink): their parts, found
+  // again by AdoptTwoLevel.
+  std::map<uint64_t, std::vector<std::pair<size_t, JobInfo>>> two_level;
   for (size_t i = 0; i < switches_.size(); ++i) {
     auto list = switches_[i].jobs->ListJobs();
     if (!list.ok()) continue;
-    for (const JobInfo& j : list->jobs) {
+    lists[i] = std::move(*list);
+    for (const JobInfo& j : lists[i]->jobs) {
+      if (j.state != JobState::kEnded && j.assignment.shard_group != 0 &&
+          j.assignment.uplink.enabled()) {
+        two_level[j.assignment.shard_group];
+      }
+    }
+  }
+  for (size_t i = 0; i < switches_.size(); ++i) {
+    if (!lists[i]) continue;
+    for (const JobInfo& j : lists[i]->jobs) {
       const control::ShardAssignment& a = j.assignment;
       if (j.state == JobState::kEnded || a.shard_group == 0 || a.num_shards < 1) continue;
+      if (const auto t = two_level.find(a.shard_group); t != two_level.end()) {
+        t->second.push_back({i, j});
+        continue;
+      }
       Group& g = groups[a.shard_group];
       const uint32_t placement = std::max<uint32_t>(1, a.placement);
       if (placement < g.placement) continue;  // stale: a newer placement exists
@@ -432,7 +457,7 @@ void RemoteSwitches::Adopt() {
       }
     }
   }
-  std::lock_guard<std::mutex> lock(jobs_mu_);
+  std::unique_lock<std::mutex> lock(jobs_mu_);
   for (const auto& [group, g] : groups) {
     if (g.broken || std::find(g.shards.begin(), g.shards.end(), kMissing) != g.shards.end()) {
       continue;
@@ -448,6 +473,59 @@ void RemoteSwitches::Adopt() {
     if (job->spec.idle_timeout.count() == 0) job->spec.idle_timeout = JobClient::kNoIdleTimeout;
     jobs_[job->job_id] = job;
   }
+  lock.unlock();  // AdoptTwoLevel takes it
+  for (const auto& [group, parts] : two_level) AdoptTwoLevel(group, parts);
+}
+
+void RemoteSwitches::AdoptTwoLevel(uint64_t group,
+                                   const std::vector<std::pair<size_t, JobInfo>>& parts) {
+  // One parent (no uplink) and its leaves 0..L-1 (L = the parent's workers), all of the
+  // group's newest placement; anything else is left alone (usable per switch, statelessly).
+  uint32_t placement = 0;
+  for (const auto& [i, j] : parts) placement = std::max(placement, std::max<uint32_t>(1, j.assignment.placement));
+  std::optional<std::pair<size_t, JobInfo>> parent;
+  for (const auto& part : parts) {
+    if (std::max<uint32_t>(1, part.second.assignment.placement) != placement) continue;
+    if (part.second.assignment.uplink.enabled()) continue;
+    if (parent) return;  // two parents
+    parent = part;
+  }
+  if (!parent) return;
+  const uint32_t num_leaves = parent->second.spec.num_workers;
+  std::vector<std::optional<std::pair<size_t, JobInfo>>> leaves(num_leaves);
+  for (const auto& part : parts) {
+    const control::ShardAssignment& a = part.second.assignment;
+    if (std::max<uint32_t>(1, a.placement) != placement || !a.uplink.enabled()) continue;
+    if (a.uplink.leaf >= num_leaves || leaves[a.uplink.leaf] ||
+        a.uplink.parent_job_id != parent->second.job_id) {
+      return;
+    }
+    leaves[a.uplink.leaf] = part;
+  }
+  auto job = std::make_shared<Job>();
+  uint32_t total = 0;
+  for (const auto& leaf : leaves) {
+    if (!leaf) return;  // a leaf is missing
+    job->shards.push_back({leaf->first, leaf->second.job_id});
+    job->spec.racks.push_back({.switch_index = uint32_t(leaf->first),
+                               .workers = leaf->second.spec.num_workers});
+    total += leaf->second.spec.num_workers;
+  }
+  if (total != leaves[0]->second.assignment.uplink.total_workers) return;
+  job->shards.push_back({parent->first, parent->second.job_id});
+  const JobSpec racks = job->spec;
+  job->spec = leaves[0]->second.spec;
+  job->spec.racks = racks.racks;
+  job->spec.parent_switch = uint32_t(parent->first);
+  job->spec.num_workers = total;
+  job->spec.switches = 1;
+  if (job->spec.idle_timeout.count() == 0) job->spec.idle_timeout = JobClient::kNoIdleTimeout;
+  job->shard_group = group;
+  job->placement = placement;
+  const uint32_t id = leaves[0]->second.assignment.job_id;
+  job->job_id = id != 0 ? id : GlobalId(parent->first, parent->second.job_id);
+  std::lock_guard<std::mutex> lock(jobs_mu_);
+  jobs_[job->job_id] = job;
 }
 
 StatusOr<RemoteSwitches::Shards> RemoteSwitches::CreateShards(const JobSpec& spec,
@@ -502,6 +580,11 @@ StatusOr<RemoteSwitches::Shards> RemoteSwitches::CreateShards(const JobSpec& spe
 }
 
 StatusOr<JobInfo> RemoteSwitches::Place(const JobSpec& spec) {
+  if (!spec.racks.empty()) return PlaceTwoLevel(spec);
+  if (spec.parent_switch) {
+    return InvalidArgumentError("parent_switch (--parent) " + Str(*spec.parent_switch) +
+                                " needs racks (--leaf): only a two-level job has a parent");
+  }
   const uint32_t k = spec.switches;
   // (num_slots 0: the switch names that field.)
   const uint32_t max_k = spec.num_slots == 0
@@ -555,13 +638,273 @@ StatusOr<JobInfo> RemoteSwitches::Place(const JobSpec& spec) {
   return first;
 }
 
+StatusOr<RemoteSwitches::DataAddress> RemoteSwitches::DataAddressOf(size_t i) const {
+  StatusOr<JobList> list = switches_[i].jobs->ListJobs();
+  Note(i, list.status());
+  if (!list.ok()) return SwitchError(switches_[i], list.status());
+  DataAddress a;
+  a.ipv4 = list->data_ipv4 != 0 ? list->data_ipv4 : HostIpv4(switches_[i].address);
+  a.port = list->data_udp_port;
+  a.largest_free_range = list->largest_free_range;
+  if (a.port == 0) {
+    return SwitchError(switches_[i], FailedPreconditionError(
+                                         "it does not report its data address (a switch older "
+                                         "than two-level jobs?)"));
+  }
+  if (a.ipv4 == 0) {
+    return SwitchError(switches_[i],
+                       FailedPreconditionError(
+                           "it listens on every interface and its controller address is not an "
+                           "IPv4 address: give --switch as IP:PORT, or bind the switch to its address "
+                           "(switchml switch --bind)"));
+  }
+  return a;
+}
+
+StatusOr<JobInfo> RemoteSwitches::PlaceTwoLevel(const JobSpec& spec) {
+  // The request, each error naming the field and the `switchml jobs create` flag.
+  const std::vector<JobSpec::Rack>& racks = spec.racks;
+  const size_t n = switches_.size();
+  if (spec.switches != 1) {
+    return InvalidArgumentError("switches (--switches) " + Str(spec.switches) +
+                                " with racks (--leaf): a two-level job has one switch per level "
+                                "and rack (switches = 1)");
+  }
+  if (racks.size() < 2) {
+    return InvalidArgumentError("racks (--leaf): a two-level job needs at least two racks, got " +
+                                Str(racks.size()));
+  }
+  uint64_t total = 0;
+  for (size_t k = 0; k < racks.size(); ++k) {
+    const std::string what = "racks[" + Str(k) + "] (--leaf " + Str(racks[k].switch_index) + ":" +
+                             Str(racks[k].workers) + ")";
+    if (racks[k].switch_index >= n) {
+      return InvalidArgumentError(what + ": switch " + Str(racks[k].switch_index) +
+                                  " is out of range: this controller drives " + Str(n) +
+                                  " switch(es) (--switch), indices from 0");
+    }
+    if (racks[k].workers == 0) return InvalidArgumentError(what + ": a rack needs >= 1 worker");
+    for (size_t o = 0; o < k; ++o) {
+      if (racks[o].switch_index == racks[k].switch_index) {
+        return InvalidArgumentError(what + ": switch " + Str(racks[k].switch_index) +
+                                    " is already racks[" + Str(o) +
+                                    "]'s leaf (one rack per leaf switch)");
+      }
+    }
+    total += racks[k].workers;
+  }
+  if (total != spec.num_workers) {
+    return InvalidArgumentError("racks (--leaf): the racks' workers sum to " + Str(total) +
+                                " but num_workers (--workers) is " + Str(spec.num_workers));
+  }
+  auto is_leaf = [&](size_t i) {
+    return std::any_of(racks.begin(), racks.end(),
+                       [&](const JobSpec::Rack& r) { return r.switch_index == i; });
+  };
+  if (spec.parent_switch) {
+    const uint32_t p = *spec.parent_switch;
+    if (p >= n) {
+      return InvalidArgumentError("parent_switch (--parent) " + Str(p) +
+                                  " is out of range: this controller drives " + Str(n) +
+                                  " switch(es) (--switch), indices from 0");
+    }
+    if (is_leaf(p)) {
+      return InvalidArgumentError("parent_switch (--parent) " + Str(p) +
+                                  " is also a leaf (--leaf); the parent must be another switch");
+    }
+  }
+  // Every leaf: reachable, its data address, room for the job's slots.
+  std::vector<DataAddress> leaf_at;
+  for (size_t k = 0; k < racks.size(); ++k) {
+    const size_t i = racks[k].switch_index;
+    StatusOr<DataAddress> a = DataAddressOf(i);
+    if (!a.ok()) return a.status().WithContext("leaf " + Str(k) + " (--leaf)");
+    if (a->largest_free_range < spec.num_slots) {
+      return ResourceExhaustedError("leaf " + Str(k) + " (switch " + Str(i) + " at " +
+                                    switches_[i].address + ") has " + Str(a->largest_free_range) +
+                                    " free slots in one range, the job needs " +
+                                    Str(spec.num_slots));
+    }
+    leaf_at.push_back(*a);
+  }
+  // The parent: the one asked for, or the reachable non-leaf switch with the largest free
+  // range (ties: the first index).
+  size_t parent = 0;
+  DataAddress parent_at;
+  if (spec.parent_switch) {
+    parent = *spec.parent_switch;
+    StatusOr<DataAddress> a = DataAddressOf(parent);
+    if (!a.ok()) return a.status().WithContext("the parent (--parent)");
+    if (a->largest_free_range < spec.num_slots) {
+      return ResourceExhaustedError("the parent (switch " + Str(parent) + " at " +
+                                    switches_[parent].address + ") has " +
+                                    Str(a->largest_free_range) +
+                                    " free slots in one range, the job needs " +
+                                    Str(spec.num_slots));
+    }
+    parent_at = *a;
+  } else {
+    Status first_error;
+    bool found = false;
+    for (const auto& [free, i] : ByFreeRange(&first_error)) {
+      if (is_leaf(i) || free < spec.num_slots) continue;
+      StatusOr<DataAddress> a = DataAddressOf(i);
+      if (!a.ok()) {
+        if (first_error.ok()) first_error = a.status();
+        continue;
+      }
+      parent = i;
+      parent_at = *a;
+      found = true;
+      break;
+    }
+    if (!found) {
+      const std::string msg = "no switch for the parent (--parent): none of the " + Str(n) +
+                              " switches that is not a leaf is reachable with " +
+                              Str(spec.num_slots) + " free slots in one range";
+      if (!first_error.ok()) return first_error.WithContext(msg);
+      return ResourceExhaustedError(msg + "; add a switch (--switch) or free one");
+    }
+  }
+
+  auto job = std::make_shared<Job>();
+  job->token = spec.token.empty() ? control::RandomToken() : spec.token;
+  job->spec = spec;
+  job->spec.token.clear();
+  job->spec.parent_switch = uint32_t(parent);
+  if (job->spec.idle_timeout.count() == 0) job->spec.idle_timeout = JobClient::kNoIdleTimeout;
+  do {
+    job->shard_group = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+  } while (job->shard_group == 0);
+  // Each level's job: the spec without the racks, one switch.
+  JobSpec part = job->spec;
+  part.racks.clear();
+  part.parent_switch.reset();
+  part.switches = 1;
+  part.token = job->token;
+  Shards created;
+  auto undo = [&] {
+    for (const auto& [i, local] : created) (void)switches_[i].jobs->DeleteJob(local, job->token);
+  };
+  // The parent first: an ordinary job of one "worker" per leaf, in the job's group. The job's
+  // id is the parent's global id (unless a live re-placed job still has that id: then again).
+  JobSpec parent_spec = part;
+  parent_spec.num_workers = uint32_t(racks.size());
+  const control::ShardAssignment parent_assignment{
+      .num_shards = 1, .shard_group = job->shard_group, .placement = 1};
+  uint32_t parent_local = 0;
+  for (int attempt = 0;; ++attempt) {
+    StatusOr<JobInfo> p = switches_[parent].jobs->CreateJobShard(parent_spec, parent_assignment);
+    if (!p.ok()) return SwitchError(switches_[parent], p.status()).WithContext("the parent");
+    if (p->job_id >> kLocalIdBits) {
+      (void)switches_[parent].jobs->DeleteJob(p->job_id, job->token);
+      return InternalError("switch " + Str(parent) + " returned job id " + Str(p->job_id) +
+                           " >= 2^24, which this controller cannot route");
+    }
+    const uint32_t id = GlobalId(parent, p->job_id);
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    const auto it = jobs_.find(id);
+    if (it == jobs_.end() || !it->second->end_reason.empty()) {
+      parent_local = p->job_id;
+      job->job_id = id;
+      break;
+    }
+    (void)switches_[parent].jobs->DeleteJob(p->job_id, job->token);
+    if (attempt == 8) return InternalError("job id " + Str(id) + " is still used by a re-placed job");
+  }
+  // Each leaf: a job of its rack's workers whose completed rounds go up to the parent.
+  for (size_t k = 0; k < racks.size(); ++k) {
+    const size_t i = racks[k].switch_index;
+    JobSpec leaf_spec = part;
+    leaf_spec.num_workers = racks[k].workers;
+    const control::ShardAssignment a{
+        .num_shards = 1,
+        .shard_group = job->shard_group,
+        .placement = 1,
+        .job_id = job->job_id,
+        .uplink = {.parent_ipv4 = parent_at.ipv4,
+                   .parent_port = parent_at.port,
+                   .parent_job_id = parent_local,
+                   .leaf = uint32_t(k),
+                   .total_workers = spec.num_workers}};
+    StatusOr<JobInfo> leaf = switches_[i].jobs->CreateJobShard(leaf_spec, a);
+    Status error = leaf.ok() ? OkStatus() : SwitchError(switches_[i], leaf.status());
+    if (error.ok() && leaf->job_id >> kLocalIdBits) {
+      created.push_back({i, leaf->job_id});
+      error = InternalError("switch " + Str(i) + " returned job id " + Str(leaf->job_id) +
+                            " >= 2^24, which this controller cannot route");
+    }
+    if (!error.ok()) {
+      created.push_back({parent, parent_local});
+      undo();
+      return error.WithContext("creating leaf " + Str(k));
+    }
+    created.push_back({i, leaf->job_id});
+  }
+  created.push_back({parent, parent_local});
+  // Every leaf registers at the parent as its rank k, from its data address.
+  for (size_t k = 0; k < racks.size(); ++k) {
+    JobRegistration up;
+    up.job_id = parent_local;
+    up.token = job->token;
+    up.worker = control::LeafRegistration(uint32_t(k), uint32_t(racks.size()), leaf_at[k].ipv4,
+                                          leaf_at[k].port, spec.num_slots,
+                                          spec.elements_per_packet);
+    StatusOr<JobWorkerGrant> g = switches_[parent].jobs->RegisterWorker(up);
+    if (!g.ok()) {
+      undo();
+      return SwitchError(switches_[parent], g.status())
+          .WithContext("registering leaf " + Str(k) + " at the parent");
+    }
+  }
+  job->shards = created;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    jobs_[job->job_id] = job;
+  }
+  JobInfo info = Describe(*job);
+  info.token = job->token;
+  return info;
+}
+
 StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistration& reg) {
   std::lock_guard<std::mutex> lock(job.register_mu);
   // Under the registration lock the placement cannot change (Replace takes it too): the
   // registration goes wholly into this one.
   uint32_t placement = 0;
   const Shards shards = ShardsOf(job, &placement);
-  const size_t k = shards.size();
+  size_t k = shards.size();
+  // Where the registration goes: every shard with the worker's own registration, or for a
+  // two-level job only its rack's leaf, as the rack's local rank of the rack's workers (its
+  // context keeps the global rank and count: quantization, descriptors, barriers).
+  std::vector<JobRegistration> regs(k, reg);
+  std::vector<size_t> parts(k);
+  for (size_t i = 0; i < k; ++i) parts[i] = i;
+  if (job.two_level()) {
+    const uint32_t total = job.spec.num_workers;
+    if (reg.worker.num_workers != 0 && reg.worker.num_workers != total) {
+      return FailedPreconditionError("num_workers " + Str(reg.worker.num_workers) +
+                                     " differs from job " + Str(job.job_id) + "'s " + Str(total) +
+                                     " (all its racks' workers: a two-level job's workers "
+                                     "register with the global rank and count)");
+    }
+    uint32_t first = 0;
+    size_t rack = 0;
+    while (rack < job.spec.racks.size() && reg.worker.rank >= first + job.spec.racks[rack].workers) {
+      first += job.spec.racks[rack].workers;
+      ++rack;
+    }
+    if (rack == job.spec.racks.size()) {
+      return InvalidArgumentError("rank " + Str(reg.worker.rank) + " must be < num_workers " +
+                                  Str(total) + " of job " + Str(job.job_id));
+    }
+    JobRegistration local = reg;
+    local.worker.rank = reg.worker.rank - first;
+    local.worker.num_workers = job.spec.racks[rack].workers;
+    regs = {local};
+    parts = {rack};
+    k = 1;
+  }
   if (k > 1 && reg.worker.udp_ports.empty()) {
     return InvalidArgumentError("job " + Str(job.job_id) + " is served by " + Str(k) +
                                 " switches: its workers must register a UDP port per worker "
@@ -569,11 +912,11 @@ StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistratio
   }
   std::vector<JobWorkerGrant> grants;
   for (size_t shard = 0; shard < k; ++shard) {
-    const auto& [index, local_id] = shards[shard];
-    JobRegistration local = reg;
+    const auto& [index, local_id] = shards[parts[shard]];
+    JobRegistration local = regs[shard];
     local.job_id = local_id;
     StatusOr<JobWorkerGrant> reply = switches_[index].jobs->RegisterWorker(local);
-    if (!reply.ok()) return reply.status().WithContext(ShardName(shards, shard));
+    if (!reply.ok()) return reply.status().WithContext(PartName(job, shards, parts[shard]));
     // A switch listening on every interface reports 0.0.0.0; workers must not read that as
     // "where the controller is" (we are not on the switch's host): use the switch's address.
     if (reply->switch_info.ipv4 == 0) reply->switch_info.ipv4 = HostIpv4(switches_[index].address);
@@ -582,6 +925,7 @@ StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistratio
   JobWorkerGrant grant = grants[0];
   grant.job_id = reg.job_id;
   grant.placement = placement;
+  if (job.two_level()) grant.num_workers = job.spec.num_workers;
   for (const JobWorkerGrant& g : grants) {
     if (g.state != JobState::kRunning) grant.state = g.state;
   }
@@ -634,6 +978,11 @@ void RemoteSwitches::Replace(Job& job, uint32_t placement, const std::string& lo
     token = job.token;
     old = job.shards;
     spec = job.spec;
+  }
+  if (job.two_level()) {
+    End(job, lost + "; a two-level job is not re-placed (its leaves and parent end together)",
+        /*switch_lost=*/true);
+    return;
   }
   if (token.empty()) {
     End(job,
@@ -730,7 +1079,7 @@ void RemoteSwitches::ProbeAll() {
         if (!list.ok()) {
           if (!Down(list.status())) break;  // it answered (refusing the call): not lost
           Replace(job, s.placement,
-                  ShardName(shards, shard) + " is unreachable: " + list.status().message());
+                  PartName(job, shards, shard) + " is unreachable: " + list.status().message());
           break;
         }
         const auto it = std::find_if(list->jobs.begin(), list->jobs.end(), [&](const JobInfo& j) {
@@ -738,7 +1087,7 @@ void RemoteSwitches::ProbeAll() {
         });
         if (it == list->jobs.end() || it->assignment.shard_group != job.shard_group) {
           Replace(job, s.placement,
-                  ShardName(shards, shard) + " no longer knows the job (restarted?)");
+                  PartName(job, shards, shard) + " no longer knows the job (restarted?)");
           break;
         }
         // A shard the switch ended (idle timeout): Describe ends the job, as a call would.
@@ -789,7 +1138,7 @@ JobInfo RemoteSwitches::Describe(Job& job) const {
       if (!info.ok()) {
         if (Down(info.status())) Note(index, info.status());
         if (lost.empty()) {
-          lost = ShardName(shards, shard) + (info.status().code() == StatusCode::kNotFound
+          lost = PartName(job, shards, shard) + (info.status().code() == StatusCode::kNotFound
                                                  ? " no longer knows the job (restarted?): "
                                                  : " is unreachable: ") +
                  info.status().message();
@@ -798,7 +1147,34 @@ JobInfo RemoteSwitches::Describe(Job& job) const {
         continue;
       }
       if (info->state == JobState::kEnded && lost.empty()) {
-        lost = ShardName(shards, shard) + " ended: " + info->end_reason;
+        lost = PartName(job, shards, shard) + " ended: " + info->end_reason;
+      }
+      if (job.two_level()) {
+        // The leaves' workers (global ranks) and registrations, every part's counters; the
+        // parent's "workers" are the leaves.
+        const JobInfo& j = *info;
+        if (!merged) {
+          merged = j;
+          merged->state = JobState::kRunning;
+          merged->num_registered = 0;
+          merged->workers.clear();
+          merged->counters = {};
+        }
+        if (j.state != JobState::kRunning) merged->state = j.state;
+        merged->counters += j.counters;
+        merged->idle_for = std::min(merged->idle_for, j.idle_for);
+        if (shard + 1 < k) {
+          uint32_t first = 0;
+          for (size_t r = 0; r < shard && r < job.spec.racks.size(); ++r) {
+            first += job.spec.racks[r].workers;
+          }
+          merged->num_registered += j.num_registered;
+          for (JobWorkerInfo w : j.workers) {
+            w.rank += first;
+            merged->workers.push_back(std::move(w));
+          }
+        }
+        continue;
       }
       if (!merged) {
         merged = std::move(*info);
@@ -839,6 +1215,16 @@ JobInfo RemoteSwitches::Describe(Job& job) const {
     merged->spec.switches = uint32_t(k);
     merged->assignment.shard = 0;
     merged->assignment.num_shards = uint32_t(k);
+    if (job.two_level()) {
+      // The job as asked for (all racks' workers, the racks, the parent chosen), the idle
+      // timeout as the leaves show it; one switch per level and rack.
+      JobSpec spec = job.spec;
+      spec.idle_timeout = merged->spec.idle_timeout;
+      spec.switches = 1;
+      merged->spec = std::move(spec);
+      merged->assignment.num_shards = 1;
+      merged->assignment.uplink = {};
+    }
     merged->assignment.shard_group = job.shard_group;
     merged->assignment.placement = placement;
     merged->held_slots = control::SlotRange{0, merged->spec.num_slots};  // all shards together

@@ -63,6 +63,30 @@
 // shard lost first. A switch that comes back holding a shard of an older placement has it
 // deleted at the next probe.
 //
+// Two-level jobs (JobSpec::racks, `switchml jobs create --leaf I:N ... [--parent P]`;
+// docs/scaling.md "Two-level aggregation"): the request names the racks in rank order (rack k:
+// the next racks[k].workers global ranks, on switch racks[k].switch_index) and optionally the
+// parent's switch (default: the reachable switch that is not a leaf with the largest free
+// range, which must hold the job's slots); every field is checked first, each error naming it
+// and its flag. CreateJob asks every leaf and the parent for its data address
+// (JobList::data_ipv4/data_udp_port: I/O thread 0's; a switch listening on every interface
+// reports 0.0.0.0, replaced by the host of its --switch address, as for workers' grants),
+// creates the parent job (num_workers = the racks, the job's slots) and then each leaf's job
+// (its rack's workers, the same slots) with CreateJobShard carrying the control::Uplink to the
+// parent, all in one shard group with one token, and registers every leaf into the parent
+// (control::LeafRegistration from the leaf's data address); any failure deletes what it
+// created. The job's id is the parent's global id; its parts (Job::shards) are the leaves in
+// rack order, then the parent. RegisterWorker for global rank g registers at its rack's leaf
+// only, as the rack's local rank of the rack's count (everything else as sent), and answers
+// with that leaf's grant (num_workers the job's total). GetJob/ListJobs merge the parts (the
+// leaves' workers under their global ranks, every part's counters; running when every part
+// is). A part found unreachable, forgotten or ended ENDS the job (switch_lost when lost), the
+// reason naming "leaf k (switch i at ADDRESS)" or "the parent (switch i at ADDRESS)": two-level
+// jobs are never re-placed (yet). A restarted controller finds them again at Connect (the
+// group's parent and its leaves 0..L-1, told apart by the leaves' uplinks), under the same id.
+// InspectSlots answers each leaf's slots in rack order, then the parent's. Limits: one switch
+// per level and rack (switches = 1), one leaf job per (leaf switch, parent switch) pair.
+//
 // Jobs this controller did not create (created on a switch directly, or whose shard group is
 // incomplete at Connect) are still visible and usable through it, statelessly: the controller
 // id (switch index << 24) | the switch's job id routes GetJob, RegisterWorker, DeleteJob,
@@ -203,6 +227,9 @@ class RemoteSwitches final : public SwitchControl {
     uint64_t ended_seq = 0;
     // Guarded by jobs_mu_: until when CheckAccess trusts the shards' last answer (Probe).
     std::chrono::steady_clock::time_point live_until;
+    // A two-level job (spec.racks, spec.parent_switch set): `shards` are its leaf jobs in rack
+    // order, then its parent job (never re-placed).
+    bool two_level() const { return !spec.racks.empty(); }
   };
   // The reachable switches as (largest free range, index), largest first (ties: the first
   // index); *first_error gets the first unreachable switch's error.
@@ -214,6 +241,18 @@ class RemoteSwitches final : public SwitchControl {
   void Adopt();
   // Places a new job (CreateJob after the token check).
   StatusOr<JobInfo> Place(const JobSpec& spec);
+  // Place for a two-level job (spec.racks).
+  StatusOr<JobInfo> PlaceTwoLevel(const JobSpec& spec);
+  // Switch i's data address (JobList::data_ipv4/data_udp_port; an ipv4 of 0 is the host of
+  // its controller address) and largest free range, from one ListJobs.
+  struct DataAddress {
+    uint32_t ipv4 = 0;
+    uint16_t port = 0;
+    uint32_t largest_free_range = 0;
+  };
+  StatusOr<DataAddress> DataAddressOf(size_t i) const;
+  // Adopt for the groups of two-level jobs: `parts` are (switch, listed job) of one group.
+  void AdoptTwoLevel(uint64_t group, const std::vector<std::pair<size_t, JobInfo>>& parts);
   // AlreadyExists if a live job on any reachable switch has `token` (not saying which).
   Status CheckTokenUnused(const std::string& token) const;
   // PermissionDenied (token differs), FailedPrecondition (ended, saying why: also when asking
@@ -230,6 +269,9 @@ class RemoteSwitches final : public SwitchControl {
   void End(Job& job, const std::string& reason, bool switch_lost = false) const;
   // "shard i of K (switch j at ADDRESS)".
   std::string ShardName(const Shards& shards, size_t shard) const;
+  // ShardName, or for a two-level job "leaf k (switch j at ADDRESS)" and "the parent (switch j
+  // at ADDRESS)".
+  std::string PartName(const Job& job, const Shards& shards, size_t part) const;
   // The job's shards and placement now.
   Shards ShardsOf(const Job& job, uint32_t* placement = nullptr) const;
   // Re-places the job (above) if it is still at `placement` and live; `lost` says which shard

@@ -4,12 +4,16 @@
 // counts: every worker thread reaches the shard that serves it and results are exact; the
 // merged job view; a shard that dies fails every worker's call naming that shard, ends the job
 // on the other shard, and leaves another job alone; a restarted controller finds the job
-// again; the errors of bad placements.
+// again; the errors of bad placements. Then two-level jobs placed by the controller (leaf
+// switches under a parent, docs/scaling.md "Two-level aggregation"): exact results through real
+// contexts, bad requests refused naming the field, a dead leaf or parent or a leaf's part ended
+// at its switch ending the job naming it, and a restarted controller finding the job again.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <future>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -211,6 +215,18 @@ class ShardsTest : public ::testing::Test {
     spec.num_slots = kJobSlots;
     spec.elements_per_packet = 64;
     spec.switches = switches;
+    return Jobs()->CreateJob(spec);
+  }
+  // A two-level job of `racks` ({switch, workers} in rank order) under `parent` (none: the
+  // controller chooses).
+  StatusOr<JobInfo> CreateTwoLevel(std::vector<JobSpec::Rack> racks,
+                                   std::optional<uint32_t> parent = std::nullopt) {
+    JobSpec spec;
+    for (const auto& r : racks) spec.num_workers += r.workers;
+    spec.num_slots = kJobSlots;
+    spec.elements_per_packet = 64;
+    spec.racks = std::move(racks);
+    spec.parent_switch = parent;
     return Jobs()->CreateJob(spec);
   }
   // Every rank of `job` joins (concurrently) with kThreads worker threads.
@@ -822,6 +838,249 @@ TEST_F(ShardsTest, BadPlacementsAreRefusedWithTheReason) {
   auto job = Jobs()->CreateJob(spec);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(Jobs()->DeleteJob(job->job_id, "wrong-token-123").code(), StatusCode::kPermissionDenied);
+}
+
+// ---- Two-level jobs (docs/scaling.md "Two-level aggregation") placed by the controller ----
+
+// The local jobs of group `group` on switch i that are live (a leaf or the parent).
+size_t LiveInGroup(dataplane::SwitchServer& sw, uint64_t group) {
+  size_t n = 0;
+  for (const JobInfo& j : sw.ListJobs().jobs) {
+    n += j.state != JobState::kEnded && j.assignment.shard_group == group;
+  }
+  return n;
+}
+
+// 2 racks x 2 workers under a parent, created through the controller: real contexts (global
+// ranks, N = 4) register at their leaf through the controller; int32 exact, float32 within the
+// global bound; the leaves sent their partials up and the parent aggregated them; one merged
+// job (running, every rack's workers, the racks and the parent chosen); delete frees all.
+TEST_F(ShardsTest, ATwoLevelJobThroughTheControllerIsExact) {
+  // Leaves on switches 0 and 1 (1 has two I/O threads: a leaf serves its job on thread 0); the
+  // parent is chosen: switch 2, the only switch that is not a leaf.
+  StartSwitches({1, 2, 1});
+  auto job = CreateTwoLevel({{.switch_index = 0, .workers = 2}, {.switch_index = 1, .workers = 2}});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec.num_workers, 4u);
+  ASSERT_EQ(job->spec.racks.size(), 2u);
+  ASSERT_TRUE(job->spec.parent_switch.has_value());
+  EXPECT_EQ(*job->spec.parent_switch, 2u);
+  EXPECT_FALSE(job->token.empty());
+  EXPECT_EQ(job->job_id >> RemoteSwitches::kLocalIdBits, 2u);  // the parent's id
+  // Each leaf's job has the parent as its uplink; the parent's job has both leaves registered.
+  const uint64_t group = job->assignment.shard_group;
+  ASSERT_NE(group, 0u);
+  for (uint32_t leaf = 0; leaf < 2; ++leaf) {
+    auto on = ShardsOn(leaf, group);
+    ASSERT_EQ(on.size(), 1u) << "leaf " << leaf;
+    EXPECT_TRUE(on[0].second.uplink.enabled());
+    EXPECT_EQ(on[0].second.uplink.leaf, leaf);
+    EXPECT_EQ(on[0].second.uplink.total_workers, 4u);
+    EXPECT_EQ(on[0].second.uplink.parent_port, switches_[2]->Info().udp_port);
+  }
+  auto parent_jobs = ShardsOn(2, group);
+  ASSERT_EQ(parent_jobs.size(), 1u);
+  auto parent_job = switches_[2]->GetJob(parent_jobs[0].first);
+  ASSERT_TRUE(parent_job.ok()) << parent_job.status();
+  EXPECT_EQ(parent_job->spec.num_workers, 2u);
+  EXPECT_EQ(parent_job->num_registered, 2u);
+  EXPECT_FALSE(parent_jobs[0].second.uplink.enabled());
+
+  auto ctx = Join(*job, 4);
+  ASSERT_EQ(ctx.size(), 4u);
+  uint64_t offset = 1;
+  for (size_t n : {1, 63, 64 * 5 + 1, 64 * 40 * 3 + 17}) {
+    for (const Status& s : AllReduce(ctx, n, offset++)) ASSERT_TRUE(s.ok()) << s;
+  }
+  for (uint32_t leaf = 0; leaf < 2; ++leaf) {
+    EXPECT_GT(switches_[leaf]->counters().core.uplink_sent, 0u) << "leaf " << leaf;
+  }
+  EXPECT_GT(switches_[2]->counters().core.consumed, 0u);  // the parent aggregated
+  auto info = Jobs()->GetJob(job->job_id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state, JobState::kRunning);
+  EXPECT_EQ(info->spec.num_workers, 4u);
+  EXPECT_EQ(info->num_registered, 4u);
+  ASSERT_EQ(info->workers.size(), 4u);
+  for (uint32_t r = 0; r < 4; ++r) EXPECT_EQ(info->workers[r].rank, r);  // global ranks
+  EXPECT_EQ(info->spec.racks, job->spec.racks);
+  EXPECT_EQ(info->spec.parent_switch, job->spec.parent_switch);
+  EXPECT_GT(info->counters.received, 0u);
+  auto list = Jobs()->ListJobs();
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->jobs.size(), 1u);  // listed once, not once per level
+  EXPECT_EQ(list->jobs[0].job_id, job->job_id);
+  // Delete ends it on the leaves and the parent.
+  ASSERT_TRUE(Jobs()->DeleteJob(job->job_id, job->token).ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(switches_[i]->ListJobs().free_slots, kPool) << "switch " << i;
+  }
+}
+
+TEST_F(ShardsTest, BadTwoLevelRequestsAreRefusedNamingTheField) {
+  StartSwitches({1, 1, 1});
+  using Rack = JobSpec::Rack;
+  struct Case {
+    std::vector<Rack> racks;
+    uint32_t workers;  // 0: the racks' sum
+    std::optional<uint32_t> parent;
+    uint32_t switches;
+    std::string expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{0, 2}, {1, 2}}, 5, std::nullopt, 1,
+            "racks (--leaf): the racks' workers sum to 4 but num_workers (--workers) is 5"},
+           {{{0, 2}, {3, 2}}, 0, std::nullopt, 1,
+            "racks[1] (--leaf 3:2): switch 3 is out of range: this controller drives 3"},
+           {{{0, 2}, {1, 2}}, 0, 1, 1, "parent_switch (--parent) 1 is also a leaf"},
+           {{{0, 2}, {1, 2}}, 0, 7, 1, "parent_switch (--parent) 7 is out of range"},
+           {{{0, 2}, {0, 2}}, 0, std::nullopt, 1, "racks[1] (--leaf 0:2): switch 0 is already"},
+           {{{0, 2}, {1, 0}}, 0, std::nullopt, 1, "racks[1] (--leaf 1:0): a rack needs >= 1"},
+           {{{0, 4}}, 0, std::nullopt, 1, "racks (--leaf): a two-level job needs at least two"},
+           {{{0, 2}, {1, 2}}, 0, std::nullopt, 2, "switches (--switches) 2 with racks (--leaf)"},
+           {{}, 4, 2, 1, "parent_switch (--parent) 2 needs racks (--leaf)"},
+       }) {
+    JobSpec spec;
+    spec.num_workers = c.workers;
+    if (spec.num_workers == 0) {
+      for (const Rack& r : c.racks) spec.num_workers += r.workers;
+    }
+    spec.num_slots = kJobSlots;
+    spec.elements_per_packet = 64;
+    spec.racks = c.racks;
+    spec.parent_switch = c.parent;
+    spec.switches = c.switches;
+    auto job = Jobs()->CreateJob(spec);
+    ASSERT_FALSE(job.ok()) << c.expect;
+    EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument) << job.status();
+    EXPECT_THAT(job.status().message(), HasSubstr(c.expect));
+  }
+  // Nothing was created anywhere.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(switches_[i]->ListJobs().jobs.size(), 0u) << i;
+  // Three switches, both not leaves full: no parent with room.
+  {
+    JobSpec big;
+    big.num_workers = 2;
+    big.num_slots = kPool;
+    big.elements_per_packet = 64;
+    auto filler = Jobs()->CreateJob(big);  // on switch 0 (all equal: the first)
+    ASSERT_TRUE(filler.ok()) << filler.status();
+    auto job = CreateTwoLevel({{.switch_index = 1, .workers = 1}, {.switch_index = 2, .workers = 1}});
+    ASSERT_FALSE(job.ok());
+    EXPECT_EQ(job.status().code(), StatusCode::kResourceExhausted) << job.status();
+    EXPECT_THAT(job.status().message(), HasSubstr("no switch for the parent (--parent)"));
+    ASSERT_TRUE(Jobs()->DeleteJob(filler->job_id, filler->token).ok());
+  }
+  // A switch asked directly refuses a two-level job, naming the field.
+  auto direct = JobClient::Connect("127.0.0.1:" + std::to_string(controllers_[0]->port()), 3s);
+  ASSERT_TRUE(direct.ok());
+  (*direct)->set_operator_token(kOperatorToken);
+  JobSpec spec;
+  spec.num_workers = 4;
+  spec.num_slots = kJobSlots;
+  spec.elements_per_packet = 64;
+  spec.racks = {{1, 2}, {2, 2}};
+  auto refused = (*direct)->CreateJob(spec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("racks: a switch serves one level"));
+}
+
+// A leaf's switch dies: every worker's call (both racks: the parent never completes a round
+// without that leaf) fails by its timeout, asking the controller why; the job ended naming the
+// leaf and its switch, not re-placed, its other parts deleted.
+TEST_F(ShardsTest, ADeadLeafEndsTheTwoLevelJobNamingIt) {
+  StartSwitches({1, 1, 1});
+  auto job = CreateTwoLevel({{.switch_index = 0, .workers = 2}, {.switch_index = 1, .workers = 2}}, 2);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto ctx = Join(*job, 4);
+  ASSERT_EQ(ctx.size(), 4u);
+  for (const Status& s : AllReduce(ctx, 1000, 1)) ASSERT_TRUE(s.ok()) << s;
+
+  Kill(1);
+  const std::vector<Status> failed = AllReduce(ctx, 1000, 2);
+  // A lost switch ended the job: UNAVAILABLE (the switch path is down), for every rack's workers.
+  for (size_t r = 0; r < failed.size(); ++r) {
+    EXPECT_EQ(failed[r].code(), StatusCode::kUnavailable) << "rank " << r << ": " << failed[r];
+    EXPECT_THAT(failed[r].message(), HasSubstr(" for 2000 ms ")) << "rank " << r << ": " << failed[r];
+    EXPECT_THAT(failed[r].message(), HasSubstr("has ended: leaf 1 (switch 1 at"))
+        << "rank " << r << ": " << failed[r];
+  }
+  auto info = Jobs()->GetJob(job->job_id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state, JobState::kEnded);
+  EXPECT_THAT(info->end_reason, HasSubstr("leaf 1 (switch 1 at"));
+  EXPECT_THAT(info->end_reason, HasSubstr("a two-level job is not re-placed"));
+  EXPECT_TRUE(info->switch_lost);
+  // The other leaf and the parent freed their slots.
+  EXPECT_EQ(switches_[0]->ListJobs().free_slots, kPool);
+  EXPECT_EQ(switches_[2]->ListJobs().free_slots, kPool);
+}
+
+// The parent's switch dies: the job ends naming the parent.
+TEST_F(ShardsTest, ADeadParentEndsTheTwoLevelJobNamingIt) {
+  StartSwitches({1, 1, 1});
+  auto job = CreateTwoLevel({{.switch_index = 1, .workers = 1}, {.switch_index = 2, .workers = 1}});
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->spec.parent_switch, std::optional<uint32_t>(0));
+  Kill(0);
+  const JobInfo ended =
+      WaitForJob(job->job_id, [](const JobInfo& j) { return j.state == JobState::kEnded; });
+  EXPECT_THAT(ended.end_reason, HasSubstr("the parent (switch 0 at"));
+  EXPECT_TRUE(ended.switch_lost);
+  EXPECT_EQ(switches_[1]->ListJobs().free_slots, kPool);
+  EXPECT_EQ(switches_[2]->ListJobs().free_slots, kPool);
+}
+
+// A leaf's switch that no longer holds its part (deleted there directly) ends the job too,
+// naming the leaf; the parent's part is deleted.
+TEST_F(ShardsTest, ALeafJobEndedAtItsSwitchEndsTheTwoLevelJobNamingIt) {
+  StartSwitches({1, 1, 1});
+  auto job = CreateTwoLevel({{.switch_index = 0, .workers = 1}, {.switch_index = 1, .workers = 1}});
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto on1 = ShardsOn(1, job->assignment.shard_group);
+  ASSERT_EQ(on1.size(), 1u);
+  ASSERT_TRUE(switches_[1]->DeleteJob(on1[0].first, job->token).ok());
+  const JobInfo ended =
+      WaitForJob(job->job_id, [](const JobInfo& j) { return j.state == JobState::kEnded; });
+  EXPECT_THAT(ended.end_reason, HasSubstr("leaf 1 (switch 1 at"));
+  EXPECT_THAT(ended.end_reason, HasSubstr("ended: deleted"));
+  EXPECT_FALSE(ended.switch_lost);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(LiveInGroup(*switches_[i], job->assignment.shard_group), 0u) << "switch " << i;
+  }
+}
+
+// A restarted controller finds a two-level job again (its leaves and parent share the shard
+// group; the leaves' uplinks say which rack each is): same id, racks and parent, still
+// running; the token is learned from the first call that presents it.
+TEST_F(ShardsTest, ARestartedControllerFindsATwoLevelJobAgain) {
+  StartSwitches({1, 1, 1});
+  auto job = CreateTwoLevel({{.switch_index = 2, .workers = 1}, {.switch_index = 0, .workers = 2}});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec.parent_switch, std::optional<uint32_t>(1));
+  auto ctx = Join(*job, 3);
+  ASSERT_EQ(ctx.size(), 3u);
+  for (const Status& s : AllReduce(ctx, 1000, 1)) ASSERT_TRUE(s.ok()) << s;
+  StartStandalone();
+  auto info = Jobs()->GetJob(job->job_id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state, JobState::kRunning);
+  EXPECT_EQ(info->spec.num_workers, 3u);
+  EXPECT_EQ(info->spec.racks, job->spec.racks);
+  EXPECT_EQ(info->spec.parent_switch, job->spec.parent_switch);
+  EXPECT_EQ(info->num_registered, 3u);
+  auto list = Jobs()->ListJobs();
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->jobs.size(), 1u);
+  for (const Status& s : AllReduce(ctx, 2000, 2)) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(Jobs()->GetJob(job->job_id, "wrong-token-123").status().code(),
+            StatusCode::kPermissionDenied);
+  ASSERT_TRUE(Jobs()->DeleteJob(job->job_id, job->token).ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(LiveInGroup(*switches_[i], job->assignment.shard_group), 0u) << "switch " << i;
+    EXPECT_EQ(switches_[i]->ListJobs().free_slots, kPool) << "switch " << i;
+  }
 }
 
 }  // namespace

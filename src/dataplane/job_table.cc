@@ -242,6 +242,12 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
                                 Str(shard.shard) + " of num_shards " + Str(shard.num_shards) +
                                 ": a job's switches are its shards");
   }
+  if (!spec.racks.empty() || spec.parent_switch) {
+    return InvalidArgumentError(
+        std::string(spec.racks.empty() ? "parent_switch" : "racks") +
+        ": a switch serves one level of a job; a two-level job is placed by a standalone "
+        "controller that drives its leaf and parent switches (switchml controller --switch ...)");
+  }
   const control::Uplink& up = shard.uplink;
   if (up.enabled()) {
     if (up.parent_port == 0) {

@@ -394,7 +394,12 @@ StatusOr<JobInfo> SwitchServer::GetJob(uint32_t job_id) const {
 
 JobList SwitchServer::ListJobs() const {
   std::lock_guard<std::mutex> lock(table_mu_);
-  return latest_jobs_->List(Clock::now());
+  JobList list = latest_jobs_->List(Clock::now());
+  // Where this switch takes data: what a standalone controller tells a leaf about its parent.
+  const SwitchInfo info = Info();
+  list.data_ipv4 = info.ipv4;
+  list.data_udp_port = info.udp_port;
+  return list;
 }
 
 Status SwitchServer::CheckJobAccess(uint32_t job_id, const std::string& token) const {

@@ -42,6 +42,15 @@ JobInfo FromProto(const v1::JobInfo& p) {
   j.assignment.shard_group = p.spec().shard_group();
   j.assignment.placement = p.spec().placement();
   j.assignment.job_id = p.spec().controller_job_id();
+  j.assignment.uplink = {.parent_ipv4 = p.spec().parent_ipv4(),
+                         .parent_port = static_cast<uint16_t>(p.spec().parent_port()),
+                         .parent_job_id = p.spec().parent_job_id(),
+                         .leaf = p.spec().leaf(),
+                         .total_workers = p.spec().total_workers()};
+  for (const auto& r : p.spec().racks()) {
+    j.spec.racks.push_back({.switch_index = r.switch_index(), .workers = r.workers()});
+  }
+  if (p.spec().has_parent_switch()) j.spec.parent_switch = p.spec().parent_switch();
   j.state = FromProto(p.state());
   j.slot_base = p.slot_base();
   j.num_registered = p.num_registered();
@@ -142,6 +151,17 @@ StatusOr<JobInfo> JobClient::CreateJobShard(const JobSpec& spec,
   p->set_shard_group(assignment.shard_group);
   p->set_placement(assignment.placement);
   p->set_controller_job_id(assignment.job_id);
+  p->set_parent_ipv4(assignment.uplink.parent_ipv4);
+  p->set_parent_port(assignment.uplink.parent_port);
+  p->set_parent_job_id(assignment.uplink.parent_job_id);
+  p->set_leaf(assignment.uplink.leaf);
+  p->set_total_workers(assignment.uplink.total_workers);
+  for (const JobSpec::Rack& r : spec.racks) {
+    auto* out = p->add_racks();
+    out->set_switch_index(r.switch_index);
+    out->set_workers(r.workers);
+  }
+  if (spec.parent_switch) p->set_parent_switch(*spec.parent_switch);
   v1::CreateJobResponse response;
   grpc::ClientContext context;
   impl_->Prepare(&context);
@@ -188,6 +208,8 @@ StatusOr<JobList> JobClient::ListJobs(
   list.pool_slots = response.pool_slots();
   list.free_slots = response.free_slots();
   list.largest_free_range = response.largest_free_range();
+  list.data_ipv4 = response.data_ipv4();
+  list.data_udp_port = static_cast<uint16_t>(response.data_udp_port());
   for (const v1::SwitchHealth& h : response.switches()) {
     list.switches.push_back({.address = h.address(),
                              .up = h.up(),
