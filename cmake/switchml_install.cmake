@@ -24,9 +24,9 @@ include(CMakePackageConfigHelpers)
 set(_switchml_docdir ${CMAKE_INSTALL_DATAROOTDIR}/doc/switchml)
 
 # External package of each imported-target namespace a module of libswitchml may link:
-# NAMESPACE|find_dependency arguments|Debian -dev package.
+# NAMESPACE|find_dependency arguments|Debian packages (gRPC's CMake config checks that grpc_cpp_plugin exists).
 set(_switchml_known_packages
-    "gRPC|gRPC CONFIG|libgrpc++-dev"
+    "gRPC|gRPC CONFIG|libgrpc++-dev, protobuf-compiler-grpc"
     "protobuf|Protobuf|libprotobuf-dev"
     "hwy|hwy CONFIG|libhwy-dev"
     "Threads|Threads|"

@@ -37,7 +37,9 @@ done
 [[ $(dpkg-deb -f "$MAIN" Version) == "$VERSION" ]] || fail "switchml's version is $(dpkg-deb -f "$MAIN" Version), not $VERSION"
 depends=$(dpkg-deb -f "$MAIN" Depends)
 grep -q 'libgrpc++' <<< "$depends" || fail "switchml does not depend on libgrpc++ (dpkg-shlibdeps): '$depends'"
-grep -q 'libgrpc++-dev' <<< "$(dpkg-deb -f "$DEV" Depends)" || fail "libswitchml-dev does not depend on libgrpc++-dev"
+dev_depends=$(dpkg-deb -f "$DEV" Depends)
+{ grep -q 'libgrpc++-dev' <<< "$dev_depends" && grep -q 'protobuf-compiler-grpc' <<< "$dev_depends"; } ||
+    fail "libswitchml-dev does not depend on libgrpc++-dev and protobuf-compiler-grpc (gRPC's CMake config): '$dev_depends'"
 mkdir "$WORK/control"
 dpkg-deb -e "$MAIN" "$WORK/control"
 diff <(sort "$WORK/control/conffiles") <(printf '/etc/switchml/controller.conf\n/etc/switchml/switch.conf\n') > /dev/null ||
