@@ -3,7 +3,8 @@
 # `cpack -G DEB` makes switchml, libswitchml-dev (and switchml-mpi when the interposers are
 # built); their contents and control files are what docs/operations.md "Installing" says; the
 # binaries of a `dpkg -x` root run: --version, --help, a switch and a controller started with the
-# packaged sample configs (on free ports of 127.0.0.1) and stopped; the systemd units start the
+# packaged sample configs (on free ports of 127.0.0.1) and stopped; postinst and postrm purge on
+# that root make and remove the operator credential; the systemd units start the
 # packaged binary on the packaged conffiles (systemd-analyze verify when present, and a parser).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
@@ -71,6 +72,28 @@ sml_stop_switch 10 || rc=$?
 ((rc == 0)) || fail "the packaged switch exited with status $rc: $(tail -5 "$SW_LOG")"
 [[ -s $WORK/counters.json ]] || fail "the packaged switch did not write --counters-json"
 pass "dpkg -x root: --version, --help, switch and controller on the sample configs, jobs list, stopped"
+
+# The maintainer scripts, on the dpkg -x root ($DPKG_ROOT, as dpkg gives them): postinst makes a
+# private operator credential the switch accepts and keeps it on reconfiguration; purge removes it.
+token=$ROOT/etc/switchml/operator-token
+DPKG_ROOT=$ROOT sh "$WORK/control/postinst" configure > "$WORK/postinst.log" 2>&1 ||
+    fail "postinst configure failed: $(cat "$WORK/postinst.log")"
+[[ -f $token && $(stat -c %a "$token") == 600 ]] || fail "postinst did not make $token with mode 600"
+grep -qxE '[0-9a-f]{32}' "$token" || fail "postinst's credential is not 32 hex digits: $(cat "$token")"
+first=$(cat "$token")
+DPKG_ROOT=$ROOT sh "$WORK/control/postinst" configure > /dev/null 2>&1 || fail "postinst configure (again) failed"
+[[ $(cat "$token") == "$first" ]] || fail "postinst replaced an existing operator credential"
+sml_start_switch --log "$WORK/switch2.log" -- --config "$ROOT/etc/switchml/switch.conf" \
+    --counters-json "$WORK/counters2.json" --operator-token-file "$token" ||
+    fail "the packaged switch did not start with postinst's credential"
+"$SWITCHML" jobs list --controller "127.0.0.1:$CTL_PORT" --operator-token-file "$token" > "$WORK/jobs2.txt" 2>&1 ||
+    fail "jobs list with postinst's credential: $(tail -3 "$WORK/jobs2.txt")"
+rc=0
+sml_stop_switch 10 || rc=$?
+((rc == 0)) || fail "the packaged switch exited with status $rc: $(tail -5 "$SW_LOG")"
+DPKG_ROOT=$ROOT sh "$WORK/control/postrm" purge > /dev/null 2>&1 || fail "postrm purge failed"
+[[ ! -e $token ]] || fail "postrm purge left $token"
+pass "postinst makes a private credential once (the switch takes it, jobs list with it), postrm purge removes it"
 
 # The units: ExecStart runs the packaged binary on a packaged conffile; the credential they load
 # is the one postinst makes.
