@@ -32,7 +32,9 @@ set(_switchml_known_packages
     "Threads|Threads|"
     "nlohmann_json|nlohmann_json CONFIG|nlohmann-json3-dev"
     "CLI11|CLI11 CONFIG|libcli11-dev"
-    "prometheus-cpp|prometheus-cpp CONFIG|libprometheus-cpp-dev")
+    "prometheus-cpp|prometheus-cpp CONFIG|libprometheus-cpp-dev"
+    "OpenSSL|OpenSSL|libssl-dev"
+    "absl|absl CONFIG|libabsl-dev")
 
 # Walks the link dependencies of `switchml`: the internal static libraries (whose objects go into
 # the installed archive) and the external link items (imported targets, plain library names).

@@ -11,6 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 (($# == 3)) || die "usage: deb_test.sh BUILD_DIR CPACK VERSION"
 BUILD=$1 CPACK=$2 VERSION=$3
 command -v dpkg-deb > /dev/null || skip "dpkg-deb not found (Debian's dpkg)"
+command -v dpkg-shlibdeps > /dev/null || skip "dpkg-shlibdeps not found (Debian's dpkg-dev, part of build-essential)"
 sml_work_dir switchml-deb
 [[ -z ${SML_DEADLINE_S:-} ]] || sml_deadline "$SML_DEADLINE_S" "${0##*/}"
 sml_operator_token
