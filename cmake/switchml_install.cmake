@@ -1,19 +1,20 @@
 # Installation and packages (docs/operations.md "Installing"): `cmake --install` and CPack.
 #
-#   bin/switchml                          the CLI (switch, controller, jobs, allreduce, demo)
+#   bin/switchml                          the CLI (every subcommand)
 #   lib/libswitchml.a                     the client library, its internal modules in one archive
 #   lib/libswitchml_mpi{,_mpich}.so       the MPI interposers (when built)
 #   include/switchml/*.h                  the public API
 #   lib/cmake/SwitchML/                   find_package(SwitchML CONFIG) -> SwitchML::switchml
 #   share/doc/switchml/                   `switchml <cmd> --help` texts, sample configs
 #   share/man/man1/switchml.1             a man page made of the same texts
-#   lib/systemd/system/*.service          units for the switch and the controller
+#   lib/systemd/system/*.service          units for the switch and the controller (naming these paths)
 #   etc/switchml/*.conf                   sample configuration (/etc/switchml when the prefix is /usr)
 #
 # The in-tree `switchml` library links its modules (switchml_client_core, switchml_proto, ...)
 # as separate static libraries; a downstream project gets one archive instead, made of the
 # objects of every internal static library `switchml` needs, and links only the external
 # packages those modules use (found again by SwitchMLConfig.cmake through find_dependency).
+
 # The Python wheel (pyproject.toml, scikit-build-core) installs only its own rules
 # (integrations/pytorch/CMakeLists.txt) and builds only their targets.
 if(SKBUILD)
