@@ -9,7 +9,9 @@
 #      with every field, wrong == 0, ok, tat_s, bound_s > 0, the tensor's bytes, and
 #      uplink_bytes > 0; the busiest uplink carried at least 90% of what the bound's model puts
 #      there (bytes counted, not time: every packet of the other rack must cross it), and for
-#      two-level at most 1.5x (about one tensor's packets each way).
+#      two-level at most 1.5x (about one tensor's packets each way);
+#   3. two levels under 2% loss at every host (run_racks.sh --loss): exact, and the leaves sent
+#      partials up again on their workers' retransmissions.
 # Asserts correctness only, never speed. Usage: racks_smoke.sh BUILD_DIR [--no-gloo]
 # (exit 77 = skipped: not root, no `ip netns`).
 set -euo pipefail
@@ -24,7 +26,7 @@ PY=${PYTHON:-python3}
 ip netns list >/dev/null 2>&1 || skip "'ip netns' is not available here"
 
 sml_work_dir switchml-racks-smoke  # kept (with the report and logs) when the test fails
-sml_deadline 110 "racks smoke (hang guard, below the CTest TIMEOUT of 120 s)"
+sml_deadline 230 "racks smoke (hang guard, below the CTest TIMEOUT of 240 s)"
 bins=(--perf "$BUILD/allreduce_perf" --switchml "$BUILD/switchml" --cluster-sh "$HERE/../scripts/cluster.sh")
 
 # 1. bad options
@@ -87,4 +89,27 @@ for r in runs:
 sys.exit(1 if failures else 0)
 PYEOF
 [[ -s "$WORK/run/racks.png" ]] || ! /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || fail "no plot written"
+
+# 3. two levels under 2% loss at every host (worker -> leaf, leaf -> parent, parent -> leaf,
+#    leaf -> worker): every element still right, and the leaves resent partials to the parent
+#    on their workers' retransmissions (the parent's total or the leaf's contribution was lost).
+if [[ $methods == *two-level* ]]; then
+  rc=0
+  "$HERE/run_racks.sh" --quick --methods two-level --loss 0.02 "${bins[@]}" --timeout 60 \
+      --out "$WORK/loss" > "$WORK/loss.log" 2>&1 || rc=$?
+  cat "$WORK/loss.log"
+  ((rc == 0)) || fail "run_racks.sh --quick --methods two-level --loss 0.02 failed (exit $rc; logs in $WORK/loss)"
+  "$PY" - "$WORK/loss/racks.json" <<'PYEOF'
+import json, sys
+runs = [r for r in json.load(open(sys.argv[1])) if r["method"] == "two-level"]
+assert runs, "no two-level record under loss"
+for r in runs:
+    assert r["wrong"] == 0 and r["ok"], f"two-level under loss: {r}"
+print(f"ok: two-level under 2% loss: {len(runs)} run(s), every element right")
+PYEOF
+  resent=$(sed -n 's/.*sent up again[^:]*://p' "$WORK/loss.log" | grep -oE '=[0-9]+' | tr -d = |
+           awk '{ s += $1 } END { print s + 0 }')
+  [[ ${resent:-0} -gt 0 ]] || fail "two-level under 2% loss: no leaf sent a partial up again (resent: '${resent:-}')"
+  pass "two-level under 2% loss at every hop: exact; the leaves sent $resent partials up again"
+fi
 echo PASS

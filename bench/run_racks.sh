@@ -36,7 +36,7 @@ SWITCHML="$root/build/switchml"
 CLUSTER="$root/scripts/cluster.sh"
 OUT="" JSON="" PLOT=""
 CONFIGS="" OVERSUB="" BYTES="" ITERS="" WARMUP=""
-RATE=500mbit SWITCH_RATE="" METHODS="flat,gloo,two-level" TIMEOUT=600 QUICK=0
+RATE=500mbit SWITCH_RATE="" LOSS=0 METHODS="flat,gloo,two-level" TIMEOUT=600 QUICK=0
 EXTRA=()
 SWITCH_FLAGS=()
 
@@ -48,6 +48,9 @@ Options:
   --configs "2x4 4x2"   racks x workers per rack (space or comma separated; default 2x4 4x2)
   --oversub "4 1"       oversubscription ratios o: each uplink runs at r x rate / o (default 4 1)
   --rate R              tbf rate of every worker link, tc units (default $RATE)
+  --loss P              drop each UDP datagram arriving at any host (worker, leaf, parent) with
+                        probability P (iptables statistic; default 0): loss at every hop, both
+                        levels of a two-level job included; results must stay exact
   --switch-rate R       tbf rate of the leaf and parent switch hosts' links (default: unlimited,
                         a switch host stands for the rack's switch)
   --bytes S             tensor size (default 64MiB; suffixes K, M, G, KiB, MiB, GiB)
@@ -73,6 +76,7 @@ while [ $# -gt 0 ]; do
     --oversub) sml_need_value "$@"; OVERSUB="${2//,/ }"; shift ;;
     --rate) sml_need_value "$@"; RATE="$2"; shift ;;
     --switch-rate) sml_need_value "$@"; SWITCH_RATE="$2"; shift ;;
+    --loss) sml_need_value "$@"; LOSS="$2"; shift ;;
     --bytes) sml_need_value "$@"; BYTES="$2"; shift ;;
     --iters) sml_need_value "$@"; ITERS="$2"; shift ;;
     --warmup) sml_need_value "$@"; WARMUP="$2"; shift ;;
@@ -114,6 +118,7 @@ done
 [ $((DO_FLAT + DO_GLOO + DO_TWO)) -gt 0 ] || die "--methods: no method left to run"
 
 is_count() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]; }
+[[ "$LOSS" =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || die "--loss must be a probability in [0, 1], got '$LOSS'"
 is_rate() { [[ "$1" =~ ^[0-9]+(\.[0-9]+)?[kKmMgG]?(bit|bps)$ ]]; }
 is_rate "$RATE" || die "--rate must be a tc rate such as 500mbit or 1gbit, got '$RATE'"
 [ -z "$SWITCH_RATE" ] || is_rate "$SWITCH_RATE" ||
@@ -295,14 +300,16 @@ run_two_level() {
   stop_servers
   show_logs "$tag" "$n" "$rc"
   # Every leaf sent its rounds up and the parent aggregated (their counters, written at exit).
-  local sent counts=""
+  local sent resent counts="" resends=""
   for ((k = 0; k < R; k++)); do
     sent=$(json_get "$OUT/logs/$tag.leaf$k.counters.json" "j['uplink_sent']" 2>/dev/null) || sent=""
+    resent=$(json_get "$OUT/logs/$tag.leaf$k.counters.json" "j['uplink_resent']" 2>/dev/null) || resent=""
     counts+=" leaf$k=${sent:-?}"
+    resends+=" leaf$k=${resent:-?}"
     [[ "$sent" =~ ^[1-9][0-9]*$ ]] ||
       { echo "$SCENARIO: leaf $k sent ${sent:-an unknown number of} rounds up: it did not serve as a leaf" >&2; rc=1; }
   done
-  echo "# rounds sent up per leaf:$counts"
+  echo "# rounds sent up per leaf:$counts; sent up again (a worker's retransmission while the parent's total was outstanding):$resends"
   record two-level "$([ $rc = 0 ] && echo ok || echo failed)" "$OUT/$tag.json" "$(uplink_delta "$before" "$after")"
   return $rc
 }
@@ -312,7 +319,8 @@ T0=$SECONDS
 ncfg=$(($(wc -w <<<"$CONFIGS") * $(wc -w <<<"$OVERSUB")))
 echo "# racks scenario: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# $ncfg configuration(s): $CONFIGS x oversubscription $OVERSUB:1; worker links $RATE, switch host links" \
-     "${SWITCH_RATE:-unlimited}; $BYTES float32, $ITERS timed + $WARMUP warm-up iterations; output in $BASE"
+     "${SWITCH_RATE:-unlimited}; loss $LOSS at every host; $BYTES float32, $ITERS timed + $WARMUP warm-up" \
+     "iterations; output in $BASE"
 [ -z "$TWO_LEVEL_MSG" ] || echo "# $TWO_LEVEL_MSG"
 i=0
 for c in $CONFIGS; do
@@ -333,6 +341,7 @@ for c in $CONFIGS; do
     switch_rate=()
     [ -z "$SWITCH_RATE" ] || switch_rate=(--switch-rate "$SWITCH_RATE")
     if ! "$CLUSTER" up --name "$NAME" --racks "$R" --per-rack "$PER" --rate "$RATE" --uplink-rate "$UPLINK_RATE" \
+        --loss-to-switch "$LOSS" --loss-from-switch "$LOSS" \
         ${switch_rate[@]+"${switch_rate[@]}"} >"$OUT/logs/cluster-up.log" 2>&1; then
       cat "$OUT/logs/cluster-up.log" >&2
       failed+=("cluster $c o=$O")
