@@ -104,7 +104,8 @@ int Run(const ControllerArgs& a) {
   std::unique_ptr<MetricsServer> metrics;  // before the ready file; stopped before *remote
   nlohmann::json ready{{"controller_port", (*ctl)->port()}};
   if (!a.metrics_listen.empty()) {
-    auto m = MetricsServer::Start("--metrics-listen", a.metrics_listen, ControllerMetrics(**remote));
+    auto m =
+        MetricsServer::Start("--metrics-listen", a.metrics_listen, ControllerMetrics(**remote));
     if (!m.ok()) {
       (*ctl)->Shutdown();
       return fail(m.status().message());

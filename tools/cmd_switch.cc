@@ -259,8 +259,9 @@ Runner AddSwitchCommand(CLI::App& app) {
   app.add_option("--drop-seed", a->drop_seed, "Seed of the drop simulator")->capture_default_str();
   app.add_option("--ready-file", a->ready_file,
                  "Write {\"udp_port\",\"udp_ports\",\"controller_port\"} (and "
-                 "\"operator_token_file\" when the credential was generated) as JSON to FILE once "
-                 "serving; udp_port is I/O thread 0's, udp_ports every I/O thread's");
+                 "\"operator_token_file\" when the credential was generated, \"metrics_port\" with "
+                 "--metrics-listen) as JSON to FILE once serving; udp_port is I/O thread 0's, "
+                 "udp_ports every I/O thread's");
   app.add_option("--stats-interval", a->stats_interval_s,
                  "Every N seconds print every counter that moved since the last print (total and "
                  "change): the switch's, its transport's (raw_*, udp_socket_drops) and in kernel-UDP "

@@ -91,8 +91,8 @@ void AddServerCounters(Families& f, const std::string& io_thread,
   }
   dataplane::ServerCounters::Visit(c, [&](const char* name, uint64_t value) {
     f.Counter("switchml_switch_counter_total",
-              "Every switch counter by its --counters-json name, per I/O thread", {{"io_thread", io_thread}, {"counter", name}},
-              double(value));
+              "Every switch counter by its --counters-json name, per I/O thread",
+              {{"io_thread", io_thread}, {"counter", name}}, double(value));
   });
 }
 
@@ -112,7 +112,8 @@ Labels With(Labels l, std::string name, std::string value) {
 void AddJob(Families& f, const control::JobInfo& j) {
   const Labels l = JobLabels(j);
   const control::JobCounters& c = j.counters;
-  f.Gauge("switchml_job_info", "1 for every job listed; its state in the label", With(l, "state", control::JobStateName(j.state)), 1);
+  f.Gauge("switchml_job_info", "1 for every job listed; its state in the label",
+          With(l, "state", control::JobStateName(j.state)), 1);
   f.Counter("switchml_job_datagrams_received_total", "Datagrams attributed to the job", l,
             double(c.received));
   f.Counter("switchml_job_datagrams_sent_total", "Response datagrams of the job", l,

@@ -96,8 +96,9 @@ StatusOr<std::unique_ptr<SwitchService>> SwitchService::Start(SwitchServiceOptio
   s->controller_ = std::move(*ctl);
   s->controller_port_ = s->controller_->port();
   if (!o.metrics_listen.empty()) {
-    SWITCHML_ASSIGN_OR_RETURN(s->metrics_, MetricsServer::Start("--metrics-listen", o.metrics_listen,
-                                                                SwitchMetrics(*s->host_)));
+    SWITCHML_ASSIGN_OR_RETURN(
+        s->metrics_,
+        MetricsServer::Start("--metrics-listen", o.metrics_listen, SwitchMetrics(*s->host_)));
   }
 
   // What runs, for the operator.

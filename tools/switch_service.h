@@ -66,7 +66,8 @@ struct SwitchServiceOptions {
   // Idle timeout of a job created without one (--job-idle-timeout-s, at most 4e6 s; 0 = never).
   std::chrono::milliseconds default_job_idle_timeout{std::chrono::minutes(10)};
   // Written once serving (empty = none): {"udp_port", "udp_ports", "controller_port"} and
-  // "operator_token_file" when the credential was generated (--ready-file).
+  // "operator_token_file" when the credential was generated, "metrics_port" with
+  // metrics_listen (--ready-file).
   std::string ready_file;
   // --metrics-listen HOST:PORT: serve Prometheus metrics (tools/metrics.h) at
   // http://HOST:PORT/metrics (port 0 = a free one: metrics_port(), the ready file's

@@ -9,8 +9,10 @@
 # already taken are refused naming the flag.
 source "$(dirname "$0")/lib.sh"
 CHECK=(python3 "$(dirname "$0")/metrics_check.py")
-scrape() {  # PORT FILE: GET /metrics into FILE
-  curl -sS --max-time 10 -o "$2" "http://127.0.0.1:$1/metrics" || fail "scraping 127.0.0.1:$1 failed"
+scrape() {  # PORT FILE: GET /metrics into FILE (python's urllib: no curl on a clean machine)
+  python3 -c 'import sys, urllib.request
+open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1], timeout=10).read())' \
+      "http://127.0.0.1:$1/metrics" "$2" || fail "scraping 127.0.0.1:$1 failed"
 }
 metric() { "${CHECK[@]}" "$@"; }  # FILE NAME [LABEL=VALUE...]: the sum of those samples
 
