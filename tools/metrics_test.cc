@@ -1,5 +1,6 @@
 // tools/metrics.h: --metrics-listen parsing, the switch's metrics (serialized, and over HTTP
-// from a SwitchService on 127.0.0.1 with a free port), a port already taken.
+// from a SwitchService on 127.0.0.1 with a free port), a port already taken, the controller's
+// metrics from a fake SwitchControl's ListJobs.
 #include "metrics.h"
 
 #include <arpa/inet.h>
@@ -12,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "controller/fake_switch_for_tests.h"
 #include "switch_service.h"
 
 namespace switchml::tools {
@@ -142,6 +144,73 @@ TEST(SwitchMetricsTest, CountersMoveAndAreServed) {
   sw.Stop();
   EXPECT_EQ(sw.metrics_port(), 0);
   EXPECT_EQ(HttpGet(uint16_t(port)), "") << "still serving after Stop";
+}
+
+// A standalone controller's view: two switches (one down), a job re-placed once and running,
+// an ended one.
+struct ListOnly : controller::UnimplementedSwitchForTests {
+  control::JobList ListJobs() const override {
+    control::JobList l;
+    l.pool_slots = 1000;
+    l.free_slots = 900;
+    l.largest_free_range = 800;
+    control::SwitchHealth up;
+    up.address = "10.0.0.10:50099";
+    up.for_ms = std::chrono::milliseconds(2500);
+    control::SwitchHealth down;
+    down.address = "10.0.0.11:50099";
+    down.up = false;
+    down.jobs_replaced = 1;
+    l.switches = {up, down};
+    control::JobInfo a;
+    a.job_id = 7;
+    a.spec.name = "a \"quoted\" \\ name";
+    a.spec.num_workers = 4;
+    a.state = control::JobState::kRunning;
+    a.num_registered = 4;
+    a.held_slots.count = 100;
+    a.assignment.placement = 2;
+    a.assignment.num_shards = 1;
+    a.counters.received = 12345;
+    a.counters.multicast_rounds = 3000;
+    a.counters.duplicates_dropped = 5;
+    a.idle_for = std::chrono::milliseconds(1500);
+    control::JobInfo b;
+    b.job_id = 8;
+    b.spec.name = "b";
+    b.state = control::JobState::kEnded;
+    l.jobs = {a, b};
+    return l;
+  }
+};
+
+TEST(ControllerMetricsTest, SwitchesJobsAndPlacements) {
+  ListOnly control;
+  const std::string text = SerializeMetrics(*ControllerMetrics(control));
+  for (const char* want : {
+           "# TYPE switchml_controller_switch_up gauge",
+           "switchml_controller_switches 2",
+           "switchml_controller_switch_up{switch=\"10.0.0.10:50099\"} 1",
+           "switchml_controller_switch_up{switch=\"10.0.0.11:50099\"} 0",
+           "switchml_controller_switch_state_seconds{switch=\"10.0.0.10:50099\"} 2.5",
+           "# TYPE switchml_controller_switch_jobs_replaced_total counter",
+           "switchml_controller_switch_jobs_replaced_total{switch=\"10.0.0.11:50099\"} 1",
+           "switchml_controller_jobs{state=\"running\"} 1",
+           "switchml_controller_jobs{state=\"ended\"} 1",
+           "switchml_controller_jobs{state=\"waiting_for_workers\"} 0",
+           "switchml_controller_workers_registered 4",
+           "switchml_controller_slots_in_use 100",
+           "switchml_controller_largest_free_slot_range 800",
+           // The label value escaped as the text format wants (\" and \\).
+           "switchml_job_info{job=\"7\",name=\"a \\\"quoted\\\" \\\\ name\",state=\"running\"} 1",
+           "switchml_job_info{job=\"8\",name=\"b\",state=\"ended\"} 1",
+           "switchml_job_placement{job=\"7\",name=\"a \\\"quoted\\\" \\\\ name\"} 2",
+           "switchml_job_datagrams_received_total{job=\"8\",name=\"b\"} 0",
+           "switchml_job_aggregations_total{job=\"7\",name=\"a \\\"quoted\\\" \\\\ name\"} 3000",
+           "switchml_job_idle_seconds{job=\"7\",name=\"a \\\"quoted\\\" \\\\ name\"} 1.5",
+       }) {
+    EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want << "\n" << text;
+  }
 }
 
 }  // namespace
