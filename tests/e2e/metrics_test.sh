@@ -71,8 +71,8 @@ for t in 0 1; do  # both I/O threads serve a share of the job's slots
     fail "I/O thread $t received nothing"
 done
 rx1=$(metric "$WORK/m1.txt" switchml_switch_datagrams_received_total)
-scrape "$MPORT" "$WORK/m2.txt"
-(($(metric "$WORK/m2.txt" switchml_switch_datagrams_received_total) > rx1)) || fail "datagrams_received did not move between scrapes"
+moved() { scrape "$MPORT" "$WORK/m2.txt"; (($(metric "$WORK/m2.txt" switchml_switch_datagrams_received_total) > rx1)); }
+sml_wait_for 30 "datagrams_received to move between scrapes" moved || fail "datagrams_received did not move between scrapes"
 pass "while job $JOB streams: counters move ($rx1 -> $(metric "$WORK/m2.txt" switchml_switch_datagrams_received_total) received), job running with 2 workers, 256 slots"
 
 touch "$WORK/release"
