@@ -44,11 +44,13 @@ pass "metrics port taken: $(grep -o 'cannot listen.*' "$WORK/taken.log" | cut -c
 
 # A job that streams until released.
 CTL=127.0.0.1:$CTL_PORT
-eval "$("$SWITCHML" jobs create --controller $CTL --workers 2 --slots 256 --type int32 --name metricsjob)"
+out=$("$SWITCHML" jobs create --controller "$CTL" --workers 2 --slots 256 --type int32 --name metricsjob) ||
+  fail "jobs create failed: $out"
+eval "$out"
 JOB=$SWITCHML_JOB_ID
 PIDS=()
 for r in 0 1; do
-  "$SWITCHML" allreduce --controller $CTL --job-id "$JOB" --job-token "$SWITCHML_JOB_TOKEN" --rank $r \
+  "$SWITCHML" allreduce --controller "$CTL" --job-id "$JOB" --job-token "$SWITCHML_JOB_TOKEN" --rank $r \
       --workers 2 --threads 2 --window 64 --type int32 --counts 1000,100000 --hold-file "$WORK/release" --file-timeout-s 120 \
       --json "$WORK/r$r.json" > "$WORK/r$r.log" 2>&1 &
   PIDS+=($!); sml_track $!
