@@ -9,6 +9,8 @@ PKGS=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libhwy-dev libcli11-dev nlohmann-json3-dev
+  # Prometheus metrics (--metrics-listen): prometheus-cpp with its civetweb HTTP server.
+  prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 iptables python3 python3-venv
   # Baselines and integrations: Gloo, Open MPI, clang + libFuzzer runtime. (PyTorch 2.x comes

@@ -26,6 +26,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "job_flags.h"
+#include "metrics.h"
 
 namespace switchml::tools {
 namespace {
@@ -39,6 +40,7 @@ struct ControllerArgs {
   OperatorTokenFlag operator_token;
   std::string switch_operator_token_file;
   double job_idle_timeout_s = 600;
+  std::string metrics_listen;  // empty = off
 };
 
 int Run(const ControllerArgs& a) {
@@ -55,6 +57,11 @@ int Run(const ControllerArgs& a) {
   if (!(a.job_idle_timeout_s >= 0) || a.job_idle_timeout_s > 4e6) {
     return fail("--job-idle-timeout-s must be in [0, 4e6], got " +
                 std::to_string(a.job_idle_timeout_s));
+  }
+  if (!a.metrics_listen.empty()) {
+    if (auto m = ParseMetricsListen("--metrics-listen", a.metrics_listen); !m.ok()) {
+      return fail(m.status().message());
+    }
   }
   auto cred = a.operator_token.Resolve("switchml controller");
   if (!cred.ok()) return fail(cred.status().message());
@@ -94,16 +101,30 @@ int Run(const ControllerArgs& a) {
               "credential from %s%s\n",
               a.listen.c_str(), (*ctl)->port(), (*remote)->num_switches(), cred->source.c_str(),
               a.switch_operator_token_file.empty() ? " (also presented to the switches)" : "");
+  std::unique_ptr<MetricsServer> metrics;  // before the ready file; stopped before *remote
+  nlohmann::json ready{{"controller_port", (*ctl)->port()}};
+  if (!a.metrics_listen.empty()) {
+    auto m =
+        MetricsServer::Start("--metrics-listen", a.metrics_listen, ControllerMetrics(**remote));
+    if (!m.ok()) {
+      (*ctl)->Shutdown();
+      return fail(m.status().message());
+    }
+    metrics = std::move(*m);
+    ready["metrics_port"] = metrics->port();
+    std::printf("switchml controller: Prometheus metrics on %s\n", metrics->url().c_str());
+  }
   std::fflush(stdout);
   if (!a.ready_file.empty()) {
     const std::string tmp = a.ready_file + ".tmp";
-    std::ofstream(tmp) << nlohmann::json{{"controller_port", (*ctl)->port()}}.dump() << "\n";
+    std::ofstream(tmp) << ready.dump() << "\n";
     std::rename(tmp.c_str(), a.ready_file.c_str());
   }
   int sig = 0;
   sigwait(&sigs, &sig);
   std::printf("switchml controller: %s received, shutting down\n",
               sig == SIGINT ? "SIGINT" : "SIGTERM");
+  metrics.reset();
   (*ctl)->Shutdown();
   return 0;
 }
@@ -126,7 +147,13 @@ Runner AddControllerCommand(CLI::App& app) {
                  "is found by the next call about its job)")
       ->capture_default_str();
   app.add_option("--ready-file", a->ready_file,
-                 "Write {\"controller_port\"} as JSON to FILE once serving");
+                 "Write {\"controller_port\"} (and \"metrics_port\" with --metrics-listen) as "
+                 "JSON to FILE once serving");
+  app.add_option("--metrics-listen", a->metrics_listen,
+                 "Serve Prometheus metrics (switches up/down, jobs by state, placements, per-job "
+                 "counters) at http://HOST:PORT/metrics (HOST an IPv4 address or localhost; "
+                 "PORT 0 = a free one, printed and in the ready file); off by default. "
+                 "docs/operations.md, \"Monitoring\"");
   a->operator_token.Register(app, "(required): authenticates job administration here and, "
                                   "unless --switch-operator-token-file is given, at the switches");
   app.add_option("--switch-operator-token-file", a->switch_operator_token_file,

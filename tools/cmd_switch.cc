@@ -32,6 +32,9 @@
 // are registered is warned about once. The raw receive ring is sized for the largest first
 // burst (--raw-ring-frames), and a gratuitous ARP at start and every --announce-interval-s
 // teaches bridges the switch's MAC before workers send.
+//
+// --metrics-listen HOST:PORT serves Prometheus metrics (tools/metrics.h; docs/operations.md,
+// "Monitoring"), started by SwitchService before the ready file is written.
 #include <signal.h>
 
 #include <chrono>
@@ -44,6 +47,7 @@
 #include "commands.h"
 #include "dataplane/switch_host.h"
 #include "job_flags.h"
+#include "metrics.h"
 #include "switch_service.h"
 #include "transport/channel.h"
 
@@ -77,6 +81,7 @@ struct SwitchArgs {
   // Raw receive ring and gratuitous ARP (issue #18).
   uint32_t raw_ring_frames = 0;  // 0 = LargestBurstDatagrams, at most kDefaultRawRingFramesCap
   double announce_interval_s = 10;
+  std::string metrics_listen;  // empty = off
 };
 
 // Takes SIGINT and SIGTERM synchronously (WaitForStop): blocked before any thread starts, so
@@ -154,6 +159,11 @@ int Run(const SwitchArgs& a) {
   auto bind = transport::ParseEndpoint(a.bind, uint16_t(a.port));
   if (!bind.ok()) return fail("--bind: " + bind.status().message());
   bind->port = uint16_t(a.port);
+  if (!a.metrics_listen.empty()) {
+    if (auto m = ParseMetricsListen("--metrics-listen", a.metrics_listen); !m.ok()) {
+      return fail(m.status().message());
+    }
+  }
   if (a.io != "udp" && a.io != "raw") return fail("--io must be udp or raw, got '" + a.io + "'");
   if (!(a.job_idle_timeout_s >= 0) || a.job_idle_timeout_s > 4e6) {
     return fail("--job-idle-timeout-s must be in [0, 4e6], got " +
@@ -188,6 +198,7 @@ int Run(const SwitchArgs& a) {
   o.controller_port = a.controller_port;
   o.default_job_idle_timeout = std::chrono::milliseconds(int64_t(a.job_idle_timeout_s * 1000));
   o.ready_file = a.ready_file;
+  o.metrics_listen = a.metrics_listen;
   auto cred = a.operator_token.Resolve("switchml switch");
   if (!cred.ok()) return fail(cred.status().message());
   o.operator_token = cred->token;  // empty: SwitchService generates one
@@ -248,14 +259,19 @@ Runner AddSwitchCommand(CLI::App& app) {
   app.add_option("--drop-seed", a->drop_seed, "Seed of the drop simulator")->capture_default_str();
   app.add_option("--ready-file", a->ready_file,
                  "Write {\"udp_port\",\"udp_ports\",\"controller_port\"} (and "
-                 "\"operator_token_file\" when the credential was generated) as JSON to FILE once "
-                 "serving; udp_port is I/O thread 0's, udp_ports every I/O thread's");
+                 "\"operator_token_file\" when the credential was generated, \"metrics_port\" with "
+                 "--metrics-listen) as JSON to FILE once serving; udp_port is I/O thread 0's, "
+                 "udp_ports every I/O thread's");
   app.add_option("--stats-interval", a->stats_interval_s,
                  "Every N seconds print every counter that moved since the last print (total and "
                  "change): the switch's, its transport's (raw_*, udp_socket_drops) and in kernel-UDP "
                  "mode the kernel's receive errors since start (kernel_*); 0 = only at exit")
       ->capture_default_str();
   app.add_option("--counters-json", a->counters_json, "Write the final counters as JSON to FILE at exit");
+  app.add_option("--metrics-listen", a->metrics_listen,
+                 "Serve Prometheus metrics at http://HOST:PORT/metrics (HOST an IPv4 address or "
+                 "localhost; PORT 0 = a free one, logged and in the ready file as "
+                 "\"metrics_port\"); off by default. docs/operations.md, \"Monitoring\"");
   app.add_flag("--late-duplicate-guard", a->late_duplicate_guard,
                "Drop late duplicates reordered behind a worker's next packet (not in the reference)");
   app.add_option("--io", a->io,

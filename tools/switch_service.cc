@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "controller/session_service.h"
+#include "metrics.h"
 #include "rendezvous/operator_auth.h"
 #include "transport/channel.h"
 
@@ -94,6 +95,11 @@ StatusOr<std::unique_ptr<SwitchService>> SwitchService::Start(SwitchServiceOptio
   if (!ctl.ok()) return Status(ctl.status().code(), "session service: " + ctl.status().ToString());
   s->controller_ = std::move(*ctl);
   s->controller_port_ = s->controller_->port();
+  if (!o.metrics_listen.empty()) {
+    SWITCHML_ASSIGN_OR_RETURN(
+        s->metrics_,
+        MetricsServer::Start("--metrics-listen", o.metrics_listen, SwitchMetrics(*s->host_)));
+  }
 
   // What runs, for the operator.
   const dataplane::SwitchHost& host = *s->host_;
@@ -121,6 +127,7 @@ StatusOr<std::unique_ptr<SwitchService>> SwitchService::Start(SwitchServiceOptio
                 cfg.num_slots, double(o.default_job_idle_timeout.count()) / 1000);
   lines.push_back(line);
   lines.push_back("operator credential: " + credential);
+  if (s->metrics_ != nullptr) lines.push_back("Prometheus metrics on " + s->metrics_->url());
   if (!s->token_file_.empty()) {
     const std::string& f = s->token_file_;
     lines.push_back("`switchml jobs` needs it: --operator-token-file " + f +
@@ -155,10 +162,14 @@ nlohmann::json SwitchService::ReadyJson() const {
                        {"udp_ports", host_->ports()},
                        {"controller_port", controller_port_}};
   if (!token_file_.empty()) ready["operator_token_file"] = token_file_;
+  if (metrics_ != nullptr) ready["metrics_port"] = metrics_->port();
   return ready;
 }
 
+int SwitchService::metrics_port() const { return metrics_ != nullptr ? metrics_->port() : 0; }
+
 void SwitchService::Stop() {
+  metrics_.reset();
   if (controller_ != nullptr) controller_->Shutdown();
   if (host_ != nullptr) host_->Stop();
   RemoveTokenFile();

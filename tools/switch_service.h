@@ -19,7 +19,7 @@
 //
 // Start, in this order: checks the options (InvalidArgument naming the `switchml switch` flag),
 // generates the credential if none is given, creates and starts the SwitchHost, starts the
-// controller on `listen_host`:`controller_port`, logs the startup lines (StartupLines(), as
+// controller on `listen_host`:`controller_port`, the metrics server (if asked), logs the startup lines (StartupLines(), as
 // info through host.log) and only then writes the ready file, atomically: whoever waits for
 // the ready file finds every line in the log. On an error everything started is stopped and a
 // generated token file removed.
@@ -46,6 +46,8 @@ class ControllerServer;
 
 namespace switchml::tools {
 
+class MetricsServer;
+
 struct SwitchServiceOptions {
   // The switch on this host (its log also takes the startup lines).
   dataplane::SwitchHostConfig host;
@@ -64,8 +66,13 @@ struct SwitchServiceOptions {
   // Idle timeout of a job created without one (--job-idle-timeout-s, at most 4e6 s; 0 = never).
   std::chrono::milliseconds default_job_idle_timeout{std::chrono::minutes(10)};
   // Written once serving (empty = none): {"udp_port", "udp_ports", "controller_port"} and
-  // "operator_token_file" when the credential was generated (--ready-file).
+  // "operator_token_file" when the credential was generated, "metrics_port" with
+  // metrics_listen (--ready-file).
   std::string ready_file;
+  // --metrics-listen HOST:PORT: serve Prometheus metrics (tools/metrics.h) at
+  // http://HOST:PORT/metrics (port 0 = a free one: metrics_port(), the ready file's
+  // "metrics_port"). Empty = off.
+  std::string metrics_listen;
 };
 
 // Every counter of a switch: what `switchml switch` prints at exit and writes to
@@ -97,12 +104,14 @@ class SwitchService {
 
   dataplane::SwitchHost& host() const { return *host_; }
   int controller_port() const { return controller_port_; }
+  // The metrics server's port (0 when --metrics-listen is off, or after Stop).
+  int metrics_port() const;
   // The generated token file, empty if the credential was given (or after Stop).
   const std::string& generated_token_file() const { return token_file_; }
   // The operator lines Start logged: the data plane, the host's (SwitchHost::StartupLines), the
   // I/O threads, the job service, the credential, the drop simulator.
   const std::vector<std::string>& StartupLines() const { return startup_lines_; }
-  // The ready file's contents.
+  // The ready file's contents ("metrics_port" with --metrics-listen).
   nlohmann::json ReadyJson() const;
   // Every counter now (final once stopped).
   SwitchServiceCounters Counters() const;
@@ -116,6 +125,7 @@ class SwitchService {
   std::unique_ptr<dataplane::SwitchHost> host_;
   std::unique_ptr<controller::ControllerServer> controller_;
   int controller_port_ = 0;
+  std::unique_ptr<MetricsServer> metrics_;  // reads host_: declared after it, destroyed first
   std::vector<std::string> startup_lines_;
 };
 
