@@ -205,7 +205,8 @@ uplink_snapshot() {
 # uplink_delta BEFORE AFTER: per rack, the bytes that crossed its uplink (both directions), comma
 # separated, rack 0 first.
 uplink_delta() {
-  paste -d' ' "$1" "$2" | awk '{ printf "%s%d", (NR > 1 ? "," : ""), ($3 - $1) + ($4 - $2) } END { print "" }'
+  # %.0f, not %d: Debian's awk (mawk) clamps %d at 2^31 - 1, and a 64 MiB run moves more.
+  paste -d' ' "$1" "$2" | awk '{ printf "%s%.0f", (NR > 1 ? "," : ""), ($3 - $1) + ($4 - $2) } END { print "" }'
 }
 
 # record METHOD STATUS PERF_JSON UPLINK_BYTES: one line of runs.tsv for bench/racks_report.py.
