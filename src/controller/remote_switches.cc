@@ -898,6 +898,30 @@ StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistratio
       return InvalidArgumentError("rank " + Str(reg.worker.rank) + " must be < num_workers " +
                                   Str(total) + " of job " + Str(job.job_id));
     }
+    // Every rack's workers must cut calls into the same slots as every other rack's: a rack
+    // with other threads or another window would put other data in a slot, and the parent
+    // would add it up with status OK. Each leaf sees its own rack only.
+    if (job.first_worker) {
+      const control::WorkerRegistration& f = *job.first_worker;
+      const struct {
+        const char* name;
+        uint32_t first, now;
+      } fields[] = {{"protocol_version", f.protocol_version, reg.worker.protocol_version},
+                    {"num_worker_threads", f.num_worker_threads, reg.worker.num_worker_threads},
+                    {"window_packets", f.window_packets, reg.worker.window_packets},
+                    {"elements_per_packet", f.elements_per_packet, reg.worker.elements_per_packet}};
+      std::string differ;
+      for (const auto& x : fields) {
+        if (x.first == x.now) continue;
+        differ += (differ.empty() ? "" : ", ") + std::string(x.name) + "=" + Str(x.now) +
+                  " (rank " + Str(f.rank) + ": " + Str(x.first) + ")";
+      }
+      if (!differ.empty()) {
+        return FailedPreconditionError("rank " + Str(reg.worker.rank) + " registered " + differ +
+                                       " for two-level job " + Str(job.job_id) +
+                                       "; every worker of every rack must use the same value");
+      }
+    }
     JobRegistration local = reg;
     local.worker.rank = reg.worker.rank - first;
     local.worker.num_workers = job.spec.racks[rack].workers;
@@ -922,6 +946,7 @@ StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistratio
     if (reply->switch_info.ipv4 == 0) reply->switch_info.ipv4 = HostIpv4(switches_[index].address);
     grants.push_back(std::move(*reply));
   }
+  if (job.two_level() && !job.first_worker) job.first_worker = reg.worker;
   JobWorkerGrant grant = grants[0];
   grant.job_id = reg.job_id;
   grant.placement = placement;

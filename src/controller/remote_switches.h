@@ -130,6 +130,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -221,6 +222,10 @@ class RemoteSwitches final : public SwitchControl {
     // the right token (CheckAccess).
     std::string token;
     std::mutex register_mu;  // one registration at a time, on every shard in order
+    // Guarded by register_mu: a two-level job's first accepted registration. Each leaf checks
+    // that its own rack's workers agree; the racks must agree with each other too (threads and
+    // window decide which data each slot carries), which only the controller sees.
+    std::optional<control::WorkerRegistration> first_worker;
     // Guarded by jobs_mu_: set once the job ended (deleted, or a shard lost: switch_lost).
     std::string end_reason;
     bool switch_lost = false;

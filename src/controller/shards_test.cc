@@ -917,6 +917,38 @@ TEST_F(ShardsTest, ATwoLevelJobThroughTheControllerIsExact) {
   }
 }
 
+// Racks whose workers cut calls differently (other threads or window) would put other data in
+// a slot than the other racks, and the parent would add it up with status OK: refused.
+TEST_F(ShardsTest, RacksThatDisagreeAreRefused) {
+  StartSwitches({1, 1, 1});
+  auto job = CreateTwoLevel({{.switch_index = 1, .workers = 1}, {.switch_index = 2, .workers = 1}}, 0);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto jobs = Jobs();
+  ASSERT_NE(jobs, nullptr);
+  auto reg = [&](uint32_t rank, uint32_t threads, uint16_t port) {
+    JobRegistration r;
+    r.job_id = job->job_id;
+    r.token = job->token;
+    r.worker.rank = rank;
+    r.worker.num_workers = 2;
+    r.worker.ipv4 = 0x7F000001;
+    r.worker.protocol_version = control::kClientProtocolVersion;
+    r.worker.num_worker_threads = threads;
+    r.worker.window_packets = 8 * threads;
+    r.worker.elements_per_packet = 64;
+    for (uint32_t t = 0; t < threads; ++t) r.worker.udp_ports.push_back(uint16_t(port + t));
+    return r;
+  };
+  ASSERT_TRUE(jobs->RegisterWorker(reg(0, 1, 41000)).ok());
+  auto refused = jobs->RegisterWorker(reg(1, 2, 41100));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("num_worker_threads=2 (rank 0: 1)"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("window_packets=16 (rank 0: 8)"));
+  // The same rank agreeing joins.
+  EXPECT_TRUE(jobs->RegisterWorker(reg(1, 1, 41100)).ok());
+}
+
 TEST_F(ShardsTest, BadTwoLevelRequestsAreRefusedNamingTheField) {
   StartSwitches({1, 1, 1});
   using Rack = JobSpec::Rack;
