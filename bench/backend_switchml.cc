@@ -58,6 +58,8 @@ StatusOr<std::unique_ptr<Backend>> CreateSwitchMLBackend(const BackendConfig& c)
   opt.call_timeout = c.timeout;
   opt.job_id = c.job_id;
   opt.job_token = c.job_token;
+  // TLS towards the controller from SWITCHML_TLS_* / SWITCHML_INSECURE, as the integrations.
+  SWITCHML_ASSIGN_OR_RETURN(opt.tls, TlsOptionsFromEnvironment());
   SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<Context> ctx, Context::Create(opt));
   return std::unique_ptr<Backend>(new SwitchMLBackend(std::move(ctx)));
 }

@@ -43,6 +43,8 @@
 # processes that run inside those namespaces (never by process name). Run `cluster.sh --help`.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# Plaintext tokens between the emulated hosts (see `exec` in the usage).
+export SWITCHML_INSECURE=${SWITCHML_INSECURE-1}
 
 PROG=$(basename "$0")
 STATE_DIR=/tmp
@@ -84,7 +86,10 @@ Commands:
   loss    Replace the random-loss rules of a running cluster (0 removes them).
   exec    Run COMMAND inside a host's namespace (w3 = worker 3; sw or sw0 = switch host 0,
           sw2 = switch host 2; br = bridge; racks: leaf1 = rack 1's leaf switch host, parent =
-          the parent switch host, rb1 = rack 1's bridge, core = the core bridge).
+          the parent switch host, rb1 = rack 1's bridge, core = the core bridge). COMMAND runs
+          with SWITCHML_INSECURE=1 unless the caller set it: the emulated hosts' links never
+          leave this machine, so tokens may cross them in plaintext gRPC (switches, controllers,
+          workers and \`switchml jobs\` all read it; docs/operations.md "Securing").
   info    Print the state file (shell variables, see below).
   drops   Print, per host, where datagrams were dropped since the cluster came up, one line
           each: \`HOST udp_rcvbuf=N udp_in_errors=N tbf_out=N tbf_in=N\` (UDP receive-buffer

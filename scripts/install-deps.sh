@@ -11,6 +11,9 @@ PKGS=(
   libhwy-dev libcli11-dev nlohmann-json3-dev
   # Prometheus metrics (--metrics-listen): prometheus-cpp with its civetweb HTTP server.
   prometheus-cpp-dev
+  # TLS on the control plane: OpenSSL checks the certificate files (rendezvous/tls.cc); the
+  # openssl command makes the tests' certificates.
+  libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 iptables python3 python3-venv
   # Baselines and integrations: Gloo, Open MPI, clang + libFuzzer runtime. (PyTorch 2.x comes

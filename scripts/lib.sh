@@ -351,6 +351,27 @@ sml_operator_token() {
   export SWITCHML_OPERATOR_TOKEN
 }
 
+# sml_make_pki DIR: the certificates of docs/operations.md "Securing", made with its openssl
+# commands for a switch at 127.0.0.1: DIR/ca.pem (and ca.key), DIR/switch.{pem,key} (IP
+# 127.0.0.1, DNS switch1), DIR/client.{pem,key} (client authentication), and DIR/other.pem, a
+# second CA that signed none of them. Output in DIR/openssl.log; returns non-zero on failure.
+sml_make_pki() {
+  local dir=$1
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    newkey=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+    openssl req -x509 "${newkey[@]}" -keyout ca.key -out ca.pem -days 365 -subj /CN=switchml-ca
+    openssl req "${newkey[@]}" -keyout switch.key -out switch.csr -subj /CN=switch1
+    openssl x509 -req -in switch.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 365 -out switch.pem \
+      -extfile <(printf 'subjectAltName=IP:127.0.0.1,DNS:switch1\n')
+    openssl req "${newkey[@]}" -keyout client.key -out client.csr -subj /CN=switchml-clients
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 365 -out client.pem \
+      -extfile <(printf 'extendedKeyUsage=clientAuth\n')
+    openssl req -x509 "${newkey[@]}" -keyout other.key -out other.pem -days 365 -subj /CN=other-ca
+  ) > "$dir/openssl.log" 2>&1
+}
+
 _sml_ready_or_gone() { [[ -s "$1" ]] || ! sml_alive "$2"; }
 
 sml_start_server() {

@@ -11,7 +11,8 @@
 # Thread: Debian's libgrpc is not built with TSan, so its internal synchronisation is invisible
 # and the gtests that run a real gRPC server/channel (SessionService*, Controller*, StandaloneController*,
 # SessionClient*, JobService*, JobClient*, ShardsTest*, RendezvousTest*, SwitchServiceTest*,
-# SwitchRejoinTest*, SwitchMetricsTest*: a SwitchService with its gRPC server) report races
+# SwitchRejoinTest*, SwitchMetricsTest*: a SwitchService with its gRPC server; TlsTest*,
+# PlaintextRuleTest*: gRPC over TLS) report races
 # inside libgrpc. They are excluded
 # (TSAN_EXCLUDE, a ctest -E regex; set it to '' to run them anyway). Everything else,
 # including our own threads (switch server, client engines, transports), runs under TSan.
@@ -39,7 +40,7 @@ BUILD_DIR=${BUILD_DIR:-$default_dir}
 JOBS=${JOBS:-$(nproc)}
 # gtest names of the controller's gRPC service tests (SessionService*, Controller*, ...): they
 # run grpc++ in-process; see the header comment.
-TSAN_EXCLUDE=${TSAN_EXCLUDE-'^(SessionService|Controller|StandaloneController|StandaloneAuth|SessionClient|JobService|JobClient|JobAuth|AgreedParams|Bootstrap|Grpc|ShardsTest|RendezvousTest|SwitchService|SwitchRejoinTest|SwitchMetricsTest)'}
+TSAN_EXCLUDE=${TSAN_EXCLUDE-'^(SessionService|Controller|StandaloneController|StandaloneAuth|SessionClient|JobService|JobClient|JobAuth|AgreedParams|Bootstrap|Grpc|ShardsTest|RendezvousTest|SwitchService|SwitchRejoinTest|SwitchMetricsTest|TlsTest|PlaintextRuleTest)'}
 
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
   -DSWITCHML_SANITIZE="$kind" -DSWITCHML_BUILD_BENCH=OFF

@@ -42,6 +42,7 @@ struct AllReduceArgs {
   std::string start_file;
   std::string hold_file;
   double file_timeout_s = 120;
+  ClientTlsFlags tls;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -115,6 +116,9 @@ int Run(const AllReduceArgs& a) {
   opt.job_id = a.job_id;
   opt.job_token = a.job_token;
   opt.advertise_ip = a.advertise_ip;
+  auto tls = a.tls.Resolve();
+  if (!tls.ok()) return fail(tls.status().ToString());
+  opt.tls = *tls;
   auto ctx = Context::Create(opt);
   if (!ctx.ok()) return fail(ctx.status().ToString());
   // Registered (every rank has: Create returns after the job's barrier); nothing sent yet.
@@ -251,6 +255,7 @@ Runner AddAllReduceCommand(CLI::App& app) {
   app.add_option("--busy-poll-us", a->busy_poll_us,
                  "Poll the data socket this long before sleeping when waiting for results (0 = off, max 1000000)")
       ->capture_default_str();
+  a->tls.Register(app);
   app.add_option("--advertise-ip", a->advertise_ip, "IPv4 to register with the switch (default: route to controller)");
   app.add_option("--start-file", a->start_file,
                  "After registering, wait until this file exists before the first all-reduce (for tests: act "

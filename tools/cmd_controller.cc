@@ -41,6 +41,8 @@ struct ControllerArgs {
   std::string switch_operator_token_file;
   double job_idle_timeout_s = 600;
   std::string metrics_listen;  // empty = off
+  ServerTlsFlags tls;
+  std::string switch_tls_ca;  // --tls-ca: TLS towards the switches
 };
 
 int Run(const ControllerArgs& a) {
@@ -77,9 +79,20 @@ int Run(const ControllerArgs& a) {
     if (!sc->warning.empty()) std::cerr << "switchml controller: " << sc->warning << "\n";
     switch_token = sc->token;
   }
+  // Towards the switches: TLS with --tls-ca (presenting this controller's own certificate, for
+  // switches that require client certificates), else plaintext (tokens only to switches on
+  // this host, unless --insecure).
+  TlsOptions to_switches;
+  if (!a.switch_tls_ca.empty()) {
+    to_switches.ca_file = a.switch_tls_ca;
+    to_switches.cert_file = a.tls.tls.cert_file;
+    to_switches.key_file = a.tls.tls.key_file;
+  } else {
+    to_switches.insecure = a.tls.tls.insecure;
+  }
   auto remote = controller::RemoteSwitches::Connect(
       a.switches, std::chrono::milliseconds(a.rpc_timeout_ms), switch_token,
-      std::chrono::milliseconds(a.health_interval_ms));
+      std::chrono::milliseconds(a.health_interval_ms), to_switches);
   if (!remote.ok()) return fail(remote.status().ToString());
   {
     const std::vector<control::SwitchHealth> health = (*remote)->Health();
@@ -95,8 +108,13 @@ int Run(const ControllerArgs& a) {
   so.listen_address = a.listen;
   so.operator_token = cred->token;
   so.default_job_idle_timeout = std::chrono::milliseconds(int64_t(a.job_idle_timeout_s * 1000));
+  so.tls = a.tls.tls;
   auto ctl = controller::ControllerServer::Start(so, remote->get());
   if (!ctl.ok()) return fail(ctl.status().ToString());
+  std::printf("switchml controller: %s\n",
+              rendezvous::DescribeServerTransport(
+                  so.tls, a.listen.substr(0, a.listen.rfind(':') + 1) + std::to_string((*ctl)->port()))
+                  .c_str());
   std::printf("switchml controller: serving on %s (port %d), driving %zu switch(es); operator "
               "credential from %s%s\n",
               a.listen.c_str(), (*ctl)->port(), (*remote)->num_switches(), cred->source.c_str(),
@@ -161,6 +179,12 @@ Runner AddControllerCommand(CLI::App& app) {
   app.add_option("--job-idle-timeout-s", a->job_idle_timeout_s,
                  "Idle timeout of a job created without one (0 = such jobs never expire)")
       ->capture_default_str();
+  a->tls.Register(app);
+  app.add_option("--tls-ca", a->switch_tls_ca,
+                 "Reach the switches over TLS: PEM file of the CA that signed their certificates "
+                 "(this controller presents --tls-cert/--tls-key to them, for switches started "
+                 "with --tls-client-ca). Without it, plaintext: the operator credential then goes "
+                 "only to switches on this host, unless --insecure");
   AddConfigFileOption(app);
   return [a] { return Run(*a); };
 }

@@ -55,6 +55,7 @@ struct JobsArgs {
   double idle_timeout_s = 0;
   bool no_idle_timeout = false;
   OperatorTokenFlag operator_token;
+  ClientTlsFlags tls;
   std::string token;
   std::string name;
   // show / delete / slots
@@ -172,8 +173,10 @@ int Run(const std::string& cmd, const JobsArgs& a) {
   }
   auto cred = a.operator_token.Resolve("switchml jobs " + cmd);
   if (!cred.ok()) return Fail(cmd, cred.status());
+  auto tls = a.tls.Resolve();
+  if (!tls.ok()) return Fail(cmd, tls.status());
   auto client = rendezvous::JobClient::Connect(a.controller,
-                                               std::chrono::milliseconds(a.rpc_timeout_ms));
+                                               std::chrono::milliseconds(a.rpc_timeout_ms), *tls);
   if (!client.ok()) return Fail(cmd, client.status());
   rendezvous::JobClient& c = **client;
   c.set_operator_token(cred->token);
@@ -363,6 +366,7 @@ Runner AddJobsCommand(CLI::App& app) {
         ->capture_default_str();
     a->operator_token.Register(*sub, "to send to the controller (gRPC metadata "
                                      "x-switchml-operator-token)");
+    a->tls.Register(*sub);
   };
   auto* create = app.add_subcommand("create", "Create a job; prints its id and token");
   common(create);

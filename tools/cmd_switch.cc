@@ -77,6 +77,7 @@ struct SwitchArgs {
   bool refuse_bad_checksums = false;
   bool neighbours = false;  // --neighbour-entries / --no-neighbour-entries
   OperatorTokenFlag operator_token;
+  ServerTlsFlags tls;
   double job_idle_timeout_s = 600;
   // Raw receive ring and gratuitous ARP (issue #18).
   uint32_t raw_ring_frames = 0;  // 0 = LargestBurstDatagrams, at most kDefaultRawRingFramesCap
@@ -203,6 +204,7 @@ int Run(const SwitchArgs& a) {
   if (!cred.ok()) return fail(cred.status().message());
   o.operator_token = cred->token;  // empty: SwitchService generates one
   o.operator_token_source = cred->source;
+  o.tls = a.tls.tls;
 
   // Start (it logs what runs, then writes the ready file), wait, stop, print.
   const sigset_t sigs = BlockStopSignals();
@@ -307,6 +309,7 @@ Runner AddSwitchCommand(CLI::App& app) {
                "off (--no-neighbour-entries)");
   app.add_flag("--no-udp-offload", a->no_udp_offload,
                "Send and receive one datagram per message (no UDP GSO/GRO), for comparison");
+  a->tls.Register(app);
   a->operator_token.Register(app, "to authenticate job administration (`switchml jobs`); "
                              "with neither, a random one is generated and its file named in the log");
   app.add_option("--job-idle-timeout-s", a->job_idle_timeout_s,

@@ -31,6 +31,7 @@ struct TopArgs {
   double interval_s = 1.0;
   uint32_t iterations = 0;  // 0 = until q or a signal
   OperatorTokenFlag operator_token;
+  ClientTlsFlags tls;
 };
 
 std::atomic<bool> g_stop{false};
@@ -87,8 +88,13 @@ int Run(const TopArgs& a) {
     std::cerr << "switchml top: error: " << cred.status().ToString() << "\n";
     return 1;
   }
+  auto tls = a.tls.Resolve();
+  if (!tls.ok()) {
+    std::cerr << "switchml top: error: " << tls.status().ToString() << "\n";
+    return 1;
+  }
   auto client = rendezvous::JobClient::Connect(a.controller,
-                                               std::chrono::milliseconds(a.rpc_timeout_ms));
+                                               std::chrono::milliseconds(a.rpc_timeout_ms), *tls);
   if (!client.ok()) {
     std::cerr << "switchml top: error: " << client.status().ToString() << "\n";
     return 1;
@@ -145,6 +151,7 @@ Runner AddTopCommand(CLI::App& app) {
   app.add_option("--rpc-timeout-ms", a->rpc_timeout_ms, "Deadline of each call to the controller")
       ->capture_default_str();
   a->operator_token.Register(app, "to send to the controller (gRPC metadata)");
+  a->tls.Register(app);
   return [a] { return Run(*a); };
 }
 

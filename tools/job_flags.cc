@@ -1,5 +1,8 @@
 #include "job_flags.h"
 
+#include <cstring>
+#include <utility>
+
 #include <cstdlib>
 #include <iostream>
 
@@ -130,6 +133,58 @@ StatusOr<rendezvous::OperatorCredential> OperatorTokenFlag::Resolve(const std::s
   auto cred = rendezvous::ResolveOperatorToken(file, std::getenv(rendezvous::kOperatorTokenEnv));
   if (cred.ok() && !cred->warning.empty()) std::cerr << who << ": " << cred->warning << "\n";
   return cred;
+}
+
+void ClientTlsFlags::Register(CLI::App& app) {
+  app.add_option("--tls-ca", ca,
+                 "Use TLS: PEM file of the CA that signed the controller's certificate "
+                 "(default: SWITCHML_TLS_CA; unset = plaintext)");
+  app.add_option("--tls-cert", cert,
+                 "With --tls-ca: this client's certificate (PEM), for a controller that requires "
+                 "client certificates (default: SWITCHML_TLS_CERT)");
+  app.add_option("--tls-key", key, "The private key of --tls-cert (PEM; default: SWITCHML_TLS_KEY)");
+  app.add_option("--tls-server-name", server_name,
+                 "The name the controller's certificate must carry, when not the host in "
+                 "--controller (default: SWITCHML_TLS_SERVER_NAME)");
+  app.add_flag("--insecure", insecure,
+               "Without TLS: send tokens to a controller on another host anyway (they can be read "
+               "on the network; default: SWITCHML_INSECURE=1)");
+}
+
+StatusOr<TlsOptions> ClientTlsFlags::Resolve() const {
+  SWITCHML_ASSIGN_OR_RETURN(TlsOptions tls, TlsOptionsFromEnvironment());
+  if (!ca.empty()) tls.ca_file = ca;
+  if (!cert.empty()) tls.cert_file = cert;
+  if (!key.empty()) tls.key_file = key;
+  if (!server_name.empty()) tls.server_name = server_name;
+  if (insecure) tls.insecure = true;
+  Status s = tls.Validate();
+  if (s.ok()) s = rendezvous::CheckClientTlsFiles(tls);  // the files too, before connecting
+  if (!s.ok()) {
+    std::string m = s.message();
+    for (const auto& [field, flag] : {std::pair{"tls.ca_file", "--tls-ca"}, std::pair{"tls.cert_file", "--tls-cert"},
+                                      std::pair{"tls.key_file", "--tls-key"},
+                                      std::pair{"tls.server_name", "--tls-server-name"},
+                                      std::pair{"tls.insecure", "--insecure"}}) {
+      for (size_t at = m.find(field); at != std::string::npos; at = m.find(field, at)) {
+        m.replace(at, std::strlen(field), flag);
+      }
+    }
+    return InvalidArgumentError(m);
+  }
+  return tls;
+}
+
+void ServerTlsFlags::Register(CLI::App& app) {
+  app.add_option("--tls-cert", tls.cert_file,
+                 "Serve gRPC over TLS only: this server's certificate chain (PEM)");
+  app.add_option("--tls-key", tls.key_file, "The private key of --tls-cert (PEM, unencrypted)");
+  app.add_option("--tls-client-ca", tls.client_ca_file,
+                 "With --tls-cert: require client certificates signed by this CA (PEM; mutual TLS)");
+  app.add_flag("--insecure", tls.insecure,
+               "Without TLS: accept tokens from other hosts over plaintext gRPC (they can be read on "
+               "the network; a warning is logged). Without it they are accepted only from this host")
+      ->envname("SWITCHML_INSECURE");
 }
 
 }  // namespace switchml::tools

@@ -10,6 +10,8 @@
 
 #include "control/switch_control.h"
 #include "rendezvous/operator_auth.h"
+#include "rendezvous/tls.h"
+#include "switchml/options.h"
 #include "switchml/status.h"
 #include "switchml/types.h"
 
@@ -69,6 +71,27 @@ struct OperatorTokenFlag {
   // the file or the variable (unreadable, empty, malformed). A warning (e.g. a file other
   // users can read) is printed to stderr prefixed with `who`.
   StatusOr<rendezvous::OperatorCredential> Resolve(const std::string& who) const;
+};
+
+// How a tool reaches a controller (rendezvous/tls.h): --tls-ca FILE, --tls-cert FILE,
+// --tls-key FILE, --tls-server-name NAME, --insecure. Each flag given wins over its
+// environment variable (SWITCHML_TLS_CA, SWITCHML_TLS_CERT, SWITCHML_TLS_KEY,
+// SWITCHML_TLS_SERVER_NAME, SWITCHML_INSECURE; TlsOptionsFromEnvironment).
+struct ClientTlsFlags {
+  std::string ca, cert, key, server_name;
+  bool insecure = false;
+
+  void Register(CLI::App& app);
+  // The environment, then the flags over it; errors name the variable or the flag.
+  StatusOr<TlsOptions> Resolve() const;
+};
+
+// A server's TLS (`switchml switch`, `switchml controller`): --tls-cert FILE, --tls-key FILE,
+// --tls-client-ca FILE (mutual TLS), --insecure (plaintext tokens from other hosts).
+struct ServerTlsFlags {
+  rendezvous::ServerTlsOptions tls;
+
+  void Register(CLI::App& app);
 };
 
 }  // namespace switchml::tools

@@ -91,6 +91,7 @@ StatusOr<std::unique_ptr<SwitchService>> SwitchService::Start(SwitchServiceOptio
   so.listen_address = o.listen_host + ":" + std::to_string(o.controller_port);
   so.operator_token = o.operator_token;
   so.default_job_idle_timeout = o.default_job_idle_timeout;
+  so.tls = o.tls;
   auto ctl = controller::ControllerServer::Start(so, s->host_->server());
   if (!ctl.ok()) return Status(ctl.status().code(), "session service: " + ctl.status().ToString());
   s->controller_ = std::move(*ctl);
@@ -113,6 +114,8 @@ StatusOr<std::unique_ptr<SwitchService>> SwitchService::Start(SwitchServiceOptio
                 o.listen_host.c_str(), ports[0], o.listen_host.c_str(), s->controller_port_,
                 cfg.num_slots, cfg.max_elements_per_packet, cfg.max_workers);
   lines.push_back(line);
+  lines.push_back(rendezvous::DescribeServerTransport(
+      o.tls, o.listen_host + ":" + std::to_string(s->controller_port_)));
   for (std::string& l : host.StartupLines()) lines.push_back(std::move(l));
   if (cfg.io_threads > 1) {
     std::string list;

@@ -38,6 +38,7 @@
 
 #include "dataplane/switch_host.h"
 #include "dataplane/switch_server.h"
+#include "rendezvous/tls.h"
 #include "switchml/status.h"
 
 namespace switchml::controller {
@@ -73,6 +74,9 @@ struct SwitchServiceOptions {
   // http://HOST:PORT/metrics (port 0 = a free one: metrics_port(), the ready file's
   // "metrics_port"). Empty = off.
   std::string metrics_listen;
+  // The session service's TLS (--tls-cert/--tls-key/--tls-client-ca/--insecure;
+  // rendezvous/tls.h); logged at start.
+  rendezvous::ServerTlsOptions tls;
 };
 
 // Every counter of a switch: what `switchml switch` prints at exit and writes to

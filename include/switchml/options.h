@@ -1,5 +1,6 @@
 // switchml/options.h — everything a Context needs, given explicitly (no config files, no
-// environment variables: tools and integrations parse their inputs into Options).
+// environment variables: tools and integrations parse their inputs into Options;
+// TlsOptionsFromEnvironment is the one parser they share).
 //
 //   switchml::Options opt;
 //   opt.rank = 1;
@@ -10,11 +11,45 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "switchml/status.h"
 
 namespace switchml {
+
+// TLS towards the controller (gRPC), for Options::tls and the tools. Off by default
+// (plaintext). Tokens (the job's token, the operator credential) cross plaintext gRPC only to a
+// controller on this host (a loopback address) unless `insecure` is set: connecting a job's
+// worker or an operator's tool to any other address without TLS fails with
+// FAILED_PRECONDITION saying so. docs/operations.md "Securing" shows a set-up.
+struct TlsOptions {
+  // PEM file of the certificate authorities that signed the controller's certificate; setting
+  // it turns TLS on.
+  std::string ca_file;
+  // This end's certificate chain and private key (PEM), for a controller that requires client
+  // certificates (mutual TLS). Both or neither; only with ca_file.
+  std::string cert_file;
+  std::string key_file;
+  // The name the controller's certificate must carry when it is not the host in
+  // controller_address (e.g. an address by IP and a certificate for "switch1.example").
+  std::string server_name;
+  // Without TLS: send tokens to a controller that is not on this host anyway (anyone on the
+  // path can read them). Must stay false with ca_file.
+  bool insecure = false;
+
+  bool enabled() const { return !ca_file.empty(); }
+  // INVALID_ARGUMENT naming the field ("tls.cert_file is set but tls.key_file is not").
+  // The files themselves are read and checked when a connection is made.
+  Status Validate() const;
+};
+
+// TlsOptions from the workers' environment, the one home of these variable names:
+// SWITCHML_TLS_CA, SWITCHML_TLS_CERT, SWITCHML_TLS_KEY, SWITCHML_TLS_SERVER_NAME (paths and a
+// name; unset or empty = not given) and SWITCHML_INSECURE (0 or 1). `get` returns a variable's
+// value or nullptr when unset (empty = std::getenv). Errors: INVALID_ARGUMENT naming the variable.
+StatusOr<TlsOptions> TlsOptionsFromEnvironment(
+    const std::function<const char*(const char*)>& get = nullptr);
 
 // The struct's own (implicit) copy, move and destruction of its deprecated fields are not uses:
 // only code naming them is warned about.
@@ -103,6 +138,8 @@ struct Options {
   bool shadow_copies = true;
   // Deadline of each controller call (session setup, barrier).
   std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};
+  // TLS towards the controller (see TlsOptions; plaintext by default).
+  TlsOptions tls;
 
   // Deprecated (one release): the old names of max_calls_in_flight and call_timeout. 0 =
   // unset (the default). Precedence: a deprecated field that is set replaces its new field

@@ -169,6 +169,13 @@ InterposerConfig ParseInterposerConfig(const EnvLookup& getenv) {
   if (const char* v = get("SWITCHML_BIND_IP")) o.bind_ip = v;
   if (const char* v = get("SWITCHML_ADVERTISE_IP")) o.advertise_ip = v;
   if (const char* v = get("SWITCHML_JOB_TOKEN")) o.job_token = v;
+  // SWITCHML_TLS_CA, SWITCHML_TLS_CERT, SWITCHML_TLS_KEY, SWITCHML_TLS_SERVER_NAME,
+  // SWITCHML_INSECURE: the library's one parser (errors name the variable).
+  if (StatusOr<TlsOptions> tls = TlsOptionsFromEnvironment(getenv); tls.ok()) {
+    o.tls = *tls;
+  } else {
+    fail(tls.status());
+  }
 
   const char* controller = get("SWITCHML_CONTROLLER");
   const bool wanted = controller != nullptr && *controller != '\0';

@@ -12,6 +12,8 @@
 //   SWITCHML_THREADS, SWITCHML_WINDOW, SWITCHML_ELEMENTS_PER_PACKET,
 //   SWITCHML_CALL_TIMEOUT_MS, SWITCHML_RPC_TIMEOUT_MS, SWITCHML_BIND_IP, SWITCHML_ADVERTISE_IP
 //                                → the matching switchml::Options fields
+//   SWITCHML_TLS_CA, SWITCHML_TLS_CERT, SWITCHML_TLS_KEY, SWITCHML_TLS_SERVER_NAME, SWITCHML_INSECURE
+//                                → options.tls (switchml::TlsOptionsFromEnvironment)
 //   SWITCHML_JOB_TIMEOUT_MS      deprecated name of SWITCHML_CALL_TIMEOUT_MS (noted in `notes`)
 //   SWITCHML_MPI_FALLBACK        pmpi (default) | fail
 //   SWITCHML_MPI_STATS           0 (default) | 1

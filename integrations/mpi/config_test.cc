@@ -199,5 +199,25 @@ TEST(MpiConfigTest, FirstErrorWins) {
   EXPECT_EQ(c.fallback, FallbackMode::kPmpi);
 }
 
+TEST(MpiConfigTest, TlsVariablesFillOptionsTls) {
+  InterposerConfig c = Parse({{"SWITCHML_CONTROLLER", "10.0.0.1:5000"},
+                              {"SWITCHML_TLS_CA", "/pki/ca.pem"},
+                              {"SWITCHML_TLS_CERT", "/pki/w.pem"},
+                              {"SWITCHML_TLS_KEY", "/pki/w.key"},
+                              {"SWITCHML_TLS_SERVER_NAME", "switch1"}});
+  ASSERT_TRUE(c.status.ok()) << c.status;
+  EXPECT_TRUE(c.enabled);
+  EXPECT_EQ(c.options.tls.ca_file, "/pki/ca.pem");
+  EXPECT_EQ(c.options.tls.cert_file, "/pki/w.pem");
+  EXPECT_EQ(c.options.tls.key_file, "/pki/w.key");
+  EXPECT_EQ(c.options.tls.server_name, "switch1");
+  EXPECT_TRUE(Parse({{"SWITCHML_CONTROLLER", "10.0.0.1:5000"}, {"SWITCHML_INSECURE", "1"}}).options.tls.insecure);
+  InterposerConfig bad = Parse({{"SWITCHML_CONTROLLER", "10.0.0.1:5000"}, {"SWITCHML_INSECURE", "yes"}});
+  EXPECT_FALSE(bad.enabled);
+  EXPECT_THAT(bad.status.message(), HasSubstr("SWITCHML_INSECURE must be 0 or 1, got 'yes'"));
+  InterposerConfig half = Parse({{"SWITCHML_CONTROLLER", "10.0.0.1:5000"}, {"SWITCHML_TLS_KEY", "/pki/w.key"}});
+  EXPECT_THAT(half.status.message(), HasSubstr("SWITCHML_TLS_KEY is set but SWITCHML_TLS_CERT is not"));
+}
+
 }  // namespace
 }  // namespace switchml::mpi

@@ -159,6 +159,11 @@ SwitchMLBackend::SwitchMLBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   options.advertise_ip = config.advertise_ip;
   options.job_id = config.job_id;
   options.job_token = config.job_token;
+  // TLS towards the controller: SWITCHML_TLS_CA, SWITCHML_TLS_CERT, SWITCHML_TLS_KEY,
+  // SWITCHML_TLS_SERVER_NAME, SWITCHML_INSECURE (the library's one parser of them).
+  switchml::StatusOr<switchml::TlsOptions> tls = switchml::TlsOptionsFromEnvironment();
+  TORCH_CHECK_VALUE(tls.ok(), "switchml: ", tls.status().message());
+  options.tls = *tls;
   // Only the failover's recovery needs them (config.failover is equal on every rank: checked).
   options.shadow_copies = config.failover && host_;
   // The queue holds calls back instead (StartReadyLocked): AllReduceAsync never blocks.

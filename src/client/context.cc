@@ -95,6 +95,7 @@ Status Options::Validate() const {
     return bad("job_token must be set when job_id is (job_id=" + std::to_string(job_id) + ")");
   if (job_id == 0 && !job_token.empty()) return bad("job_token is set but job_id is 0; give the job's id too");
   if (controller_address.empty()) return bad("controller_address must not be empty");
+  SWITCHML_RETURN_IF_ERROR(tls.Validate());
   if (auto ep = transport::ParseEndpoint(controller_address, 50099); !ep.ok())
     return bad("controller_address: " + ep.status().message());
   if (!bind_ip.empty()) {

@@ -73,7 +73,7 @@ StatusOr<std::unique_ptr<Context>> client::CreateContextOnPorts(const Options& g
   SWITCHML_ASSIGN_OR_RETURN(std::unique_ptr<rendezvous::Rendezvous> rdv,
                             rendezvous::ConnectRendezvous(options.controller_address,
                                                           options.job_id, options.job_token,
-                                                          options.rpc_timeout));
+                                                          options.rpc_timeout, options.tls));
   SWITCHML_ASSIGN_OR_RETURN(const control::JobWorkerGrant grant, rdv->Join(reg));
   // The job's packet size (0 = any: job 0's workers agree on theirs at registration).
   if (grant.elements_per_packet != 0 && options.elements_per_packet > grant.elements_per_packet) {

@@ -65,7 +65,8 @@ struct SwitchRejoin::State {
   // Whether the job can be served now; "" if so, otherwise why not.
   std::string Check(uint32_t* placement) {
     if (hooks.check) return hooks.check();
-    auto client = rendezvous::JobClient::Connect(options.controller_address, rejoin.check_timeout);
+    auto client = rendezvous::JobClient::Connect(options.controller_address, rejoin.check_timeout,
+                                                 options.tls);
     if (!client.ok()) return "the controller does not answer: " + client.status().message();
     if (options.job_id == control::kReferenceJobId) return "";  // its controller is the switch's
     auto info = (*client)->GetJob(options.job_id, options.job_token);

@@ -125,6 +125,7 @@ class JobService::Impl final : public JobServiceBase {
 
   grpc::Status CreateJob(grpc::ServerContext* context, const v1::CreateJobRequest* request,
                          v1::CreateJobResponse* response) override {
+    SWITCHML_RETURN_IF_ERROR_GRPC(CheckTransport(*context, "CreateJob"));
     SWITCHML_RETURN_IF_ERROR_GRPC(CheckOperator(*context, "CreateJob"));
     const v1::JobSpec& p = request->spec();
     if (p.data_type() < v1::DATA_TYPE_UNSPECIFIED || p.data_type() > v1::FLOAT32) {
@@ -182,6 +183,7 @@ class JobService::Impl final : public JobServiceBase {
 
   grpc::Status DeleteJob(grpc::ServerContext* context, const v1::DeleteJobRequest* request,
                          v1::DeleteJobResponse*) override {
+    SWITCHML_RETURN_IF_ERROR_GRPC(CheckTransport(*context, "DeleteJob"));
     SWITCHML_RETURN_IF_ERROR_GRPC(CheckOperator(*context, "DeleteJob"));
     const Status s = sink_->DeleteJob(request->job_id(), request->token());
     if (!s.ok()) return ToGrpcStatus(s);
@@ -191,6 +193,7 @@ class JobService::Impl final : public JobServiceBase {
 
   grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                       v1::GetJobResponse* response) override {
+    SWITCHML_RETURN_IF_ERROR_GRPC(CheckTransport(*context, "GetJob"));
     if (!request->token().empty()) {
       const Status access = sink_->CheckJobAccess(request->job_id(), request->token());
       if (!access.ok()) return ToGrpcStatus(access);
@@ -207,6 +210,7 @@ class JobService::Impl final : public JobServiceBase {
 
   grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest*,
                         v1::ListJobsResponse* response) override {
+    SWITCHML_RETURN_IF_ERROR_GRPC(CheckTransport(*context, "ListJobs"));
     SWITCHML_RETURN_IF_ERROR_GRPC(CheckOperator(*context, "ListJobs"));
     JobList list = sink_->ListJobs();
     for (JobInfo& j : list.jobs) {
@@ -236,8 +240,9 @@ class JobService::Impl final : public JobServiceBase {
     return grpc::Status::OK;
   }
 
-  grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
+  grpc::Status RegisterWorker(grpc::ServerContext* context, const v1::RegisterWorkerRequest* request,
                               v1::RegisterWorkerResponse* response) override {
+    SWITCHML_RETURN_IF_ERROR_GRPC(CheckTransport(*context, "RegisterWorker"));
     JobRegistration reg;
     reg.job_id = request->job_id();
     reg.token = request->token();
@@ -316,6 +321,7 @@ class JobService::Impl final : public JobServiceBase {
 
   grpc::Status InspectSlots(grpc::ServerContext* context, const v1::InspectSlotsRequest* request,
                             v1::InspectSlotsResponse* response) override {
+    SWITCHML_RETURN_IF_ERROR_GRPC(CheckTransport(*context, "InspectSlots"));
     SWITCHML_RETURN_IF_ERROR_GRPC(CheckOperator(*context, "InspectSlots"));
     StatusOr<std::vector<SlotInfo>> slots =
         sink_->InspectSlots(request->job_id(), request->first_slot(), request->count());
@@ -337,6 +343,11 @@ class JobService::Impl final : public JobServiceBase {
   JobSyncTable* sync_table() { return &syncs_; }
 
  private:
+  // The plaintext rule for a call that carries a token (rendezvous/tls.h).
+  Status CheckTransport(const grpc::ServerContextBase& context, std::string_view rpc) const {
+    return rendezvous::CheckServerMayAcceptTokens(options_.tls, context.peer(), rpc);
+  }
+
   // OK if the call carries the operator credential; the errors say how to pass it.
   Status CheckOperator(const grpc::ServerContext& context, const std::string& rpc) const {
     if (options_.operator_token.empty()) {
@@ -432,6 +443,11 @@ class JobService::Impl final : public JobServiceBase {
       std::function<SyncCoordinator::Ticket(SyncCoordinator&, uint32_t, SyncDone)> start,
       std::function<void(uint64_t)> fill) {
     uint32_t num_workers = 0;
+    if (Status plaintext = CheckTransport(*context, rpc); !plaintext.ok()) {
+      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+      reactor->Finish(ToGrpcStatus(plaintext));
+      return reactor;
+    }
     StatusOr<std::shared_ptr<SyncCoordinator>> sync = SyncFor(job_id, token, rank, &num_workers);
     Status refused;
     if (!sync.ok()) {

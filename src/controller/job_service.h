@@ -55,6 +55,7 @@
 
 #include "controller/job_sync_table.h"
 #include "control/switch_control.h"
+#include "rendezvous/tls.h"
 
 namespace grpc {
 class Service;
@@ -72,6 +73,10 @@ struct JobServiceOptions {
   // Bounds of job 0's coordinator, the reference Sync service's (ServerOptions sets the
   // per-peer bound).
   SyncLimits reference_limits;
+  // How the server is reached (ServerOptions::tls): every JobService call carries a token, so
+  // without TLS a call from a peer not on this host is refused (PermissionDenied) unless
+  // tls.insecure (rendezvous/tls.h, CheckServerMayAcceptTokens).
+  rendezvous::ServerTlsOptions tls;
 };
 
 // The control contract's names (control::contract) the services use.

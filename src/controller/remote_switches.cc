@@ -35,7 +35,7 @@ bool Down(const Status& s) {
 
 StatusOr<std::unique_ptr<RemoteSwitches>> RemoteSwitches::Connect(
     const std::vector<std::string>& switch_addresses, std::chrono::milliseconds rpc_timeout,
-    const std::string& operator_token, std::chrono::milliseconds health_interval) {
+    const std::string& operator_token, std::chrono::milliseconds health_interval, const TlsOptions& tls) {
   if (switch_addresses.empty()) {
     return InvalidArgumentError("a standalone controller needs at least one switch address");
   }
@@ -58,9 +58,9 @@ StatusOr<std::unique_ptr<RemoteSwitches>> RemoteSwitches::Connect(
     s.address = switch_addresses[i];
     // A switch that is down now is kept (and reported down): a controller restarted while one
     // of its switches is down must still serve the jobs on the others (and re-place the rest).
-    auto jobs = JobClient::Connect(s.address, rpc_timeout, /*require_connected=*/false);
+    auto jobs = JobClient::Connect(s.address, rpc_timeout, tls, /*require_connected=*/false);
     if (!jobs.ok()) return jobs.status().WithContext("switch " + Str(i));
-    auto session = SessionClient::Connect(s.address, rpc_timeout, /*require_connected=*/false);
+    auto session = SessionClient::Connect(s.address, rpc_timeout, tls, /*require_connected=*/false);
     if (!session.ok()) return session.status().WithContext("switch " + Str(i));
     s.jobs = std::move(*jobs);
     s.session = std::move(*session);

@@ -164,11 +164,14 @@ class RemoteSwitches final : public SwitchControl {
   // credential); each names the switch.
   // health_interval: how often every switch is probed (above); 0 = no probing thread (health
   // is then what the last call to each switch saw; lost shards are found by calls).
+  // tls: how to reach the switches (rendezvous/tls.h; the operator credential goes with every
+  // call, so plaintext only to switches on this host or with tls.insecure: FailedPrecondition
+  // otherwise).
   static constexpr std::chrono::milliseconds kDefaultHealthInterval{1000};
   static StatusOr<std::unique_ptr<RemoteSwitches>> Connect(
       const std::vector<std::string>& switch_addresses, std::chrono::milliseconds rpc_timeout,
       const std::string& operator_token,
-      std::chrono::milliseconds health_interval = kDefaultHealthInterval);
+      std::chrono::milliseconds health_interval = kDefaultHealthInterval, const TlsOptions& tls = {});
   ~RemoteSwitches() override;
 
   // SwitchControl (routing as described above). RegisterJobWorker for job 0 is a UdpSession

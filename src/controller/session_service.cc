@@ -197,7 +197,9 @@ class ControllerServer::Impl {
     grpc::ServerBuilder builder;
     // gRPC enables SO_REUSEPORT by default, which would let two controllers "share" a port.
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-    builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port_);
+    SWITCHML_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                              rendezvous::ServerCredentials(options_.tls));
+    builder.AddListeningPort(options_.listen_address, credentials, &port_);
     builder.RegisterService(&session_service_);
     builder.RegisterService(&sync_service_);
     builder.RegisterService(job_service_.grpc_service());
@@ -232,6 +234,7 @@ class ControllerServer::Impl {
     jo.operator_token = options.operator_token;
     jo.default_idle_timeout = options.default_job_idle_timeout;
     jo.reference_limits.max_waiters_per_peer = options.max_waiting_calls_per_peer;
+    jo.tls = options.tls;
     return jo;
   }
 

@@ -84,6 +84,7 @@
 #include <string>
 
 #include "control/switch_control.h"
+#include "rendezvous/tls.h"
 #include "switchml/status.h"
 
 namespace switchml::controller {
@@ -109,6 +110,12 @@ struct ServerOptions {
   // from one client address (IP, any port) wait at once (0 = no per-address bound); job 0's
   // bound on all waiting calls is SyncLimits::max_waiters (4096). See "Flood limits" above.
   uint32_t max_waiting_calls_per_peer = kDefaultMaxWaitingCallsPerPeer;
+  // TLS (rendezvous/tls.h): plaintext by default; with tls.cert_file every service is served
+  // over TLS only (and with tls.client_ca_file only to clients whose certificate that CA
+  // signed). Without TLS, JobService calls (they carry tokens) from peers not on this host
+  // are refused unless tls.insecure. Start fails with InvalidArgument naming the flag when a
+  // file is unreadable, holds no certificate or key, is expired, or the key does not match.
+  rendezvous::ServerTlsOptions tls;
 };
 
 class ControllerServer {

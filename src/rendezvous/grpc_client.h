@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "switchml/options.h"
 #include "switchml/status.h"
 
 namespace switchml::rendezvous {
@@ -18,6 +19,7 @@ namespace switchml::rendezvous {
 struct ControllerConnection {
   std::string address;
   std::chrono::milliseconds timeout{0};
+  TlsOptions tls;  // how the channel was made (for the hints in errors)
   std::shared_ptr<grpc::Channel> channel;
   // true: an RPC waits for the channel to (re)connect until its deadline. false ("fail
   // fast"): an RPC fails at once with Unavailable while the channel is in transient failure
@@ -25,13 +27,16 @@ struct ControllerConnection {
   // is in progress.
   bool wait_for_ready = true;
 
-  // Validates the arguments and waits up to `timeout` for the connection. `who` names the
-  // caller in argument errors ("SessionClient::Connect"). Errors: InvalidArgument,
-  // Unavailable ("controller H:P unreachable (Connect): not connected within N ms"), unless
-  // require_connected is false: then the connection is returned anyway (gRPC keeps trying to
-  // connect; calls fail fast or wait as wait_for_ready says).
+  // Validates the arguments, makes the channel with `tls` (rendezvous/tls.h) and waits up to
+  // `timeout` for the connection. `who` names the caller in argument errors
+  // ("SessionClient::Connect"). Errors: InvalidArgument (arguments, TLS files),
+  // Unavailable ("controller H:P unreachable (Connect): not connected within N ms: <gRPC's
+  // last error> (<TLS hint>)"), unless require_connected is false: then the connection is
+  // returned anyway (gRPC keeps trying to connect; calls fail fast or wait as wait_for_ready
+  // says).
   static StatusOr<ControllerConnection> Open(const std::string& address, std::chrono::milliseconds timeout,
-                                             const char* who, bool require_connected = true);
+                                             const TlsOptions& tls, const char* who,
+                                             bool require_connected = true);
 
   // Every RPC: deadline = now + timeout; by default wait_for_ready, so that a controller that
   // is (re)starting is retried until the deadline instead of failing on the first refusal.
@@ -43,6 +48,10 @@ struct ControllerConnection {
   // in time, Unimplemented (with `unimplemented_hint` appended) when it does not serve the
   // RPC, and the controller's own code and message for everything else.
   Status MapError(const char* rpc, const grpc::Status& s, const char* unimplemented_hint = nullptr) const;
+
+  // ": <why gRPC's last connection attempt failed>" and the TLS hint (rendezvous/tls.h), for
+  // a connection that was not made.
+  std::string LastConnectError() const;
 
   std::string TimeoutText() const { return std::to_string(timeout.count()) + " ms"; }
 };

@@ -10,6 +10,7 @@
 #include "rendezvous/grpc_status.h"
 #include "rendezvous/job_counters_proto.h"
 #include "rendezvous/operator_auth.h"
+#include "rendezvous/tls.h"
 #include "switchml_v1.grpc.pb.h"
 
 namespace switchml::rendezvous {
@@ -102,9 +103,11 @@ struct JobClient::Impl : ControllerConnection {
 
 StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const std::string& controller_address,
                                                         std::chrono::milliseconds rpc_timeout,
-                                                        bool require_connected) {
+                                                        const TlsOptions& tls, bool require_connected) {
+  // Every JobService call carries a token (the job's or the operator's).
+  SWITCHML_RETURN_IF_ERROR(CheckClientMaySendTokens(tls, controller_address, "JobClient::Connect"));
   SWITCHML_ASSIGN_OR_RETURN(ControllerConnection connection,
-                            ControllerConnection::Open(controller_address, rpc_timeout,
+                            ControllerConnection::Open(controller_address, rpc_timeout, tls,
                                                        "JobClient::Connect", require_connected));
   auto impl = std::make_unique<Impl>();
   static_cast<ControllerConnection&>(*impl) = std::move(connection);

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "control/switch_control.h"
+#include "switchml/options.h"
 #include "switchml/status.h"
 
 namespace switchml::rendezvous {
@@ -46,11 +47,15 @@ class JobClient {
   // (JobInfo::spec) 0 means the job has none.
   static constexpr std::chrono::milliseconds kNoIdleTimeout = std::chrono::milliseconds::max();
 
-  // Errors: InvalidArgument (empty address, rpc_timeout <= 0), Unavailable (no connection
-  // within rpc_timeout; with require_connected false the client is returned anyway, its
-  // calls failing until the server is reachable). Blocks.
+  // TLS as `tls` says (rendezvous/tls.h). Every call carries a token, so plaintext is only
+  // allowed to a loopback address or with tls.insecure (FailedPrecondition otherwise, before
+  // anything is sent). Errors: InvalidArgument (empty address, rpc_timeout <= 0, TLS files),
+  // Unavailable (no connection within rpc_timeout, with gRPC's reason and a TLS hint; with
+  // require_connected false the client is returned anyway, its calls failing until the
+  // server is reachable). Blocks.
   static StatusOr<std::unique_ptr<JobClient>> Connect(const std::string& controller_address,
                                                       std::chrono::milliseconds rpc_timeout,
+                                                      const TlsOptions& tls = {},
                                                       bool require_connected = true);
   ~JobClient();
   JobClient(const JobClient&) = delete;

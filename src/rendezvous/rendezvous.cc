@@ -56,8 +56,8 @@ control::FailureExplanation ControllerGone(const std::string& address, const Sta
 // advance (its workers agree on one among themselves), so the grant says 0 = any.
 class SessionRendezvous final : public Rendezvous {
  public:
-  SessionRendezvous(std::string address, std::unique_ptr<SessionClient> client)
-      : address_(std::move(address)), client_(std::move(client)) {}
+  SessionRendezvous(std::string address, TlsOptions tls, std::unique_ptr<SessionClient> client)
+      : address_(std::move(address)), tls_(std::move(tls)), client_(std::move(client)) {}
 
   StatusOr<control::JobWorkerGrant> Join(const control::WorkerRegistration& reg) override {
     rank_ = reg.rank;
@@ -78,12 +78,22 @@ class SessionRendezvous final : public Rendezvous {
   // their job's token. Without it, or if the controller refuses it, nothing more is said.
   FailureExplainer failure_explainer() const override {
     const char* env = std::getenv(kOperatorTokenEnv);
-    return [address = address_, rank = rank_, operator_token = std::string(env ? env : "")](
+    return [address = address_, tls = tls_, rank = rank_, operator_token = std::string(env ? env : "")](
                const Status& s) -> control::FailureExplanation {
       if (s.code() != StatusCode::kDeadlineExceeded) return {};
-      auto client = JobClient::Connect(address, kExplainDeadline);
-      if (!client.ok()) return ControllerGone(address, client.status());
-      if (operator_token.empty()) return {};
+      // Only an operator's worker asks more than "does the controller answer" (a Session
+      // call carries no token: plaintext is fine for it).
+      if (operator_token.empty()) {
+        auto session = SessionClient::Connect(address, kExplainDeadline, tls);
+        if (!session.ok()) return ControllerGone(address, session.status());
+        return {};
+      }
+      auto client = JobClient::Connect(address, kExplainDeadline, tls);
+      if (!client.ok()) {
+        // Refused before connecting (the operator credential over plaintext): nothing learnt.
+        if (client.status().code() == StatusCode::kFailedPrecondition) return {};
+        return ControllerGone(address, client.status());
+      }
       (*client)->set_operator_token(operator_token);
       auto list = (*client)->ListJobs();
       if (!list.ok() || !list->reference_session) return {};
@@ -95,6 +105,7 @@ class SessionRendezvous final : public Rendezvous {
 
  private:
   const std::string address_;
+  const TlsOptions tls_;
   std::unique_ptr<SessionClient> client_;
   uint32_t rank_ = 0;  // this worker's, set by Join
 };
@@ -102,9 +113,10 @@ class SessionRendezvous final : public Rendezvous {
 // Any other job: the JobService (JobBootstrap), with the job's token.
 class JobRendezvous final : public Rendezvous {
  public:
-  JobRendezvous(std::string address, uint32_t job_id, std::string token,
+  JobRendezvous(std::string address, TlsOptions tls, uint32_t job_id, std::string token,
                 std::chrono::milliseconds rpc_timeout, std::unique_ptr<JobClient> client)
       : address_(std::move(address)),
+        tls_(std::move(tls)),
         job_id_(job_id),
         token_(std::move(token)),
         rpc_timeout_(rpc_timeout),
@@ -131,11 +143,11 @@ class JobRendezvous final : public Rendezvous {
   // the controller re-placed the job on other switches since this worker registered (a newer
   // placement: the worker must register again; UNAVAILABLE).
   FailureExplainer failure_explainer() const override {
-    return [address = address_, job_id = job_id_, token = token_, rank = rank_,
+    return [address = address_, tls = tls_, job_id = job_id_, token = token_, rank = rank_,
             placement = placement_, deadline = std::min(rpc_timeout_, kExplainDeadline)](
                const Status& s) -> control::FailureExplanation {
       if (s.code() != StatusCode::kDeadlineExceeded) return {};
-      auto client = JobClient::Connect(address, deadline);
+      auto client = JobClient::Connect(address, deadline, tls);
       if (!client.ok()) return ControllerGone(address, client.status());
       auto info = (*client)->GetJob(job_id, token);
       if (!info.ok()) {
@@ -166,6 +178,7 @@ class JobRendezvous final : public Rendezvous {
 
  private:
   const std::string address_;
+  const TlsOptions tls_;
   const uint32_t job_id_;
   const std::string token_;
   const std::chrono::milliseconds rpc_timeout_;
@@ -183,7 +196,8 @@ control::FailureExplanation Rendezvous::ExplainFailure(const Status& s) const {
 
 StatusOr<std::unique_ptr<Rendezvous>> ConnectRendezvous(const std::string& address,
                                                         uint32_t job_id, const std::string& token,
-                                                        std::chrono::milliseconds rpc_timeout) {
+                                                        std::chrono::milliseconds rpc_timeout,
+                                                        const TlsOptions& tls) {
   // A half-set identity must not fall back to the reference session (which a rank 0 would
   // reset), nor send a token nobody checks.
   if (job_id != control::kReferenceJobId && token.empty()) {
@@ -194,13 +208,13 @@ StatusOr<std::unique_ptr<Rendezvous>> ConnectRendezvous(const std::string& addre
     return InvalidArgumentError("job_token is set but job_id is 0; give the job's id too");
   }
   if (job_id == control::kReferenceJobId) {
-    SWITCHML_ASSIGN_OR_RETURN(auto client, SessionClient::Connect(address, rpc_timeout));
+    SWITCHML_ASSIGN_OR_RETURN(auto client, SessionClient::Connect(address, rpc_timeout, tls));
     return std::unique_ptr<Rendezvous>(
-        std::make_unique<SessionRendezvous>(address, std::move(client)));
+        std::make_unique<SessionRendezvous>(address, tls, std::move(client)));
   }
-  SWITCHML_ASSIGN_OR_RETURN(auto client, JobClient::Connect(address, rpc_timeout));
+  SWITCHML_ASSIGN_OR_RETURN(auto client, JobClient::Connect(address, rpc_timeout, tls));
   return std::unique_ptr<Rendezvous>(
-      std::make_unique<JobRendezvous>(address, job_id, token, rpc_timeout, std::move(client)));
+      std::make_unique<JobRendezvous>(address, tls, job_id, token, rpc_timeout, std::move(client)));
 }
 
 }  // namespace switchml::rendezvous

@@ -26,6 +26,7 @@
 #include <string>
 
 #include "control/switch_control.h"
+#include "switchml/options.h"
 #include "switchml/status.h"
 
 namespace switchml::rendezvous {
@@ -79,9 +80,13 @@ std::string SilentRanks(const control::JobInfo& job, uint32_t self);
 // Connects to the controller at `address` for job `job_id`: the reference session for job 0
 // (token must be empty), the JobService otherwise (token must be set). Errors: InvalidArgument
 // ("job_token must be set when job_id is (job_id=J)", "job_token is set but job_id is 0; ...",
-// empty address, rpc_timeout <= 0), Unavailable (no connection within rpc_timeout). Blocks.
+// empty address, rpc_timeout <= 0, TLS files), FailedPrecondition (a token over plaintext to
+// an address not on this host without tls.insecure; rendezvous/tls.h), Unavailable (no
+// connection within rpc_timeout). Every later connection (the failure explainer's) uses `tls`
+// too. Blocks.
 StatusOr<std::unique_ptr<Rendezvous>> ConnectRendezvous(const std::string& address,
                                                         uint32_t job_id, const std::string& token,
-                                                        std::chrono::milliseconds rpc_timeout);
+                                                        std::chrono::milliseconds rpc_timeout,
+                                                        const TlsOptions& tls = {});
 
 }  // namespace switchml::rendezvous

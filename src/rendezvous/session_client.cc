@@ -24,9 +24,9 @@ struct SessionClient::Impl : ControllerConnection {
 
 StatusOr<std::unique_ptr<SessionClient>> SessionClient::Connect(
     const std::string& controller_address, std::chrono::milliseconds rpc_timeout,
-    bool require_connected) {
+    const TlsOptions& tls, bool require_connected) {
   SWITCHML_ASSIGN_OR_RETURN(ControllerConnection connection,
-                            ControllerConnection::Open(controller_address, rpc_timeout,
+                            ControllerConnection::Open(controller_address, rpc_timeout, tls,
                                                        "SessionClient::Connect", require_connected));
   auto impl = std::make_unique<Impl>();
   static_cast<ControllerConnection&>(*impl) = std::move(connection);

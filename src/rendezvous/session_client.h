@@ -34,6 +34,7 @@
 #include <string>
 
 #include "control/switch_control.h"
+#include "switchml/options.h"
 #include "switchml/status.h"
 
 namespace switchml::rendezvous {
@@ -50,11 +51,14 @@ inline constexpr uint16_t kReferenceSwitchUdpPort = 48864;
 
 class SessionClient {
  public:
-  // Creates the channel and waits up to rpc_timeout for it to connect. Errors:
-  // InvalidArgument (empty address, rpc_timeout <= 0), Unavailable (no connection within
-  // rpc_timeout; with require_connected false the client is returned anyway). Blocks.
+  // Creates the channel (TLS as `tls` says; rendezvous/tls.h) and waits up to rpc_timeout for
+  // it to connect. Errors: InvalidArgument (empty address, rpc_timeout <= 0, TLS files),
+  // Unavailable (no connection within rpc_timeout, with gRPC's reason and a TLS hint; with
+  // require_connected false the client is returned anyway). Blocks. The reference services
+  // carry no token: plaintext to any address is allowed.
   static StatusOr<std::unique_ptr<SessionClient>> Connect(const std::string& controller_address,
                                                           std::chrono::milliseconds rpc_timeout,
+                                                          const TlsOptions& tls = {},
                                                           bool require_connected = true);
   ~SessionClient();
   SessionClient(const SessionClient&) = delete;

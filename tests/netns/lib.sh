@@ -23,6 +23,9 @@
 #   ref_topology ...                # the reference-client topology (two bridges), see below
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
+# The emulated hosts' links never leave this machine: tokens may cross them in plaintext gRPC
+# (switches, controllers, workers and `switchml jobs` read it; docs/operations.md "Securing").
+export SWITCHML_INSECURE=${SWITCHML_INSECURE-1}
 
 NETTOOL="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/nettool.py"
 PYTHON=${PYTHON:-python3}

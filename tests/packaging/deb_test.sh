@@ -3,7 +3,9 @@
 # `cpack -G DEB` makes switchml, libswitchml-dev (and switchml-mpi when the interposers are
 # built); their contents and control files are what docs/operations.md "Installing" says; the
 # binaries of a `dpkg -x` root run: --version, --help, a switch and a controller started with the
-# packaged sample configs (on free ports of 127.0.0.1) and stopped; postinst and postrm purge on
+# packaged sample configs (on free ports of 127.0.0.1) and stopped; docs/operations.md's
+# walkthrough (the packaged switch.conf with TLS and metrics, a scrape, `switchml top`, a job over
+# mutual TLS); postinst and postrm purge on
 # that root make and remove the operator credential; the systemd units start the
 # packaged binary on the packaged conffiles (systemd-analyze verify when present, and a parser).
 set -euo pipefail
@@ -73,6 +75,44 @@ sml_stop_switch 10 || rc=$?
 ((rc == 0)) || fail "the packaged switch exited with status $rc: $(tail -5 "$SW_LOG")"
 [[ -s $WORK/counters.json ]] || fail "the packaged switch did not write --counters-json"
 pass "dpkg -x root: --version, --help, switch and controller on the sample configs, jobs list, stopped"
+
+# docs/operations.md's walkthrough with the packaged binary: the switch on the packaged
+# switch.conf with its TLS lines filled in and metrics on, started as the unit's ExecStart does;
+# /metrics scraped; `switchml top` and a job of two workers over mutual TLS (SWITCHML_TLS_*).
+command -v openssl > /dev/null || fail "openssl is missing (scripts/install-deps.sh installs it)"
+sml_make_pki "$WORK/pki" || fail "openssl failed: $(tail -5 "$WORK/pki/openssl.log")"
+sed -e "s|^# tls-cert = .*|tls-cert = \"$WORK/pki/switch.pem\"|" -e "s|^# tls-key = .*|tls-key = \"$WORK/pki/switch.key\"|" \
+    -e "s|^# tls-client-ca = \"[^\"]*\"|tls-client-ca = \"$WORK/pki/ca.pem\"|" \
+    -e 's|^counters-json = .*|metrics-listen = "127.0.0.1:0"|' "$ROOT/etc/switchml/switch.conf" > "$WORK/switch-tls.conf"
+grep -q '^tls-client-ca = ' "$WORK/switch-tls.conf" || fail "the packaged switch.conf has no TLS lines to fill in"
+sml_start_switch --log "$WORK/switch-tls.log" -- --config "$WORK/switch-tls.conf" --operator-token-file "$WORK/operator-token" ||
+    fail "the packaged switch did not start with TLS: $(tail -3 "$WORK/switch-tls.log")"
+grep -q "gRPC over TLS on 127.0.0.1:$CTL_PORT" "$WORK/switch-tls.log" || fail "the packaged switch does not say it serves TLS"
+MPORT=$(json_get "$SW_READY" "j['metrics_port']")
+python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
+    "http://127.0.0.1:$MPORT/metrics" > "$WORK/metrics.txt" || fail "scraping the packaged switch's /metrics failed"
+grep -q '^switchml_switch_io_threads 1' "$WORK/metrics.txt" || fail "/metrics lacks switchml_switch_io_threads"
+export SWITCHML_TLS_CA=$WORK/pki/ca.pem SWITCHML_TLS_CERT=$WORK/pki/client.pem SWITCHML_TLS_KEY=$WORK/pki/client.key
+"$SWITCHML" top --controller "127.0.0.1:$CTL_PORT" --iterations 1 > "$WORK/top.txt" 2>&1 ||
+    fail "switchml top over TLS: $(tail -3 "$WORK/top.txt")"
+out=$("$SWITCHML" jobs create --controller "127.0.0.1:$CTL_PORT" --workers 2 --slots 64 --type int32) ||
+    fail "jobs create over TLS: $out"
+eval "$out"
+pids=()
+for r in 0 1; do
+  "$SWITCHML" allreduce --controller "127.0.0.1:$CTL_PORT" --job-id "$SWITCHML_JOB_ID" --job-token "$SWITCHML_JOB_TOKEN" \
+      --rank $r --workers 2 --window 64 --type int32 --counts 10000 > "$WORK/tls-r$r.log" 2>&1 &
+  pids+=($!); sml_track $!
+done
+for p in "${pids[@]}"; do wait "$p" || fail "a worker over TLS failed: $(tail -3 "$WORK"/tls-r*.log)"; done
+grep -q ' 0 wrong' "$WORK/tls-r0.log" && grep -q ' 0 wrong' "$WORK/tls-r1.log" || fail "wrong elements over TLS"
+unset SWITCHML_TLS_CA SWITCHML_TLS_CERT SWITCHML_TLS_KEY
+rc=0; "$SWITCHML" jobs list --controller "127.0.0.1:$CTL_PORT" --rpc-timeout-ms 1000 > "$WORK/plain.txt" 2>&1 || rc=$?
+((rc != 0)) && grep -q "give its CA" "$WORK/plain.txt" || fail "a plaintext jobs list was not refused clearly: $(cat "$WORK/plain.txt")"
+rc=0
+sml_stop_switch 10 || rc=$?
+((rc == 0)) || fail "the packaged switch (TLS) exited with status $rc: $(tail -5 "$SW_LOG")"
+pass "walkthrough: packaged switch.conf with TLS and metrics, /metrics scraped, top and a 2-worker job over mutual TLS, plaintext refused"
 
 # The maintainer scripts, on the dpkg -x root ($DPKG_ROOT, as dpkg gives them): postinst makes a
 # private operator credential the switch accepts and keeps it on reconfiguration; purge removes it.

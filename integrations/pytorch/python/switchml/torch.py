@@ -36,6 +36,10 @@ Settings come from environment variables, read when a group is created:
   SWITCHML_JOB_ID, SWITCHML_JOB_TOKEN
                                  join a job made with `switchml jobs create` (default: the
                                  switch's reference session)
+  SWITCHML_TLS_CA, SWITCHML_TLS_CERT, SWITCHML_TLS_KEY, SWITCHML_TLS_SERVER_NAME, SWITCHML_INSECURE
+                                 TLS towards the controller (docs/operations.md "Securing"),
+                                 read by the backend's C++ side; without TLS a job's token goes
+                                 only to a controller on this host unless SWITCHML_INSECURE=1
   SWITCHML_OPERATOR_TOKEN        not needed; in the reference session, a timed-out all-reduce
                                  then also names the ranks the switch has not heard from (a
                                  job's own token does that for a `switchml jobs create` job)
