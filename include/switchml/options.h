@@ -35,7 +35,7 @@ struct TlsOptions {
   // controller_address (e.g. an address by IP and a certificate for "switch1.example").
   std::string server_name;
   // Without TLS: send tokens to a controller that is not on this host anyway (anyone on the
-  // path can read them). Must stay false with ca_file.
+  // path can read them). No effect with TLS.
   bool insecure = false;
 
   bool enabled() const { return !ca_file.empty(); }

@@ -23,10 +23,6 @@ Status TlsOptions::Validate() const {
     return InvalidArgumentError("tls.server_name is set but tls.ca_file is not (it names the certificate "
                                 "TLS expects)");
   }
-  if (insecure && !ca_file.empty()) {
-    return InvalidArgumentError("tls.insecure is set with tls.ca_file: insecure allows plaintext, the CA "
-                                "asks for TLS; set one");
-  }
   return OkStatus();
 }
 

@@ -196,9 +196,6 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const Serve
     return grpc::InsecureServerCredentials();
   }
   if (tls.key_file.empty()) return InvalidArgumentError("--tls-cert is set but --tls-key is not");
-  if (tls.insecure) {
-    return InvalidArgumentError("--insecure is for plaintext; with --tls-cert every call is encrypted");
-  }
   SWITCHML_ASSIGN_OR_RETURN(KeyPair pair, ReadKeyPair(tls.cert_file, "--tls-cert", tls.key_file, "--tls-key"));
   grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   ssl.pem_key_cert_pairs.push_back({pair.key_pem, pair.cert_pem});

@@ -37,8 +37,8 @@ struct ServerTlsOptions {
   std::string cert_file;
   std::string key_file;
   std::string client_ca_file;
-  // Plaintext only: accept tokens from peers that are not on this host (they can be read on
-  // the way). The server logs a warning when it starts so.
+  // Plaintext only (no effect with TLS): accept tokens from peers that are not on this host
+  // (they can be read on the way). The server logs a warning when it starts so.
   bool insecure = false;
 
   bool enabled() const { return !cert_file.empty(); }
