@@ -33,17 +33,17 @@ WORKER_TIMEOUT_S = 100
 
 # ---------------------------------------------------------------- parent side
 
-def start_switch(binary, tmpdir, env=None, controller_port=0):
+def start_switch(binary, tmpdir, env=None, controller_port=0, extra_args=()):
     """`switchml switch` on free ports (log and ready file in tmpdir; the controller on
     `controller_port` if not 0, e.g. to restart a switch where its workers look for it); returns
     (process, "127.0.0.1:<controller port>"). `env`: the switch's environment (default: this
-    one's)."""
+    one's); `extra_args`: more flags (e.g. --tls-cert)."""
     ready = os.path.join(tmpdir, "switch.json")
     if os.path.exists(ready):
         os.remove(ready)
     log = open(os.path.join(tmpdir, "switch.log"), "a")
     proc = subprocess.Popen([binary, "switch", "--bind", "127.0.0.1", "--port", "0",
-                             "--controller-port", str(controller_port), "--ready-file", ready],
+                             "--controller-port", str(controller_port), "--ready-file", ready, *extra_args],
                             stdout=log, stderr=subprocess.STDOUT, env=env)
     deadline = time.time() + 30
     while time.time() < deadline:
@@ -157,12 +157,13 @@ def free_port():
 
 
 def run_with_switch(args, tmpdir, script, mode, tag, world=2, env_extra=None, extra=(),
-                    timeout_s=WORKER_TIMEOUT_S, log_label=""):
+                    timeout_s=WORKER_TIMEOUT_S, log_label="", switch_args=()):
     """`world` workers of `script mode` on a switch of their own in tmpdir (a file:// store
-    there; SWITCHML_CONTROLLER and env_extra in every worker's environment); reports them and,
-    if one failed, the switch's log. Returns whether every worker exited 0."""
+    there; SWITCHML_CONTROLLER and env_extra in every worker's environment; switch_args: the
+    switch's extra flags); reports them and, if one failed, the switch's log. Returns whether
+    every worker exited 0."""
     init = "file://" + os.path.join(tmpdir, "store")
-    switch, controller = start_switch(args.switchml, tmpdir)
+    switch, controller = start_switch(args.switchml, tmpdir, extra_args=switch_args)
     try:
         env = base_env(args.pythonpath)
         env["SWITCHML_CONTROLLER"] = controller

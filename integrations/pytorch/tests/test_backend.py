@@ -17,7 +17,8 @@ Each mode starts its own switch (`switchml switch` on free ports) and two worker
             SWITCHML_CONTROLLER must fail with a message naming the variable, and a group whose
             rank 1 has another SWITCHML_HALF_VIA_SWITCH than rank 0 must fail on rank 1 with a
             ValueError naming both values (and on rank 0 with an error, not a hang); ranks that
-            disagree on SWITCHML_FAILOVER all raise ValueError naming every rank's value.
+            disagree on SWITCHML_FAILOVER all raise ValueError naming every rank's value. The
+            stream check also runs over mutual TLS (SWITCHML_TLS_* only; the switch serves TLS).
   matrix:   (ctest pytorch_backend_matrix) all_reduce op x dtype and every other collective x
             dtype, each against the same call on a Gloo group (printed as two tables); DDP
             comm hooks; ZeroRedundancyOptimizer, FSDP and FSDP2 against the same runs over
@@ -36,6 +37,7 @@ Exit code 77 (CTest: skipped) when this interpreter cannot import torch.
 import datetime
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -87,6 +89,10 @@ def run_suite(args, tmpdir, controller):
     ok = run_with_switch(args, stream_dir, __file__, "worker-stream", "stream", world=3,
                          log_label="stream ") and ok
 
+    # The same over mutual TLS (docs/operations.md "Securing"): the switch serves TLS only, so
+    # the backend must take SWITCHML_TLS_* from the environment to reach it at all.
+    ok = run_tls(args, tmpdir) and ok
+
     # No controller address anywhere: a clear error, not a hang or a crash.
     init1 = "file://" + os.path.join(tmpdir, "store1")
     cmd = (worker_cmd(__file__, "worker-no-controller", 0, 1, init1, args), base_env(args.pythonpath))
@@ -114,6 +120,24 @@ def run_suite(args, tmpdir, controller):
         cmds.append((worker_cmd(__file__, "worker-failover-mismatch", rank, 2, init3, args), env))
     ok = report(run_processes(cmds, tmpdir, WORKER_TIMEOUT_S, "failover_mismatch"), "failover-mismatch") and ok
     return ok
+
+
+def run_tls(args, tmpdir):
+    tls_dir = os.path.join(tmpdir, "tls")
+    pki = os.path.join(tls_dir, "pki")
+    os.makedirs(tls_dir)
+    lib = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "scripts", "lib.sh")
+    made = subprocess.run(["bash", "-c", 'source "$1" && sml_make_pki "$2"', "bash", lib, pki],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        print(f"FAIL: openssl (sml_make_pki): {made.stdout}{made.stderr}")
+        return False
+    p = lambda name: os.path.join(pki, name)
+    return run_with_switch(args, tls_dir, __file__, "worker-stream", "tls", world=2, log_label="tls ",
+                           switch_args=("--tls-cert", p("switch.pem"), "--tls-key", p("switch.key"),
+                                        "--tls-client-ca", p("ca.pem")),
+                           env_extra={"SWITCHML_TLS_CA": p("ca.pem"), "SWITCHML_TLS_CERT": p("client.pem"),
+                                      "SWITCHML_TLS_KEY": p("client.key")})
 
 
 def run_matrix(args, tmpdir, controller):
