@@ -161,16 +161,8 @@ StatusOr<TlsOptions> ClientTlsFlags::Resolve() const {
   Status s = tls.Validate();
   if (s.ok()) s = rendezvous::CheckClientTlsFiles(tls);  // the files too, before connecting
   if (!s.ok()) {
-    std::string m = s.message();
-    for (const auto& [field, flag] : {std::pair{"tls.ca_file", "--tls-ca"}, std::pair{"tls.cert_file", "--tls-cert"},
-                                      std::pair{"tls.key_file", "--tls-key"},
-                                      std::pair{"tls.server_name", "--tls-server-name"},
-                                      std::pair{"tls.insecure", "--insecure"}}) {
-      for (size_t at = m.find(field); at != std::string::npos; at = m.find(field, at)) {
-        m.replace(at, std::strlen(field), flag);
-      }
-    }
-    return InvalidArgumentError(m);
+    return InvalidArgumentError(RenameTlsFields(
+        s.message(), {"--tls-ca", "--tls-cert", "--tls-key", "--tls-server-name", "--insecure"}));
   }
   return tls;
 }

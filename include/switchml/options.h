@@ -9,6 +9,7 @@
 //   if (auto s = opt.Validate(); !s.ok()) { ... s.message() names the bad field ... }
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -50,6 +51,11 @@ struct TlsOptions {
 // value or nullptr when unset (empty = std::getenv). Errors: INVALID_ARGUMENT naming the variable.
 StatusOr<TlsOptions> TlsOptionsFromEnvironment(
     const std::function<const char*(const char*)>& get = nullptr);
+
+// `message` (from TlsOptions::Validate or a connection's TLS file checks) with the field names
+// tls.ca_file, tls.cert_file, tls.key_file, tls.server_name, tls.insecure replaced by `names`
+// in that order: what the user set (environment variables, a tool's flags).
+std::string RenameTlsFields(std::string message, const std::array<const char*, 5>& names);
 
 // The struct's own (implicit) copy, move and destruction of its deprecated fields are not uses:
 // only code naming them is warned about.

@@ -44,19 +44,22 @@ StatusOr<TlsOptions> TlsOptionsFromEnvironment(const std::function<const char*(c
   }
   if (Status s = tls.Validate(); !s.ok()) {
     // Name the variables the user set, not the fields.
-    std::string m = s.message();
-    for (const auto& [field, var] : {std::pair{"tls.ca_file", "SWITCHML_TLS_CA"},
-                                     std::pair{"tls.cert_file", "SWITCHML_TLS_CERT"},
-                                     std::pair{"tls.key_file", "SWITCHML_TLS_KEY"},
-                                     std::pair{"tls.server_name", "SWITCHML_TLS_SERVER_NAME"},
-                                     std::pair{"tls.insecure", "SWITCHML_INSECURE"}}) {
-      for (size_t at = m.find(field); at != std::string::npos; at = m.find(field, at)) {
-        m.replace(at, std::strlen(field), var);
-      }
-    }
-    return InvalidArgumentError(m);
+    return InvalidArgumentError(RenameTlsFields(
+        s.message(), {"SWITCHML_TLS_CA", "SWITCHML_TLS_CERT", "SWITCHML_TLS_KEY", "SWITCHML_TLS_SERVER_NAME",
+                      "SWITCHML_INSECURE"}));
   }
   return tls;
+}
+
+std::string RenameTlsFields(std::string message, const std::array<const char*, 5>& names) {
+  static constexpr std::array<const char*, 5> kFields = {"tls.ca_file", "tls.cert_file", "tls.key_file",
+                                                         "tls.server_name", "tls.insecure"};
+  for (size_t i = 0; i < kFields.size(); ++i) {
+    for (size_t at = message.find(kFields[i]); at != std::string::npos; at = message.find(kFields[i], at)) {
+      message.replace(at, std::strlen(kFields[i]), names[i]);
+    }
+  }
+  return message;
 }
 
 }  // namespace switchml
