@@ -102,8 +102,11 @@ void RunRank(Context& ctx, HostPath& host, Failover& fo, std::vector<std::vector
 // `kCalls` calls of random sizes, the switch killed after a random number of its datagrams; or,
 // with `mute_rank` >= 0, one call of 100 elements whose results never reach that rank.
 // `stats_out`, if given, gets every rank's context Stats at the end.
+// `racks` > 0: a two-level cluster of `racks` leaves x 3 / racks workers, `victim` the switch
+// that dies (a leaf's or the parent's address).
 void RunCalls(uint64_t seed, size_t kCalls, int mute_rank, uint64_t& recoveries, uint64_t& host_calls,
-              std::vector<Stats>* stats_out = nullptr) {
+              std::vector<Stats>* stats_out = nullptr, uint32_t racks = 0,
+              uint32_t victim = LoopbackCluster::kSwitchEndpoint.ipv4) {
   constexpr uint32_t kRanks = 3, kThreads = 2;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -116,9 +119,13 @@ void RunCalls(uint64_t seed, size_t kCalls, int mute_rank, uint64_t& recoveries,
   }
   SwitchKiller killer;
   killer.mute_rank = mute_rank;
+  killer.victim_ipv4 = victim;
   // A point in the run, or (1 in 6) after its end: then no rank fails and nobody recovers.
   if (mute_rank < 0) killer.budget = int64_t(rng() % uint64_t(datagrams + datagrams / 5));
-  auto cluster = LoopbackCluster::Create(kRanks, FastOptions(kThreads), killer.Faults()).value();
+  auto cluster = racks == 0 ? LoopbackCluster::Create(kRanks, FastOptions(kThreads), killer.Faults()).value()
+                            : LoopbackCluster::CreateTwoLevel(racks, kRanks / racks, FastOptions(kThreads),
+                                                              killer.Faults())
+                                  .value();
   for (uint32_t r = 0; r < kRanks; ++r) {
     // What Context::Create's controller query says once the switch process is gone.
     client::ContextImpl::Of(cluster->ctx(r)).SetFailureExplainerForTests([&killer](const Status&) {
@@ -186,6 +193,22 @@ void RunCalls(uint64_t seed, size_t kCalls, int mute_rank, uint64_t& recoveries,
 TEST(FailoverTest, HundredInt32CallsExactOnEveryRankWhenTheSwitchDiesAtARandomPoint) {
   uint64_t recoveries = 0, host_calls = 0;
   for (uint64_t seed = 1; seed <= 8; ++seed) RunCalls(seed, 100, -1, recoveries, host_calls);
+  EXPECT_GE(recoveries, 4u);  // most seeds kill the switch inside the run
+  EXPECT_GT(host_calls, 0u);
+}
+
+// Two levels (docs/scaling.md "Two-level aggregation"): the parent, or one leaf, dies at a random
+// point. Every rank's calls time out (the parent's totals, or that rack's results, stop; the
+// other leaves hold their rounds), the ranks agree, and the recovery finishes every call on the
+// host path exactly, as for one switch: what the integrations' failover stands on.
+TEST(FailoverTest, TwoLevelCallsExactOnEveryRankWhenTheParentOrALeafDies) {
+  uint64_t recoveries = 0, host_calls = 0;
+  for (uint64_t seed = 31; seed <= 34; ++seed) {
+    RunCalls(seed, 60, -1, recoveries, host_calls, nullptr, /*racks=*/3, LoopbackCluster::kParentIpv4);
+  }
+  for (uint64_t seed = 35; seed <= 38; ++seed) {  // leaf 1 (127.0.0.2) of 3 racks x 1
+    RunCalls(seed, 60, -1, recoveries, host_calls, nullptr, /*racks=*/3, LoopbackCluster::kSwitchEndpoint.ipv4 + 1);
+  }
   EXPECT_GE(recoveries, 4u);  // most seeds kill the switch inside the run
   EXPECT_GT(host_calls, 0u);
 }

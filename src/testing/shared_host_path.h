@@ -107,12 +107,15 @@ struct SwitchKiller {
   std::atomic<int64_t> budget{INT64_MAX};
   std::atomic<bool> dead{false};
   std::atomic<int> mute_rank{-1};
+  // The switch that dies (its datagrams count against the budget; once dead, nothing reaches
+  // it or leaves it): the cluster's switch, or in a two-level cluster a leaf or the parent.
+  uint32_t victim_ipv4 = LoopbackCluster::kSwitchEndpoint.ipv4;
   transport::FaultOptions Faults() {
     transport::FaultOptions f;
     f.loss = 1.0;
     f.applies_to = [this](transport::Endpoint from, transport::Endpoint to) {
-      const bool from_switch = from.ipv4 == LoopbackCluster::kSwitchEndpoint.ipv4;
-      if (dead.load()) return true;
+      const bool from_switch = from.ipv4 == victim_ipv4;
+      if (dead.load()) return from_switch || to.ipv4 == victim_ipv4;
       if (!from_switch) return false;
       if (budget.fetch_sub(1) <= 0) {
         dead.store(true);
