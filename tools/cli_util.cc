@@ -1,5 +1,7 @@
 #include "cli_util.h"
 
+#include "common/small_file.h"
+
 #include <CLI/CLI.hpp>
 
 #include <signal.h>
@@ -170,11 +172,8 @@ StatusOr<std::vector<std::string>> ExpandConfigFile(const CLI::App& command,
   }
   if (path.empty()) return args;
   const std::string where = "--config " + path;
-  if (std::FILE* f = std::fopen(path.c_str(), "r"); f != nullptr) {
-    std::fclose(f);
-  } else {
-    return InvalidArgumentError(where + ": cannot read it (" + std::strerror(errno) + ")");
-  }
+  // A directory, a FIFO or /dev/zero would make the parser wait or read forever.
+  if (Status s = CheckSmallFile(path, "--config", 1 << 20); !s.ok()) return s;
   std::vector<CLI::ConfigItem> items;
   try {
     items = CLI::ConfigTOML().from_file(path);

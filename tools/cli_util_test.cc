@@ -82,6 +82,9 @@ TEST(CliConfigFile, UnknownKeysBadValuesAndMissingFilesAreErrorsNamingThem) {
   ConfigApp c;
   e = c.Parse({"--config", "/nonexistent/switchml.toml"});
   EXPECT_NE(e.find("/nonexistent/switchml.toml"), std::string::npos) << e;
+  ConfigApp z;  // a parser reading /dev/zero would never return
+  e = z.Parse({"--config", "/dev/zero"});
+  EXPECT_NE(e.find("not a regular file"), std::string::npos) << e;
   ConfigApp d;
   e = d.Parse({"--config", WriteFile("section.toml", "[switch]\nslots = 5\n")});
   EXPECT_NE(e.find("sections are not supported"), std::string::npos) << e;

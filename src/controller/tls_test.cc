@@ -316,10 +316,16 @@ TEST_F(TlsTest, BadFilesAreNamedBeforeAnythingIsSent) {
   mismatched.key_file = P("server.key");
   TlsOptions half = ClientTls();
   half.cert_file = P("client.pem");
+  TlsOptions endless = ClientTls();
+  endless.ca_file = "/dev/zero";  // would never end
+  TlsOptions directory = ClientTls();
+  directory.ca_file = "/tmp";
   for (const Case& c : {Case{missing, "tls.ca_file '" + P("no-such.pem") + "': cannot read it"},
                         Case{garbage, "tls.ca_file '" + P("garbage.pem") + "': no PEM certificate"},
                         Case{mismatched, "tls.key_file '" + P("server.key") + "' is not the key of"},
-                        Case{half, "tls.cert_file is set but tls.key_file is not"}}) {
+                        Case{half, "tls.cert_file is set but tls.key_file is not"},
+                        Case{endless, "tls.ca_file '/dev/zero': cannot read it: not a regular file"},
+                        Case{directory, "tls.ca_file '/tmp': cannot read it: not a regular file"}}) {
     auto client = JobClient::Connect("127.0.0.1:1", 3s, c.tls);
     EXPECT_EQ(client.status().code(), StatusCode::kInvalidArgument) << client.status();
     EXPECT_THAT(client.status().message(), HasSubstr(c.want));

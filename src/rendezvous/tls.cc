@@ -1,5 +1,7 @@
 #include "rendezvous/tls.h"
 
+#include "common/small_file.h"
+
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
 
@@ -12,6 +14,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -35,15 +38,11 @@ using KeyPtr = std::unique_ptr<EVP_PKEY, KeyFree>;
 
 std::string Quoted(const std::string& path) { return "'" + path + "'"; }
 
-// The whole file, or InvalidArgument "<what> '<path>': cannot read it: <errno text>".
+// PEM files are a few KiB; a bundle of every public CA is about 200 KiB.
+constexpr uintmax_t kMaxPemBytes = 4 << 20;
+
 StatusOr<std::string> ReadFile(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return InvalidArgumentError(what + " " + Quoted(path) + ": cannot read it: " + std::strerror(errno));
-  }
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+  return ReadSmallFile(path, what, kMaxPemBytes);
 }
 
 std::string Asn1Time(const ASN1_TIME* t) {

@@ -39,6 +39,9 @@ expect_error "switch: bad config value" "io.threads" 30 -- "$SWITCHML" switch --
 printf 'listen = "0.0.0.0:0"\nswitches = ["127.0.0.1:9"]\n' > "$WORK/ctl.conf"
 expect_error "controller: unknown config key" "switches" 30 -- "$SWITCHML" controller --config "$WORK/ctl.conf"
 expect_error "switch: missing config file" "$WORK/none.conf" 30 -- "$SWITCHML" switch --config "$WORK/none.conf"
+# Not a file to read to its end: an error, not a hang.
+expect_error "switch: config from /dev/zero" "'/dev/zero': cannot read it: not a regular file" 30 -- \
+  "$SWITCHML" switch --config /dev/zero
 # A good one is applied, and the command line wins over it.
 printf '# the site settings\nslots = 96\nlate-duplicate-guard = true\n' > "$WORK/good.conf"
 start_switch_on 0 0 config1.log --config "$WORK/good.conf"
