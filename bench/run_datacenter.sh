@@ -24,6 +24,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 # shellcheck source=scripts/lib.sh
 source "$root/scripts/lib.sh"
+# shellcheck source=bench/scenario_options.sh
+source "$here/scenario_options.sh"  # scenario_option: the shared command-line options
 PERF="$root/build/allreduce_perf"
 SWITCHML="$root/build/switchml"
 CLUSTER="$root/scripts/cluster.sh"
@@ -61,7 +63,6 @@ EOF
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    --rate) RATE="$2"; shift ;;
     --mtu) MTU="$2"; shift ;;
     --workers) WORKERS="${2//,/ }"; shift ;;
     --types) TYPES="${2//,/ }"; shift ;;
@@ -69,22 +70,9 @@ while [ $# -gt 0 ]; do
     --min-bytes) MIN="$2"; shift ;;
     --max-bytes) MAX="$2"; shift ;;
     --step-factor) FACTOR="$2"; shift ;;
-    --iters) ITERS="$2"; shift ;;
-    --warmup) WARMUP="$2"; shift ;;
     --quick) MIN=1MiB MAX=1MiB ITERS=2 WARMUP=1 WORKERS=2 TIMEOUT=120 ;;
-    --timeout) TIMEOUT="$2"; shift ;;
-    --perf) PERF="$2"; shift ;;
-    --switchml) SWITCHML="$2"; shift ;;
-    --mpirun) MPIRUN="$2"; shift ;;
-    --cluster-sh) CLUSTER="$2"; shift ;;
-    --out) OUT="$2"; shift ;;
-    --plot) PLOT="$2"; shift ;;
-    --perf-arg) EXTRA+=("$2"); shift ;;
-    --perf-arg=*) EXTRA+=("${1#--perf-arg=}") ;;
-    --switch-arg) SWITCH_FLAGS+=("$2"); shift ;;
-    --switch-arg=*) SWITCH_FLAGS+=("${1#--switch-arg=}") ;;
-    -h|--help) usage; exit 0 ;;
-    *) die "unknown argument '$1' (see --help)" ;;
+    *) scenario_option "rate iters warmup timeout perf switchml mpirun cluster-sh out plot perf-arg switch-arg" "$@" || die "unknown argument '$1' (see --help)"
+       shift $((SCENARIO_SHIFT - 1)) ;;
   esac
   shift
 done

@@ -20,6 +20,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 # shellcheck source=scripts/lib.sh
 source "$root/scripts/lib.sh"
+# shellcheck source=bench/scenario_options.sh
+source "$here/scenario_options.sh"  # scenario_option: the shared command-line options
 PERF="$root/build/allreduce_perf"
 SWITCHML="$root/build/switchml"
 MPIRUN="$(command -v mpirun.openmpi || true)"
@@ -55,19 +57,10 @@ while [ $# -gt 0 ]; do
     --min-bytes) MIN="$2"; shift ;;
     --max-bytes) MAX="$2"; shift ;;
     --step-factor) FACTOR="$2"; shift ;;
-    --iters) ITERS="$2"; shift ;;
-    --warmup) WARMUP="$2"; shift ;;
     --type) TYPE="$2"; shift ;;
-    --timeout) TIMEOUT="$2"; shift ;;
     --elements-per-packet) ELEMENTS="$2"; shift ;;
-    --perf) PERF="$2"; shift ;;
-    --switchml) SWITCHML="$2"; shift ;;
-    --mpirun) MPIRUN="$2"; shift ;;
-    --out) OUT="$2"; shift ;;
-    --perf-arg) EXTRA+=("$2"); shift ;;
-    --perf-arg=*) EXTRA+=("${1#--perf-arg=}") ;;
-    -h|--help) usage; exit 0 ;;
-    *) die "unknown argument '$1' (see --help)" ;;
+    *) scenario_option "iters warmup timeout perf switchml mpirun out perf-arg" "$@" || die "unknown argument '$1' (see --help)"
+       shift $((SCENARIO_SHIFT - 1)) ;;
   esac
   shift
 done

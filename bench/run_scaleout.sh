@@ -28,6 +28,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 # shellcheck source=scripts/lib.sh
 source "$root/scripts/lib.sh"
+# shellcheck source=bench/scenario_options.sh
+source "$here/scenario_options.sh"  # scenario_option: the shared command-line options
 SML_PROG=run_scaleout.sh
 PERF="$root/build/allreduce_perf"
 SWITCHML="$root/build/switchml"
@@ -70,28 +72,14 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --workers) sml_need_value "$@"; WORKERS="${2//,/ }"; shift ;;
     --switches) sml_need_value "$@"; SWITCHES="${2//,/ }"; shift ;;
-    --rate) sml_need_value "$@"; RATE="$2"; shift ;;
     --bytes) sml_need_value "$@"; BYTES="$2"; shift ;;
-    --iters) sml_need_value "$@"; ITERS="$2"; shift ;;
-    --warmup) sml_need_value "$@"; WARMUP="$2"; shift ;;
     --threads) sml_need_value "$@"; THREADS="$2"; shift ;;
     --io-threads) sml_need_value "$@"; IO_THREADS="$2"; shift ;;
     --window) sml_need_value "$@"; WINDOW="$2"; shift ;;
     --no-gloo) GLOO=0 ;;
     --quick) QUICK=1 ;;
-    --timeout) sml_need_value "$@"; TIMEOUT="$2"; shift ;;
-    --perf) sml_need_value "$@"; PERF="$2"; shift ;;
-    --switchml) sml_need_value "$@"; SWITCHML="$2"; shift ;;
-    --cluster-sh) sml_need_value "$@"; CLUSTER="$2"; shift ;;
-    --out) sml_need_value "$@"; OUT="$2"; shift ;;
-    --json) sml_need_value "$@"; JSON="$2"; shift ;;
-    --plot) sml_need_value "$@"; PLOT="$2"; shift ;;
-    --perf-arg) sml_need_value "$@"; EXTRA+=("$2"); shift ;;
-    --perf-arg=*) EXTRA+=("${1#--perf-arg=}") ;;
-    --switch-arg) sml_need_value "$@"; SWITCH_FLAGS+=("$2"); shift ;;
-    --switch-arg=*) SWITCH_FLAGS+=("${1#--switch-arg=}") ;;
-    -h|--help) usage; exit 0 ;;
-    *) die "unknown argument '$1' (see --help)" ;;
+    *) scenario_option "rate iters warmup timeout perf switchml cluster-sh out json plot perf-arg switch-arg" "$@" || die "unknown argument '$1' (see --help)"
+       shift $((SCENARIO_SHIFT - 1)) ;;
   esac
   shift
 done
