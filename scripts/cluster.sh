@@ -238,6 +238,34 @@ apply_loss() {  # to_switch from_switch (reads NAME, WORKERS, SWITCH_NS)
 # ---------------------------------------------------------------------------------------------
 # up
 
+# The last steps of both topologies' `up`, on the caller's arrays (bash's dynamic scope): hosts
+# (namespaces), host_ips, host_macs, n hosts, the first WORKERS of them workers.
+# static_neighbours: every host gets a permanent neighbour entry for every other host.
+static_neighbours() {
+  local i j batch
+  for ((i = 0; i < n; i++)); do
+    batch=""
+    for ((j = 0; j < n; j++)); do
+      ((i == j)) && continue
+      batch+="neigh replace ${host_ips[j]} lladdr ${host_macs[j]} dev eth0 nud permanent"$'\n'
+    done
+    [[ -n "$batch" ]] && ip -n "${hosts[i]}" -batch - <<<"$batch"
+  done
+}
+# shape_host_links BNS_ARRAY PORT_ARRAY: both ends of every host's link (the host side shapes
+# host -> bridge; the bridge port, in namespace BNS[i] named PORT[i], bridge -> host): workers
+# at --rate, switch hosts at --switch-rate; unset rates leave a link unshaped.
+shape_host_links() {
+  local -n bns_of=$1 port_of=$2
+  local i rate burst
+  for ((i = 0; i < n; i++)); do
+    if ((i < WORKERS)); then rate=$RATE burst=$BURST; else rate=$SWITCH_RATE burst=$SWITCH_BURST; fi
+    [[ -n "$rate" ]] || continue
+    tc -n "${hosts[i]}" qdisc replace dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms
+    tc -n "${bns_of[i]}" qdisc replace dev "${port_of[i]}" root tbf rate "$rate" burst "$burst" latency 50ms
+  done
+}
+
 write_state() {  # file; reads the cluster variables
   local tmp="$1.tmp.$$"
   {
@@ -440,26 +468,12 @@ do_up() {
   ip -n "$br" link set br0 mtu "$MTU"
   ip -n "$br" link set br0 up
 
-  # Static neighbour entries: every host (worker or switch) knows every other host's MAC.
-  local j batch
-  for ((i = 0; i < n; i++)); do
-    batch=""
-    for ((j = 0; j < n; j++)); do
-      ((i == j)) && continue
-      batch+="neigh replace ${host_ips[j]} lladdr ${host_macs[j]} dev eth0 nud permanent"$'\n'
-    done
-    [[ -n "$batch" ]] && ip -n "${hosts[i]}" -batch - <<<"$batch"
-  done
-
-  # Rate limits on both ends of every worker link and, with --switch-rate, of every switch link:
-  # the host side shapes host->bridge, the bridge port shapes bridge->host.
-  local rate burst
-  for ((i = 0; i < n; i++)); do
-    if ((i < WORKERS)); then rate=$RATE burst=$BURST; else rate=$SWITCH_RATE burst=$SWITCH_BURST; fi
-    [[ -n "$rate" ]] || continue
-    tc -n "${hosts[i]}" qdisc replace dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms
-    tc -n "$br" qdisc replace dev "${ports[i]}" root tbf rate "$rate" burst "$burst" latency 50ms
-  done
+  # Every host (worker or switch) knows every other host's MAC; both ends of every worker link
+  # and, with --switch-rate, of every switch link are shaped.
+  local -a host_bns=()
+  for ((i = 0; i < n; i++)); do host_bns+=("$br"); done
+  static_neighbours
+  shape_host_links host_bns ports
 
   if ! is_zero "$LOSS_TO" || ! is_zero "$LOSS_FROM"; then apply_loss "$LOSS_TO" "$LOSS_FROM"; fi
 
@@ -551,25 +565,11 @@ up_racks() {
     ip netns exec "$b" bridge -batch - <<<"$batch"
   done
 
-  # Static neighbour entries: every host knows every other host's MAC.
-  for ((i = 0; i < n; i++)); do
-    batch=""
-    for ((j = 0; j < n; j++)); do
-      ((i == j)) && continue
-      batch+="neigh replace ${host_ips[j]} lladdr ${host_macs[j]} dev eth0 nud permanent"$'\n'
-    done
-    [[ -n "$batch" ]] && ip -n "${hosts[i]}" -batch - <<<"$batch"
-  done
-
-  # Rate limits on both ends: worker links at --rate, leaf and parent links at --switch-rate,
-  # uplinks at --uplink-rate (rack side: rack -> core; core side: core -> rack).
-  local rate burst
-  for ((i = 0; i < n; i++)); do
-    if ((i < WORKERS)); then rate=$RATE burst=$BURST; else rate=$SWITCH_RATE burst=$SWITCH_BURST; fi
-    [[ -n "$rate" ]] || continue
-    tc -n "${hosts[i]}" qdisc replace dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms
-    tc -n "${host_bns[i]}" qdisc replace dev "${host_ports[i]}" root tbf rate "$rate" burst "$burst" latency 50ms
-  done
+  # Every host knows every other host's MAC; worker links shaped at --rate, leaf and parent
+  # links at --switch-rate, uplinks at --uplink-rate (rack side: rack -> core; core side: core
+  # -> rack).
+  static_neighbours
+  shape_host_links host_bns host_ports
   if [[ -n "$UPLINK_RATE" ]]; then
     for ((k = 0; k < RACKS; k++)); do
       tc -n "$NAME-rb$k" qdisc replace dev uplink root tbf rate "$UPLINK_RATE" burst "$UPLINK_BURST" latency 50ms
