@@ -238,6 +238,20 @@ apply_loss() {  # to_switch from_switch (reads NAME, WORKERS, SWITCH_NS)
 # ---------------------------------------------------------------------------------------------
 # up
 
+# add_namespaces NS...: the first step of both topologies' `up`: each namespace, with IPv6 off
+# before any interface exists and loopback up.
+add_namespaces() {
+  local ns
+  for ns in "$@"; do
+    ip netns add "$ns"
+    if [[ -d /proc/sys/net/ipv6 ]]; then
+      ip netns exec "$ns" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 &&
+                                 echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6'
+    fi
+    ip -n "$ns" link set lo up
+  done
+}
+
 # The last steps of both topologies' `up`, on the caller's arrays (bash's dynamic scope): hosts
 # (namespaces), host_ips, host_macs, n hosts, the first WORKERS of them workers.
 # static_neighbours: every host gets a permanent neighbour entry for every other host.
@@ -442,16 +456,7 @@ do_up() {
   UP_CREATING=1
   trap up_rollback EXIT
   trap 'exit 130' INT TERM
-
-  # Namespaces, with IPv6 off before any interface exists and loopback up.
-  for ns in "$br" "${hosts[@]}"; do
-    ip netns add "$ns"
-    if [[ -d /proc/sys/net/ipv6 ]]; then
-      ip netns exec "$ns" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 &&
-                                 echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6'
-    fi
-    ip -n "$ns" link set lo up
-  done
+  add_namespaces "$br" "${hosts[@]}"
 
   # The bridge (no STP, no forwarding delay) and one veth pair per host, created directly in the
   # bridge namespace with the peer end moved at creation into the host namespace as eth0.
@@ -514,15 +519,7 @@ up_racks() {
   UP_CREATING=1
   trap up_rollback EXIT
   trap 'exit 130' INT TERM
-
-  for ns in "${bridges[@]}" "${hosts[@]}"; do
-    ip netns add "$ns"
-    if [[ -d /proc/sys/net/ipv6 ]]; then
-      ip netns exec "$ns" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 &&
-                                 echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6'
-    fi
-    ip -n "$ns" link set lo up
-  done
+  add_namespaces "${bridges[@]}" "${hosts[@]}"
   for ns in "${bridges[@]}"; do
     ip -n "$ns" link add br0 type bridge stp_state 0 forward_delay 0 mcast_snooping 0
   done
