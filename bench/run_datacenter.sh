@@ -26,19 +26,11 @@ root="$(dirname "$here")"
 source "$root/scripts/lib.sh"
 # shellcheck source=bench/scenario_options.sh
 source "$here/scenario_options.sh"  # scenario_option: the shared command-line options
-PERF="$root/build/allreduce_perf"
-SWITCHML="$root/build/switchml"
-CLUSTER="$root/scripts/cluster.sh"
-MPIRUN="$(command -v mpirun.openmpi || true)"
-OUT=""
 WORKERS="2 4 8"
 TYPES="float32 int32"
 BACKENDS="switchml,gloo,mpi,mpi-tuned"
 RATE=500mbit MTU=1500
 MIN=64MiB MAX=64MiB FACTOR=4 ITERS=5 WARMUP=1 TIMEOUT=600
-EXTRA=()
-SWITCH_FLAGS=()
-PLOT=""
 
 usage() {
   sml_help_header "${BASH_SOURCE[0]}"

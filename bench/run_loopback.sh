@@ -22,15 +22,10 @@ root="$(dirname "$here")"
 source "$root/scripts/lib.sh"
 # shellcheck source=bench/scenario_options.sh
 source "$here/scenario_options.sh"  # scenario_option: the shared command-line options
-PERF="$root/build/allreduce_perf"
-SWITCHML="$root/build/switchml"
-MPIRUN="$(command -v mpirun.openmpi || true)"
-OUT=""
 WORKERS="2 4"
 BACKENDS="switchml,gloo,mpi,mpi-tuned"
 MIN=4KiB MAX=64MiB FACTOR=4 ITERS=5 WARMUP=1 TYPE=float32 TIMEOUT=900
 ELEMENTS=1024  # lo's MTU is 64 KiB: jumbo payloads (size code 5) fit
-EXTRA=()
 
 usage() {
   sml_help_header "${BASH_SOURCE[0]}"

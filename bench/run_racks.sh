@@ -33,14 +33,8 @@ source "$root/scripts/lib.sh"
 # shellcheck source=bench/scenario_options.sh
 source "$here/scenario_options.sh"  # scenario_option: the shared command-line options
 SML_PROG=run_racks.sh
-PERF="$root/build/allreduce_perf"
-SWITCHML="$root/build/switchml"
-CLUSTER="$root/scripts/cluster.sh"
-OUT="" JSON="" PLOT=""
 CONFIGS="" OVERSUB="" BYTES="" ITERS="" WARMUP=""
 RATE=500mbit SWITCH_RATE="" LOSS=0 METHODS="flat,gloo,two-level" TIMEOUT=600 QUICK=0
-EXTRA=()
-SWITCH_FLAGS=()
 
 usage() {
   sml_help_header "${BASH_SOURCE[0]}"

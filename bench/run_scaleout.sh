@@ -31,14 +31,8 @@ source "$root/scripts/lib.sh"
 # shellcheck source=bench/scenario_options.sh
 source "$here/scenario_options.sh"  # scenario_option: the shared command-line options
 SML_PROG=run_scaleout.sh
-PERF="$root/build/allreduce_perf"
-SWITCHML="$root/build/switchml"
-CLUSTER="$root/scripts/cluster.sh"
-OUT="" JSON="" PLOT=""
 WORKERS="" SWITCHES="" BYTES="" ITERS="" WARMUP=1
 RATE=500mbit THREADS=1 IO_THREADS=1 WINDOW=256 TIMEOUT=600 GLOO=1 QUICK=0
-EXTRA=()
-SWITCH_FLAGS=()
 
 usage() {
   sml_help_header "${BASH_SOURCE[0]}"

@@ -12,6 +12,10 @@
 #     shift
 #   done
 #
+# Sourcing it (with $root, the repository, set) gives the shared options their defaults: PERF
+# and SWITCHML from build/, CLUSTER the repository's scripts/cluster.sh, MPIRUN Open MPI's
+# mpirun if installed, OUT, JSON and PLOT empty (the script picks), EXTRA and SWITCH_FLAGS empty.
+#
 # scenario_option TAKES ARGS...: TAKES names the shared options the script takes, without the
 # dashes: rate iters warmup timeout perf switchml mpirun cluster-sh out json plot perf-arg
 # switch-arg (-h/--help, which calls the script's usage, always). When $1 is one of them, sets
@@ -53,3 +57,11 @@ scenario_option() {
     *) SCENARIO_SHIFT=1; return 1 ;;
   esac
 }
+
+PERF="${root:?scenario_options.sh: set root first}/build/allreduce_perf"
+SWITCHML="$root/build/switchml"
+CLUSTER="$root/scripts/cluster.sh"
+MPIRUN="$(command -v mpirun.openmpi || true)"
+OUT="" JSON="" PLOT=""
+EXTRA=()
+SWITCH_FLAGS=()
