@@ -364,19 +364,8 @@ for c in $CONFIGS; do
 done
 OUT=$BASE
 
-# The table, the JSON and the plot. Debian's python3-matplotlib is seen by /usr/bin/python3
-# (another python3 may come first on PATH); the first of these that has matplotlib draws.
-REPORT_PY=""
-for p in ${PYTHON:-} /usr/bin/python3 "$(command -v python3)"; do
-  [ -x "$p" ] && "$p" -c 'import matplotlib' 2>/dev/null && { REPORT_PY=$p; break; }
-done
-plot_args=(--plot "$PLOT")
-if [ -z "$REPORT_PY" ]; then
-  REPORT_PY=${PYTHON:-/usr/bin/python3}
-  [ -x "$REPORT_PY" ] || REPORT_PY=$(command -v python3)
-  plot_args=()
-  echo "run_racks.sh: no plot (python3-matplotlib is not installed for $REPORT_PY)" >&2
-fi
+# The table, the JSON and the plot (report_python: a python3 with matplotlib, if any).
+report_python
 echo
 echo "# all runs done (elapsed $(elapsed))"
 "$REPORT_PY" "$here/racks_report.py" --json "$JSON" "${plot_args[@]}" ${TWO_LEVEL_MSG:+--note "$TWO_LEVEL_MSG"} "$RUNS" ||

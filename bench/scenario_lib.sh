@@ -174,3 +174,22 @@ finish() {  # backends workers
   echo "# $SCENARIO: FAIL: ${failed[*]} (logs in $OUT/logs)"
   return 1
 }
+
+# report_python: sets REPORT_PY to the first python3 that has matplotlib (Debian's
+# python3-matplotlib is seen by /usr/bin/python3; another python3 may come first on PATH; $PYTHON
+# first) and plot_args to (--plot "$PLOT"); without one, REPORT_PY is a plain python3, plot_args
+# is empty and $SML_PROG says on stderr that there is no plot.
+report_python() {
+  local p
+  REPORT_PY=""
+  for p in ${PYTHON:-} /usr/bin/python3 "$(command -v python3)"; do
+    [ -x "$p" ] && "$p" -c 'import matplotlib' 2>/dev/null && { REPORT_PY=$p; break; }
+  done
+  plot_args=(--plot "$PLOT")
+  if [ -z "$REPORT_PY" ]; then
+    REPORT_PY=${PYTHON:-/usr/bin/python3}
+    [ -x "$REPORT_PY" ] || REPORT_PY=$(command -v python3)
+    plot_args=()
+    echo "${SML_PROG:-${0##*/}}: no plot (python3-matplotlib is not installed for $REPORT_PY)" >&2
+  fi
+}
