@@ -152,13 +152,7 @@ SCENARIO=racks
 
 # The operator credential the two-level run's switches, controller and `jobs create` share (a
 # file, mode 600).
-if [ "$DO_TWO" = 1 ]; then
-  sml_operator_token
-  TOKEN_FILE="$BASE/logs/operator-token"
-  (umask 077 && printf '%s\n' "$SWITCHML_OPERATOR_TOKEN" >"$TOKEN_FILE") || die "cannot write $TOKEN_FILE"
-  # shellcheck disable=SC2016  # expanded at exit
-  sml_at_exit 'rm -f "$TOKEN_FILE"'
-fi
+[ "$DO_TWO" = 0 ] || operator_token_file "$BASE/logs/operator-token"
 
 # The clusters: a unique name per configuration, removed when it is done and at exit whatever
 # happens; first the clusters of an earlier run that was killed before its cleanup.

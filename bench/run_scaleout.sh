@@ -135,11 +135,7 @@ source "$here/scenario_lib.sh"  # wait_ranks, show_logs, run_gloo; installs the 
 SCENARIO=scale-out
 
 # The operator credential every switch, the controller and `jobs create` share (a file, mode 600).
-sml_operator_token
-TOKEN_FILE="$OUT/logs/operator-token"
-(umask 077 && printf '%s\n' "$SWITCHML_OPERATOR_TOKEN" >"$TOKEN_FILE") || die "cannot write $TOKEN_FILE"
-# shellcheck disable=SC2016  # expanded at exit
-sml_at_exit 'rm -f "$TOKEN_FILE"'
+operator_token_file "$OUT/logs/operator-token"
 
 # The cluster: a unique name, removed at exit whatever happens (after the runs' processes stop);
 # first the cluster of an earlier run that was killed before its cleanup.

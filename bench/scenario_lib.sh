@@ -193,3 +193,14 @@ report_python() {
     echo "${SML_PROG:-${0##*/}}: no plot (python3-matplotlib is not installed for $REPORT_PY)" >&2
   fi
 }
+
+# operator_token_file FILE: the operator credential (SWITCHML_OPERATOR_TOKEN, made if unset) in
+# FILE (mode 600) for the switches, controllers and `jobs create` of a run; sets TOKEN_FILE;
+# the file is removed at exit.
+operator_token_file() {
+  sml_operator_token
+  TOKEN_FILE=$1
+  (umask 077 && printf '%s\n' "$SWITCHML_OPERATOR_TOKEN" >"$TOKEN_FILE") || die "cannot write $TOKEN_FILE"
+  # shellcheck disable=SC2016  # expanded at exit
+  sml_at_exit 'rm -f "$TOKEN_FILE"'
+}
