@@ -82,13 +82,15 @@ int Run(const ControllerArgs& a) {
   // Towards the switches: TLS with --tls-ca (presenting this controller's own certificate, for
   // switches that require client certificates), else plaintext (tokens only to switches on
   // this host, unless --insecure).
+  auto server_tls = a.tls.Resolve();
+  if (!server_tls.ok()) return fail(server_tls.status().message());
   TlsOptions to_switches;
   if (!a.switch_tls_ca.empty()) {
     to_switches.ca_file = a.switch_tls_ca;
-    to_switches.cert_file = a.tls.tls.cert_file;
-    to_switches.key_file = a.tls.tls.key_file;
+    to_switches.cert_file = server_tls->cert_file;
+    to_switches.key_file = server_tls->key_file;
   } else {
-    to_switches.insecure = a.tls.tls.insecure;
+    to_switches.insecure = server_tls->insecure;
   }
   auto remote = controller::RemoteSwitches::Connect(
       a.switches, std::chrono::milliseconds(a.rpc_timeout_ms), switch_token,
@@ -108,7 +110,7 @@ int Run(const ControllerArgs& a) {
   so.listen_address = a.listen;
   so.operator_token = cred->token;
   so.default_job_idle_timeout = std::chrono::milliseconds(int64_t(a.job_idle_timeout_s * 1000));
-  so.tls = a.tls.tls;
+  so.tls = *server_tls;
   auto ctl = controller::ControllerServer::Start(so, remote->get());
   if (!ctl.ok()) return fail(ctl.status().ToString());
   std::printf("switchml controller: %s\n",

@@ -204,7 +204,9 @@ int Run(const SwitchArgs& a) {
   if (!cred.ok()) return fail(cred.status().message());
   o.operator_token = cred->token;  // empty: SwitchService generates one
   o.operator_token_source = cred->source;
-  o.tls = a.tls.tls;
+  auto tls = a.tls.Resolve();
+  if (!tls.ok()) return fail(tls.status().message());
+  o.tls = *tls;
 
   // Start (it logs what runs, then writes the ready file), wait, stop, print.
   const sigset_t sigs = BlockStopSignals();

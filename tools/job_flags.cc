@@ -175,8 +175,15 @@ void ServerTlsFlags::Register(CLI::App& app) {
                  "With --tls-cert: require client certificates signed by this CA (PEM; mutual TLS)");
   app.add_flag("--insecure", tls.insecure,
                "Without TLS: accept tokens from other hosts over plaintext gRPC (they can be read on "
-               "the network; a warning is logged). Without it they are accepted only from this host")
-      ->envname("SWITCHML_INSECURE");
+               "the network; a warning is logged). Without it they are accepted only from this host "
+               "(default: SWITCHML_INSECURE=1)");
+}
+
+StatusOr<rendezvous::ServerTlsOptions> ServerTlsFlags::Resolve() const {
+  rendezvous::ServerTlsOptions resolved = tls;
+  SWITCHML_ASSIGN_OR_RETURN(const bool from_env, InsecureFromEnvironment());
+  resolved.insecure = tls.insecure || from_env;
+  return resolved;
 }
 
 }  // namespace switchml::tools

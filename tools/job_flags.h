@@ -92,6 +92,9 @@ struct ServerTlsFlags {
   rendezvous::ServerTlsOptions tls;
 
   void Register(CLI::App& app);
+  // The flags with SWITCHML_INSECURE=1 standing in for an absent --insecure; errors name the
+  // variable (InsecureFromEnvironment).
+  StatusOr<rendezvous::ServerTlsOptions> Resolve() const;
 };
 
 }  // namespace switchml::tools

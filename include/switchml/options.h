@@ -52,6 +52,10 @@ struct TlsOptions {
 StatusOr<TlsOptions> TlsOptionsFromEnvironment(
     const std::function<const char*(const char*)>& get = nullptr);
 
+// SWITCHML_INSECURE alone (what servers read for --insecure): unset, empty or 0 = false, 1 =
+// true; anything else INVALID_ARGUMENT naming the variable.
+StatusOr<bool> InsecureFromEnvironment(const std::function<const char*(const char*)>& get = nullptr);
+
 // `message` (from TlsOptions::Validate or a connection's TLS file checks) with the field names
 // tls.ca_file, tls.cert_file, tls.key_file, tls.server_name, tls.insecure replaced by `names`
 // in that order: what the user set (environment variables, a tool's flags).

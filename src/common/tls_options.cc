@@ -36,12 +36,7 @@ StatusOr<TlsOptions> TlsOptionsFromEnvironment(const std::function<const char*(c
   tls.cert_file = read("SWITCHML_TLS_CERT");
   tls.key_file = read("SWITCHML_TLS_KEY");
   tls.server_name = read("SWITCHML_TLS_SERVER_NAME");
-  const std::string insecure = read("SWITCHML_INSECURE");
-  if (insecure == "1") {
-    tls.insecure = true;
-  } else if (!insecure.empty() && insecure != "0") {
-    return InvalidArgumentError("SWITCHML_INSECURE must be 0 or 1, got '" + insecure + "'");
-  }
+  SWITCHML_ASSIGN_OR_RETURN(tls.insecure, InsecureFromEnvironment(get));
   if (Status s = tls.Validate(); !s.ok()) {
     // Name the variables the user set, not the fields.
     return InvalidArgumentError(RenameTlsFields(
@@ -49,6 +44,14 @@ StatusOr<TlsOptions> TlsOptionsFromEnvironment(const std::function<const char*(c
                       "SWITCHML_INSECURE"}));
   }
   return tls;
+}
+
+StatusOr<bool> InsecureFromEnvironment(const std::function<const char*(const char*)>& get) {
+  const char* v = get ? get("SWITCHML_INSECURE") : std::getenv("SWITCHML_INSECURE");
+  const std::string insecure = v == nullptr ? std::string() : std::string(v);
+  if (insecure.empty() || insecure == "0") return false;
+  if (insecure == "1") return true;
+  return InvalidArgumentError("SWITCHML_INSECURE must be 0 or 1, got '" + insecure + "'");
 }
 
 std::string RenameTlsFields(std::string message, const std::array<const char*, 5>& names) {

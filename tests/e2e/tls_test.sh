@@ -85,4 +85,7 @@ sml_start_switch --bind 0.0.0.0 --log "$WORK/insecure.log" --deadline 10 -- --in
   fail "switch with --insecure did not start"
 grep -q "warning: --insecure: tokens" "$WORK/insecure.log" || { cat "$WORK/insecure.log"; fail "no --insecure warning"; }
 stop_switch
-pass "plaintext on 0.0.0.0: tokens only from this host; --insecure warns"
+rc=0; SWITCHML_INSECURE=yes "$SWITCHML" switch --bind 127.0.0.1 --port 0 --controller-port 0 > "$WORK/env.log" 2>&1 || rc=$?
+[ $rc -ne 0 ] && grep -q "SWITCHML_INSECURE must be 0 or 1, got 'yes'" "$WORK/env.log" ||
+  { cat "$WORK/env.log"; fail "SWITCHML_INSECURE=yes: exit $rc without naming the variable"; }
+pass "plaintext on 0.0.0.0: tokens only from this host; --insecure warns; SWITCHML_INSECURE=yes refused"
