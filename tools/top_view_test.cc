@@ -76,7 +76,7 @@ TEST(TopViewTest, EndedJobsShowTheirReasonAndLeavesAreMarked) {
   s.list.jobs[0].end_reason = "idle for 600000 ms";
   control::JobInfo leaf = Job(9, 0, 0, 0);
   leaf.assignment.uplink.parent_ipv4 = 0x0A000001;
-  leaf.assignment.uplink.parent_port = 48864;
+  leaf.assignment.uplink.parent_ports = {48864};
   leaf.assignment.uplink.leaf = 2;
   s.list.jobs.push_back(leaf);
   s.counters.push_back({"switch0.uplink_sent", 10});

@@ -33,7 +33,7 @@ Options TwoLevelOptions() {
 
 
 // Runs every size as int32 and float32 on every rank, checks every element.
-void RunAndCheck(LoopbackCluster& c, const std::vector<size_t>& counts) {
+void RunAndCheck(LoopbackCluster& c, const std::vector<size_t>& counts, uint32_t threads = 2) {
   const uint32_t n = c.size();
   std::vector<std::string> errors(n);
   OnEveryRank(n, [&](uint32_t r) {
@@ -59,7 +59,7 @@ void RunAndCheck(LoopbackCluster& c, const std::vector<size_t>& counts) {
         continue;
       }
       const testing::Verification vf = testing::VerifyFloat32(
-          out.data(), count, n, 100 + uint32_t(i), testing::BlockLayout{64, 2});
+          out.data(), count, n, 100 + uint32_t(i), testing::BlockLayout{64, threads});
       if (vf.wrong != 0) {
         errors[r] += "float32 count " + std::to_string(count) + ": " + std::to_string(vf.wrong) +
                      " wrong, first at " + std::to_string(vf.first_wrong) + "; ";
@@ -112,6 +112,63 @@ TEST(TwoLevelTest, LossOnEveryHopStaysExact) {
   for (uint32_t l = 0; l < 2; ++l) resent += c.server(l).counters().core.uplink_resent;
   EXPECT_GT(resent, 0u);
   EXPECT_GT(c.parent()->counters().core.unicast_replies, 0u);
+}
+
+// Every level on several I/O threads: each leaf I/O thread sends its slots' rounds up to the
+// parent I/O thread that owns them and takes their totals on its own port (the leaf registered
+// the workers' layout at the parent, threads sharing a port where the leaf has fewer I/O
+// threads than the workers have threads).
+TEST(TwoLevelTest, EveryLevelOnSeveralIoThreads) {
+  Options o = TwoLevelOptions();
+  o.num_worker_threads = 5;
+  o.window_packets = 40;
+  dataplane::SwitchConfig sc = LoopbackCluster::DefaultSwitchConfig();
+  sc.io_threads = 3;
+  auto cluster = LoopbackCluster::CreateTwoLevel(2, 2, o, {}, sc);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  LoopbackCluster& c = **cluster;
+  RunAndCheck(c, {1, 64 * 5 + 3, 64 * 40 * 2 + 17, 20000}, 5);
+  std::vector<dataplane::SwitchServer*> all = {c.parent(), &c.server(0), &c.server(1)};
+  for (dataplane::SwitchServer* s : all) {
+    const auto core = s->counters().core;
+    EXPECT_EQ(core.wrong_io_thread, 0u);
+    EXPECT_EQ(core.parent_stale, 0u);
+    EXPECT_EQ(core.unknown_sender, 0u);
+    // Every I/O thread served its share.
+    for (uint32_t i = 0; i < 3; ++i) {
+      EXPECT_GT(s->io_thread_counters(i).core.multicast_rounds, 0u) << "I/O thread " << i;
+    }
+  }
+}
+
+// K shards per level (docs/scaling.md): rack l's leaf shard s is a worker of parent shard s,
+// every level with the workers' layout (here 3 threads over 2 shards: 2 and 1), on two I/O
+// threads each, with loss on every hop.
+TEST(TwoLevelTest, ShardsOnEveryLevelWithLossStayExact) {
+  Options o = TwoLevelOptions();
+  o.num_worker_threads = 3;
+  o.window_packets = 24;
+  transport::FaultOptions f;
+  f.loss = 0.01;
+  f.seed = 5;
+  dataplane::SwitchConfig sc = LoopbackCluster::DefaultSwitchConfig();
+  sc.io_threads = 2;
+  auto cluster = LoopbackCluster::CreateTwoLevel(3, 2, o, f, sc, /*shards=*/2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  LoopbackCluster& c = **cluster;
+  ASSERT_EQ(c.size(), 6u);
+  ASSERT_EQ(c.shards(), 6u);  // 3 racks x 2 leaf shards
+  RunAndCheck(c, {1, 64 * 3 + 1, 64 * 24 * 2 + 5, 20000}, 3);
+  for (uint32_t s = 0; s < 2; ++s) {
+    const auto parent = c.parent(s)->counters().core;
+    EXPECT_GT(parent.multicast_rounds, 0u) << "parent shard " << s;
+    EXPECT_EQ(parent.wrong_io_thread, 0u) << "parent shard " << s;
+    for (uint32_t l = 0; l < 3; ++l) {
+      const auto leaf = c.server(l * 2 + s).counters().core;
+      EXPECT_GT(leaf.uplink_sent, 0u) << "rack " << l << " shard " << s;
+      EXPECT_EQ(leaf.wrong_io_thread, 0u) << "rack " << l << " shard " << s;
+    }
+  }
 }
 
 // 1,024 workers through two levels (8 leaves x 128): four times what one switch can aggregate.

@@ -1,5 +1,6 @@
 #include "control/switch_control.h"
 
+#include <algorithm>
 #include <random>
 #include <string>
 
@@ -43,17 +44,30 @@ StatusOr<JobInfo> SwitchControl::CreateJobShard(const JobSpec&,
       "job on, not part of a request; ask for switches = K instead");
 }
 
+uint16_t Uplink::PortFor(const JobLayout& layout, uint32_t slot) const {
+  if (parent_ports.empty()) return 0;
+  const uint32_t t = layout.ThreadOfSlot(slot);
+  if (t >= layout.worker_threads()) return parent_ports[0];  // no thread's slot: not sent up
+  return parent_ports[layout.IoThreadOf(t, uint32_t(parent_ports.size()))];
+}
+
 WorkerRegistration LeafRegistration(uint32_t leaf, uint32_t num_leaves, uint32_t leaf_ipv4,
-                                    uint16_t leaf_port, uint32_t job_slots,
-                                    uint32_t elements_per_packet) {
+                                    const std::vector<uint16_t>& thread_ports,
+                                    const JobLayout& layout, uint32_t elements_per_packet) {
   WorkerRegistration reg;
   reg.rank = leaf;
   reg.num_workers = num_leaves;
   reg.ipv4 = leaf_ipv4;
-  reg.udp_ports = {leaf_port};
+  reg.leaf = true;
+  uint16_t any = 0;
+  for (uint16_t p : thread_ports) any = any != 0 ? any : p;
+  for (uint32_t t = 0; t < layout.worker_threads(); ++t) {
+    const uint16_t p = t < thread_ports.size() ? thread_ports[t] : 0;
+    reg.udp_ports.push_back(p != 0 ? p : any);
+  }
   reg.protocol_version = kClientProtocolVersion;
-  reg.num_worker_threads = 1;
-  reg.window_packets = job_slots;
+  reg.num_worker_threads = layout.worker_threads();
+  reg.window_packets = layout.window_packets();
   reg.elements_per_packet = elements_per_packet;
   return reg;
 }

@@ -30,6 +30,7 @@
 // accounting; no packet can name another job's slot.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -64,6 +65,10 @@ struct WorkerRegistration {
   uint32_t num_worker_threads = 0;
   uint32_t window_packets = 0;       // the worker's whole window (all its threads)
   uint32_t elements_per_packet = 0;
+  // Set only by a standalone controller registering a leaf switch of a two-level job at its
+  // parent (LeafRegistration): several worker threads may then share a port (one leaf I/O
+  // thread serves them). A worker's ports must differ.
+  bool leaf = false;
 };
 
 // The data-path protocol of this library's client, registered as
@@ -174,27 +179,40 @@ struct JobSpec {
 // A leaf switch aggregates its own workers' packets as for any job, but sends each completed
 // round up to the parent switch, where the leaf is one worker of the parent job, holds the
 // round until the parent's total comes back and then multicasts the total to its workers.
-// The leaf sends from its I/O thread 0's port (what it registers at the parent) to
-// parent_port, and takes datagrams from (parent_ipv4, parent_port) as the parent's totals.
+// The leaf and the parent serve the job with the same layout (the workers' threads and
+// window; the same shard of the same K): a completed round of slot x goes up from the leaf I/O
+// thread that owns x to the parent I/O thread that owns x, parent_ports[IoThreadOf(
+// ThreadOfSlot(x), parent_ports.size())], and datagrams from (parent_ipv4, any of
+// parent_ports) are the parent's totals.
 struct Uplink {
   uint32_t parent_ipv4 = 0;  // host order; 0 = no parent (a one-level job)
-  uint16_t parent_port = 0;  // the parent switch's data port (its I/O thread 0)
+  // The parent switch's data port of each of its I/O threads (JobList::data_udp_ports).
+  std::vector<uint16_t> parent_ports;
   // Informative (listed with the job): the parent job this leaf is a worker of, the leaf's rank
   // in it, and the workers of every leaf together (what the workers quantize with).
   uint32_t parent_job_id = 0;
   uint32_t leaf = 0;
   uint32_t total_workers = 0;
   bool enabled() const { return parent_ipv4 != 0; }
+  bool IsParent(uint32_t ipv4, uint16_t port) const {
+    return enabled() && ipv4 == parent_ipv4 &&
+           std::find(parent_ports.begin(), parent_ports.end(), port) != parent_ports.end();
+  }
+  // The parent's port for job-relative slot `slot` of a job laid out as `layout`.
+  uint16_t PortFor(const JobLayout& layout, uint32_t slot) const;
   bool operator==(const Uplink&) const = default;
 };
 
-// What a leaf switch registers as at its parent: rank `leaf` of the parent job's
-// `num_leaves` workers, from its data address (I/O thread 0's, where it sends up and takes
-// the totals), with one "worker thread" whose window is the whole job (`job_slots` slots of
-// `elements_per_packet`), so the parent serves the job on its I/O thread 0 as the leaf does.
+// What a leaf switch registers as at its parent (when the first worker of its rack has
+// registered, so the layout is known): rank `leaf` of the parent job's `num_leaves` workers,
+// from its data address, with the workers' threads and window (`layout`) and packet size, and
+// as worker thread t's port `thread_ports[t]`: the port of the leaf I/O thread that owns t's
+// slots (what the leaf answers a worker's registration with, SwitchInfo::thread_routes); 0 for
+// a thread another shard serves, replaced by one of the leaf's ports. Ports repeat when the
+// leaf has fewer I/O threads than worker threads: `leaf` is set, which allows that.
 WorkerRegistration LeafRegistration(uint32_t leaf, uint32_t num_leaves, uint32_t leaf_ipv4,
-                                    uint16_t leaf_port, uint32_t job_slots,
-                                    uint32_t elements_per_packet);
+                                    const std::vector<uint16_t>& thread_ports,
+                                    const JobLayout& layout, uint32_t elements_per_packet);
 
 struct ShardAssignment {
   uint32_t shard = 0;       // [0, num_shards)
@@ -322,6 +340,9 @@ struct JobList {
   // registers a leaf at its parent with. 0 from a standalone controller.
   uint32_t data_ipv4 = 0;
   uint16_t data_udp_port = 0;
+  // The data port of each of the switch's I/O threads ([0] = data_udp_port); empty from a
+  // standalone controller (or a switch older than leaves on several I/O threads).
+  std::vector<uint16_t> data_udp_ports;
 };
 
 struct JobRegistration {

@@ -15,6 +15,7 @@
 
 #include "rendezvous/grpc_status.h"
 #include "rendezvous/job_counters_proto.h"
+#include "rendezvous/uplink_proto.h"
 #include "controller/job_sync_table.h"
 #include "rendezvous/operator_auth.h"
 #include "controller/sync_calls.h"
@@ -56,11 +57,7 @@ void ToProto(const JobInfo& j, v1::JobInfo* out) {
   spec->set_shard_group(j.assignment.shard_group);
   spec->set_placement(j.assignment.placement);
   spec->set_controller_job_id(j.assignment.job_id);
-  spec->set_parent_ipv4(j.assignment.uplink.parent_ipv4);
-  spec->set_parent_port(j.assignment.uplink.parent_port);
-  spec->set_parent_job_id(j.assignment.uplink.parent_job_id);
-  spec->set_leaf(j.assignment.uplink.leaf);
-  spec->set_total_workers(j.assignment.uplink.total_workers);
+  rendezvous::UplinkToProto(j.assignment.uplink, spec);
   for (const JobSpec::Rack& r : j.spec.racks) {
     auto* out = spec->add_racks();
     out->set_switch_index(r.switch_index);
@@ -156,22 +153,16 @@ class JobService::Impl final : public JobServiceBase {
     // The wire's JobSpec also carries a shard assignment, which only a standalone controller
     // sends, to the switches it places a job on: the switch creates its shard; any other sink
     // (a standalone controller itself) refuses it naming the field.
-    if (p.parent_port() > 65535) {
-      return Error(StatusCode::kInvalidArgument,
-                   "CreateJob: parent_port must be in [0, 65535], got " +
-                       std::to_string(p.parent_port()));
+    StatusOr<control::Uplink> uplink = rendezvous::UplinkFromProto(p);
+    if (!uplink.ok()) {
+      return Error(StatusCode::kInvalidArgument, "CreateJob: " + uplink.status().message());
     }
     const control::ShardAssignment assignment{.shard = p.shard(),
                                               .num_shards = std::max<uint32_t>(1, p.num_shards()),
                                               .shard_group = p.shard_group(),
                                               .placement = p.placement(),
                                               .job_id = p.controller_job_id(),
-                                              .uplink = {.parent_ipv4 = p.parent_ipv4(),
-                                                         .parent_port = static_cast<uint16_t>(
-                                                             p.parent_port()),
-                                                         .parent_job_id = p.parent_job_id(),
-                                                         .leaf = p.leaf(),
-                                                         .total_workers = p.total_workers()}};
+                                              .uplink = std::move(*uplink)};
     StatusOr<JobInfo> job = assignment == control::ShardAssignment{}
                                 ? sink_->CreateJob(spec)
                                 : sink_->CreateJobShard(spec, assignment);
@@ -226,6 +217,7 @@ class JobService::Impl final : public JobServiceBase {
     response->set_largest_free_range(list.largest_free_range);
     response->set_data_ipv4(list.data_ipv4);
     response->set_data_udp_port(list.data_udp_port);
+    for (uint16_t port : list.data_udp_ports) response->add_data_udp_ports(port);
     for (const SwitchHealth& h : list.switches) {
       v1::SwitchHealth* out = response->add_switches();
       out->set_address(h.address);
@@ -254,6 +246,7 @@ class JobService::Impl final : public JobServiceBase {
     reg.worker.num_worker_threads = request->num_worker_threads();
     reg.worker.window_packets = request->window_packets();
     reg.worker.elements_per_packet = request->elements_per_packet();
+    reg.worker.leaf = request->leaf();
     for (int i = 0; i < request->udp_ports_size(); ++i) {
       const uint32_t port = request->udp_ports(i);
       if (port == 0 || port > std::numeric_limits<uint16_t>::max()) {

@@ -645,6 +645,8 @@ StatusOr<RemoteSwitches::DataAddress> RemoteSwitches::DataAddressOf(size_t i) co
   DataAddress a;
   a.ipv4 = list->data_ipv4 != 0 ? list->data_ipv4 : HostIpv4(switches_[i].address);
   a.port = list->data_udp_port;
+  a.ports = list->data_udp_ports;
+  if (a.ports.empty() && a.port != 0) a.ports = {a.port};  // a switch that lists one port
   a.largest_free_range = list->largest_free_range;
   if (a.port == 0) {
     return SwitchError(switches_[i], FailedPreconditionError(
@@ -714,7 +716,6 @@ StatusOr<JobInfo> RemoteSwitches::PlaceTwoLevel(const JobSpec& spec) {
     }
   }
   // Every leaf: reachable, its data address, room for the job's slots.
-  std::vector<DataAddress> leaf_at;
   for (size_t k = 0; k < racks.size(); ++k) {
     const size_t i = racks[k].switch_index;
     StatusOr<DataAddress> a = DataAddressOf(i);
@@ -725,7 +726,6 @@ StatusOr<JobInfo> RemoteSwitches::PlaceTwoLevel(const JobSpec& spec) {
                                     " free slots in one range, the job needs " +
                                     Str(spec.num_slots));
     }
-    leaf_at.push_back(*a);
   }
   // The parent: the one asked for, or the reachable non-leaf switch with the largest free
   // range (ties: the first index).
@@ -823,7 +823,7 @@ StatusOr<JobInfo> RemoteSwitches::PlaceTwoLevel(const JobSpec& spec) {
         .placement = 1,
         .job_id = job->job_id,
         .uplink = {.parent_ipv4 = parent_at.ipv4,
-                   .parent_port = parent_at.port,
+                   .parent_ports = parent_at.ports,
                    .parent_job_id = parent_local,
                    .leaf = uint32_t(k),
                    .total_workers = spec.num_workers}};
@@ -842,21 +842,8 @@ StatusOr<JobInfo> RemoteSwitches::PlaceTwoLevel(const JobSpec& spec) {
     created.push_back({i, leaf->job_id});
   }
   created.push_back({parent, parent_local});
-  // Every leaf registers at the parent as its rank k, from its data address.
-  for (size_t k = 0; k < racks.size(); ++k) {
-    JobRegistration up;
-    up.job_id = parent_local;
-    up.token = job->token;
-    up.worker = control::LeafRegistration(uint32_t(k), uint32_t(racks.size()), leaf_at[k].ipv4,
-                                          leaf_at[k].port, spec.num_slots,
-                                          spec.elements_per_packet);
-    StatusOr<JobWorkerGrant> g = switches_[parent].jobs->RegisterWorker(up);
-    if (!g.ok()) {
-      undo();
-      return SwitchError(switches_[parent], g.status())
-          .WithContext("registering leaf " + Str(k) + " at the parent");
-    }
-  }
+  // Each leaf registers at the parent when its rack's first worker registers (Register): the
+  // leaf and the parent serve the job with the workers' layout, known only then.
   job->shards = created;
   {
     std::lock_guard<std::mutex> lock(jobs_mu_);
@@ -897,6 +884,12 @@ StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistratio
     if (rack == job.spec.racks.size()) {
       return InvalidArgumentError("rank " + Str(reg.worker.rank) + " must be < num_workers " +
                                   Str(total) + " of job " + Str(job.job_id));
+    }
+    if (reg.worker.num_worker_threads == 0 || reg.worker.udp_ports.empty()) {
+      return InvalidArgumentError("two-level job " + Str(job.job_id) + ": its workers must "
+                                  "register their num_worker_threads, window_packets and a UDP "
+                                  "port per worker thread (reference-mode workers cannot join "
+                                  "it)");
     }
     // Every rack's workers must cut calls into the same slots as every other rack's: a rack
     // with other threads or another window would put other data in a slot, and the parent
@@ -946,7 +939,15 @@ StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistratio
     if (reply->switch_info.ipv4 == 0) reply->switch_info.ipv4 = HostIpv4(switches_[index].address);
     grants.push_back(std::move(*reply));
   }
-  if (job.two_level() && !job.first_worker) job.first_worker = reg.worker;
+  if (job.two_level()) {
+    const size_t rack = parts[0];
+    job.leaf_registered.resize(job.spec.racks.size());
+    if (!job.leaf_registered[rack]) {
+      SWITCHML_RETURN_IF_ERROR(RegisterLeafAtParent(job, shards, rack, regs[0], grants[0].switch_info));
+      job.leaf_registered[rack] = true;
+    }
+    if (!job.first_worker) job.first_worker = reg.worker;
+  }
   JobWorkerGrant grant = grants[0];
   grant.job_id = reg.job_id;
   grant.placement = placement;
@@ -962,6 +963,37 @@ StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistratio
   if (!merged.ok()) return merged.status().WithContext("job " + Str(job.job_id));
   grant.switch_info = std::move(*merged);
   return grant;
+}
+
+Status RemoteSwitches::RegisterLeafAtParent(Job& job, const Shards& shards, size_t rack,
+                                            const JobRegistration& worker,
+                                            const SwitchInfo& leaf) const {
+  const size_t parent = shards.size() - 1;
+  StatusOr<control::JobLayout> layout =
+      control::JobLayout::Make({.job_slots = job.spec.num_slots,
+                                .num_shards = 1,
+                                .worker_threads = worker.worker.num_worker_threads,
+                                .window_packets = worker.worker.window_packets});
+  if (!layout.ok()) return layout.status().WithContext(PartName(job, shards, rack));
+  // The leaf's port for each worker thread: where it told the worker to send that thread's
+  // data (the port of its I/O thread that owns the thread's slots).
+  std::vector<uint16_t> ports;
+  for (uint32_t t = 0; t < layout->worker_threads(); ++t) {
+    ports.push_back(t < leaf.thread_routes.size() ? leaf.thread_routes[t].udp_port : 0);
+  }
+  JobRegistration up;
+  up.job_id = shards[parent].second;
+  up.token = worker.token;
+  up.worker = control::LeafRegistration(uint32_t(rack), uint32_t(job.spec.racks.size()),
+                                        leaf.ipv4, ports, *layout,
+                                        worker.worker.elements_per_packet);
+  const auto& [index, local_id] = shards[parent];
+  StatusOr<JobWorkerGrant> g = switches_[index].jobs->RegisterWorker(up);
+  if (!g.ok()) {
+    return g.status().WithContext("registering leaf " + Str(rack) + " at " +
+                                  PartName(job, shards, parent));
+  }
+  return OkStatus();
 }
 
 void RemoteSwitches::End(Job& job, const std::string& reason, bool switch_lost) const {

@@ -229,6 +229,10 @@ class RemoteSwitches final : public SwitchControl {
     // that its own rack's workers agree; the racks must agree with each other too (threads and
     // window decide which data each slot carries), which only the controller sees.
     std::optional<control::WorkerRegistration> first_worker;
+    // Guarded by register_mu: the racks whose leaf is registered at the parent (when the
+    // rack's first worker registers: the layout is the workers'). Empty after a restart: the
+    // next registration registers the leaf again, which the parent takes as a repeat.
+    std::vector<bool> leaf_registered;
     // Guarded by jobs_mu_: set once the job ended (deleted, or a shard lost: switch_lost).
     std::string end_reason;
     bool switch_lost = false;
@@ -256,9 +260,15 @@ class RemoteSwitches final : public SwitchControl {
   struct DataAddress {
     uint32_t ipv4 = 0;
     uint16_t port = 0;
+    std::vector<uint16_t> ports;  // every I/O thread's ([0] = port)
     uint32_t largest_free_range = 0;
   };
   StatusOr<DataAddress> DataAddressOf(size_t i) const;
+  // A two-level job: registers rack `rack`'s leaf at the parent (control::LeafRegistration)
+  // with the layout of `worker` (a worker of that rack, just registered there) and the ports
+  // the leaf answered it with (`leaf`, the leaf's answer to that worker). Under register_mu.
+  Status RegisterLeafAtParent(Job& job, const Shards& shards, size_t rack,
+                              const JobRegistration& worker, const SwitchInfo& leaf) const;
   // Adopt for the groups of two-level jobs: `parts` are (switch, listed job) of one group.
   void AdoptTwoLevel(uint64_t group, const std::vector<std::pair<size_t, JobInfo>>& parts);
   // AlreadyExists if a live job on any reachable switch has `token` (not saying which).

@@ -860,9 +860,10 @@ size_t LiveInGroup(dataplane::SwitchServer& sw, uint64_t group) {
 // global bound; the leaves sent their partials up and the parent aggregated them; one merged
 // job (running, every rack's workers, the racks and the parent chosen); delete frees all.
 TEST_F(ShardsTest, ATwoLevelJobThroughTheControllerIsExact) {
-  // Leaves on switches 0 and 1 (1 has two I/O threads: a leaf serves its job on thread 0); the
-  // parent is chosen: switch 2, the only switch that is not a leaf.
-  StartSwitches({1, 2, 1});
+  // Leaves on switches 0 and 1 (1 has two I/O threads, each serving its share of the job and
+  // sending it up to the parent's I/O thread that owns it); the parent is chosen: switch 2, the
+  // only switch that is not a leaf, with three I/O threads.
+  StartSwitches({1, 2, 3});
   auto job = CreateTwoLevel({{.switch_index = 0, .workers = 2}, {.switch_index = 1, .workers = 2}});
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->spec.num_workers, 4u);
@@ -880,18 +881,25 @@ TEST_F(ShardsTest, ATwoLevelJobThroughTheControllerIsExact) {
     EXPECT_TRUE(on[0].second.uplink.enabled());
     EXPECT_EQ(on[0].second.uplink.leaf, leaf);
     EXPECT_EQ(on[0].second.uplink.total_workers, 4u);
-    EXPECT_EQ(on[0].second.uplink.parent_port, switches_[2]->Info().udp_port);
+    EXPECT_EQ(on[0].second.uplink.parent_ports, switches_[2]->ListJobs().data_udp_ports);
+    EXPECT_EQ(on[0].second.uplink.parent_ports.size(), 3u);
   }
   auto parent_jobs = ShardsOn(2, group);
   ASSERT_EQ(parent_jobs.size(), 1u);
   auto parent_job = switches_[2]->GetJob(parent_jobs[0].first);
   ASSERT_TRUE(parent_job.ok()) << parent_job.status();
   EXPECT_EQ(parent_job->spec.num_workers, 2u);
-  EXPECT_EQ(parent_job->num_registered, 2u);
+  // A leaf registers at the parent when its rack's first worker registers (the layout is the
+  // workers').
+  EXPECT_EQ(parent_job->num_registered, 0u);
   EXPECT_FALSE(parent_jobs[0].second.uplink.enabled());
 
   auto ctx = Join(*job, 4);
   ASSERT_EQ(ctx.size(), 4u);
+  parent_job = switches_[2]->GetJob(parent_jobs[0].first);
+  ASSERT_TRUE(parent_job.ok()) << parent_job.status();
+  EXPECT_EQ(parent_job->num_registered, 2u);
+  EXPECT_EQ(parent_job->workers[1].udp_ports.size(), kThreads);
   uint64_t offset = 1;
   for (size_t n : {1, 63, 64 * 5 + 1, 64 * 40 * 3 + 17}) {
     for (const Status& s : AllReduce(ctx, n, offset++)) ASSERT_TRUE(s.ok()) << s;

@@ -41,13 +41,13 @@ Status ValidateToken(const std::string& token) {
   return OkStatus();
 }
 
-Status ValidatePorts(const std::vector<uint16_t>& ports) {
+Status ValidatePorts(const std::vector<uint16_t>& ports, bool may_repeat) {
   if (ports.empty()) {
     return InvalidArgumentError(
         "udp_ports must list the UDP source port of each worker thread (at least one) to "
         "register with a job");
   }
-  return ValidateUdpPorts(ports);
+  return ValidateUdpPorts(ports, may_repeat);
 }
 
 std::string Where(uint32_t ipv4, uint16_t port) { return FormatIpv4(ipv4) + ":" + Str(port); }
@@ -250,31 +250,37 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
   }
   const control::Uplink& up = shard.uplink;
   if (up.enabled()) {
-    if (up.parent_port == 0) {
-      return InvalidArgumentError("uplink parent_port must not be 0 (parent " +
+    if (up.parent_ports.empty() || up.parent_ports.size() > SwitchConfig::kMaxIoThreads) {
+      return InvalidArgumentError("uplink parent_ports must list the parent's data port of each "
+                                  "of its I/O threads (1 to " + Str(SwitchConfig::kMaxIoThreads) +
+                                  "), got " + Str(up.parent_ports.size()) + " (parent " +
                                   FormatIpv4(up.parent_ipv4) + ")");
     }
-    if (shard.num_shards != 1) {
-      return InvalidArgumentError(
-          "uplink: a leaf of a two-level job is served by one switch per leaf (num_shards 1), "
-          "got num_shards " + Str(shard.num_shards));
+    for (size_t i = 0; i < up.parent_ports.size(); ++i) {
+      if (up.parent_ports[i] == 0) {
+        return InvalidArgumentError("uplink parent_ports[" + Str(i) + "] must not be 0 (parent " +
+                                    FormatIpv4(up.parent_ipv4) + ")");
+      }
     }
     for (const Job& j : current.jobs()) {
       if (j.state == JobState::kEnded) continue;
-      if (j.uplink().enabled() && j.uplink().parent_ipv4 == up.parent_ipv4 &&
-          j.uplink().parent_port == up.parent_port) {
-        return AlreadyExistsError("uplink: " + JobName(j.job_id) + " already has the parent " +
-                                  Where(up.parent_ipv4, up.parent_port) +
-                                  "; one leaf job per parent switch on a switch");
+      for (uint16_t port : up.parent_ports) {
+        if (j.uplink().IsParent(up.parent_ipv4, port)) {
+          return AlreadyExistsError("uplink: " + JobName(j.job_id) + " already has the parent " +
+                                    Where(up.parent_ipv4, port) +
+                                    "; one leaf job per parent switch on a switch");
+        }
       }
       for (uint32_t r = 0; r < j.workers.size(); ++r) {
         const WorkerEntry& w = j.workers[r];
-        if (w.registered && w.ipv4 == up.parent_ipv4 &&
-            (w.udp_ports.empty() || std::find(w.udp_ports.begin(), w.udp_ports.end(),
-                                               up.parent_port) != w.udp_ports.end())) {
-          return AlreadyExistsError("uplink: the parent " + Where(up.parent_ipv4, up.parent_port) +
-                                    " is the address of rank " + Str(r) + " of " +
-                                    JobName(j.job_id));
+        if (!w.registered || w.ipv4 != up.parent_ipv4) continue;
+        for (uint16_t port : up.parent_ports) {
+          if (w.udp_ports.empty() ||
+              std::find(w.udp_ports.begin(), w.udp_ports.end(), port) != w.udp_ports.end()) {
+            return AlreadyExistsError("uplink: the parent " + Where(up.parent_ipv4, port) +
+                                      " is the address of rank " + Str(r) + " of " +
+                                      JobName(j.job_id));
+          }
         }
       }
     }
@@ -375,8 +381,8 @@ Status JobTable::Admit(const Job& job, const WorkerRegistration& w, const Admiss
     return InvalidArgumentError("rank must be < num_workers (" + Str(n) + ") of " + scope +
                                 ", got " + Str(w.rank));
   }
-  SWITCHML_RETURN_IF_ERROR(rule.ports_required ? ValidatePorts(w.udp_ports)
-                                               : ValidateUdpPorts(w.udp_ports));
+  SWITCHML_RETURN_IF_ERROR(rule.ports_required ? ValidatePorts(w.udp_ports, w.leaf)
+                                               : ValidateUdpPorts(w.udp_ports, w.leaf));
   const WorkerEntry& old = job.workers[w.rank];
   const bool identical = old.registered && old.ipv4 == w.ipv4 && old.udp_ports == w.udp_ports;
   if (old.registered && !identical && !rule.rank_replaces) {
@@ -409,14 +415,16 @@ Status JobTable::Admit(const Job& job, const WorkerRegistration& w, const Admiss
       return OkStatus();
     };
     SWITCHML_RETURN_IF_ERROR(conflict(job, scope));
-    // A leaf job's parent endpoint is where its totals come from: no worker may claim it.
+    // A leaf job's parent endpoints are where its totals come from: no worker may claim one.
     for (const Job& other : jobs()) {
       const control::Uplink& up = other.uplink();
       if (other.state == JobState::kEnded || !up.enabled() || up.parent_ipv4 != w.ipv4) continue;
-      if (w.udp_ports.empty() || std::find(w.udp_ports.begin(), w.udp_ports.end(),
-                                           up.parent_port) != w.udp_ports.end()) {
-        return AlreadyExistsError("udp port " + Where(up.parent_ipv4, up.parent_port) +
-                                  " is the parent switch of " + JobName(other.job_id));
+      for (uint16_t port : up.parent_ports) {
+        if (w.udp_ports.empty() ||
+            std::find(w.udp_ports.begin(), w.udp_ports.end(), port) != w.udp_ports.end()) {
+          return AlreadyExistsError("udp port " + Where(up.parent_ipv4, port) +
+                                    " is the parent switch of " + JobName(other.job_id));
+        }
       }
     }
     if (rule.across_jobs) {
@@ -675,7 +683,7 @@ void JobTable::Rebuild() {
     for (const WorkerEntry& w : j.workers) {
       if (w.registered) entries += std::max<size_t>(1, w.udp_ports.size());
     }
-    if (j.uplink().enabled()) ++entries;
+    if (j.uplink().enabled()) entries += j.uplink().parent_ports.size();
     if (j.state != JobState::kEnded) {
       max_job_workers_ = std::max(max_job_workers_, j.spec.num_workers);
     }
@@ -690,7 +698,9 @@ void JobTable::Rebuild() {
   for (uint32_t ji = 1; ji < jobs_.size(); ++ji) {
     const Job& j = jobs_[ji];
     if (j.state == JobState::kEnded || !j.uplink().enabled()) continue;
-    Insert(PortKey(j.uplink().parent_ipv4, j.uplink().parent_port), ji, kParentRank, 0);
+    for (uint16_t port : j.uplink().parent_ports) {
+      Insert(PortKey(j.uplink().parent_ipv4, port), ji, kParentRank, 0);
+    }
   }
   for (size_t n = 1; n <= jobs_.size(); ++n) {
     const uint32_t ji = uint32_t(n % jobs_.size());  // 1, 2, ..., then 0
@@ -716,7 +726,7 @@ void JobTable::ApplyLayout(Job& job) const {
   if (job.num_registered > 0) l = LayoutOf(job.spec, job.assignment, job.agreed, JobName(job.job_id));
   job.layout = l.ok() ? *l : control::JobLayout::Whole(job.spec.num_slots);
   const uint32_t shard = job.layout.num_shards() > 1 ? job.shard() : 0;
-  job.io_threads = job.uplink().enabled() ? 1 : io_threads_;
+  job.io_threads = io_threads_;
   job.io_slot_begin.fill(job.held.end());
   for (uint32_t i = 0; i < job.io_threads; ++i) {
     job.io_slot_begin[i] = std::clamp(job.layout.IoSlots(shard, i, job.io_threads).first,

@@ -213,8 +213,8 @@ class JobTable {
     uint32_t shard() const { return assignment.num_shards > 1 ? assignment.shard : 0; }
     // A leaf of a two-level job (control::Uplink): its parent, or none.
     const control::Uplink& uplink() const { return assignment.uplink; }
-    // The I/O threads that serve the job: the switch's, or 1 for a leaf of a two-level job (it
-    // sends up and takes the parent's totals on I/O thread 0's port, so every slot is there).
+    // The I/O threads that serve the job: the switch's (a leaf's too: each I/O thread sends
+    // its slots' rounds up and takes their totals on its own port, control::Uplink).
     uint32_t io_threads = 1;
   };
   // The result of a hot-path lookup: pointers into the table (valid while it lives).
@@ -267,11 +267,11 @@ class JobTable {
   // `shard` is the default for a job this switch serves alone, or a standalone controller's
   // assignment; spec.switches must equal shard.num_shards. With shard.uplink the job is a
   // leaf of a two-level job: its aggregator holds completed rounds for the parent
-  // (AggregatorOptions::hold_completed_rounds), datagrams from the parent's endpoint are its
-  // totals, and I/O thread 0 serves all of it; InvalidArgument for a leaf with several shards
-  // or without parent_port, AlreadyExists when another live job has the same parent endpoint
-  // (the endpoint is how the leaf tells its totals apart) or a worker of a live job registered
-  // that address. `now` starts its idle clock. Errors: InvalidArgument (num_workers,
+  // (AggregatorOptions::hold_completed_rounds), datagrams from the parent's endpoints are its
+  // totals, and its I/O threads serve it as any job's; InvalidArgument for a leaf without
+  // parent_ports (or a 0 among them), AlreadyExists when another live job has one of the same
+  // parent endpoints (the endpoint is how the leaf tells its totals apart) or a worker of a
+  // live job registered one of those addresses. `now` starts its idle clock. Errors: InvalidArgument (num_workers,
   // num_slots, elements_per_packet, idle_timeout, token or name out of range — the message
   // names the field and value), AlreadyExists (spec.token was given and another live job
   // has it; the message does not say which), ResourceExhausted (no free range of num_slots slots; the

@@ -647,21 +647,20 @@ constexpr uint16_t kParentPort = 48864;
 
 control::ShardAssignment LeafOf(uint32_t parent_ipv4, uint16_t port = kParentPort) {
   control::ShardAssignment a;
-  a.uplink = {.parent_ipv4 = parent_ipv4, .parent_port = port, .parent_job_id = 5, .leaf = 1,
+  a.uplink = {.parent_ipv4 = parent_ipv4, .parent_ports = {port}, .parent_job_id = 5, .leaf = 1,
               .total_workers = 6};
   return a;
 }
 
 TEST(JobTableLeafTest, ParentEndpointIsCheckedAndIsTheParentsAlone) {
   Tables x;
-  EXPECT_THAT(x.TryCreate(Spec(2, 8), LeafOf(kParent, 0)).message(), HasSubstr("parent_port"));
-  control::ShardAssignment two = LeafOf(kParent);
-  two.num_shards = 2;
-  JobSpec spec2 = Spec(2, 8);
-  spec2.switches = 2;
-  Status s = x.TryCreate(spec2, two);
+  EXPECT_THAT(x.TryCreate(Spec(2, 8), LeafOf(kParent, 0)).message(),
+              HasSubstr("parent_ports[0] must not be 0"));
+  control::ShardAssignment none = LeafOf(kParent);
+  none.uplink.parent_ports.clear();
+  Status s = x.TryCreate(Spec(2, 8), none);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("num_shards"));
+  EXPECT_THAT(s.message(), HasSubstr("parent_ports must list"));
   uint32_t leaf = 0;
   ASSERT_TRUE(x.TryCreate(Spec(2, 8), LeafOf(kParent), &leaf).ok());
   // Datagrams from the parent are the leaf job's totals.
@@ -692,11 +691,13 @@ TEST(JobTableLeafTest, ParentEndpointIsCheckedAndIsTheParentsAlone) {
   EXPECT_TRUE(x.TryCreate(Spec(2, 8), LeafOf(kParent)).ok());
 }
 
-TEST(JobTableLeafTest, ALeafIsServedByIoThreadZeroWhateverTheSwitchRuns) {
+TEST(JobTableLeafTest, ALeafIsServedByEveryIoThreadAsAnyJobAndTakesTotalsOnEveryParentPort) {
   auto t = std::make_shared<const JobTable>(100, 8, 256, AggregatorOptions{}, /*io_threads=*/4);
   uint32_t leaf = 0, plain = 0;
   JobSpec spec = Spec(2, 8);
-  auto t1 = JobTable::Create(*t, spec, LeafOf(kParent), kToken, kT0, &leaf);
+  control::ShardAssignment up = LeafOf(kParent);
+  up.uplink.parent_ports = {kParentPort, kParentPort + 5};
+  auto t1 = JobTable::Create(*t, spec, up, kToken, kT0, &leaf);
   ASSERT_TRUE(t1.ok()) << t1.status();
   auto t2 = JobTable::Create(**t1, spec, {}, kToken, kT0, &plain);
   ASSERT_TRUE(t2.ok()) << t2.status();
@@ -710,15 +711,42 @@ TEST(JobTableLeafTest, ALeafIsServedByIoThreadZeroWhateverTheSwitchRuns) {
     t2 = next;
   }
   const JobTable::Job& l = *(*t2)->FindJob(leaf);
-  EXPECT_EQ(l.io_threads, 1u);
-  for (uint32_t slot = 0; slot < 8; ++slot) {
-    EXPECT_TRUE(l.OwnsSlot(0, slot)) << slot;
-    for (uint32_t io = 1; io < 4; ++io) EXPECT_FALSE(l.OwnsSlot(io, slot)) << slot;
-  }
   const JobTable::Job& p = *(*t2)->FindJob(plain);
+  EXPECT_EQ(l.io_threads, 4u);
   EXPECT_EQ(p.io_threads, 4u);
-  EXPECT_TRUE(p.OwnsSlot(3, 7));
-  EXPECT_FALSE(p.OwnsSlot(0, 7));
+  for (uint32_t slot = 0; slot < 8; ++slot) {
+    for (uint32_t io = 0; io < 4; ++io) {
+      EXPECT_EQ(l.OwnsSlot(io, slot), p.OwnsSlot(io, slot)) << slot << " " << io;
+      EXPECT_EQ(l.OwnsSlot(io, slot), io == slot / 2) << slot << " " << io;
+    }
+  }
+  // Each slot goes up to the parent port of the parent I/O thread that owns it (2 ports: the
+  // first two threads' slots to the first, the others to the second).
+  for (uint32_t slot = 0; slot < 8; ++slot) {
+    EXPECT_EQ(l.uplink().PortFor(l.layout, slot), slot < 4 ? kParentPort : kParentPort + 5)
+        << slot;
+  }
+  JobTable::Sender sender;
+  for (uint16_t port : {kParentPort, uint16_t(kParentPort + 5)}) {
+    ASSERT_TRUE((*t2)->Find({kParent, port}, &sender)) << port;
+    EXPECT_EQ(sender.rank, JobTable::kParentRank);
+    EXPECT_EQ(sender.job->job_id, leaf);
+  }
+}
+
+// A leaf registers at its parent with the workers' threads, several of them on one port when
+// it has fewer I/O threads (control::LeafRegistration); a worker's ports must differ.
+TEST(JobTableLeafTest, OnlyALeafRegistrationMayRepeatAPort) {
+  Tables x;
+  const uint32_t job = x.Create(Spec(2, 8));
+  JobRegistration r = Reg(job, 0, kA0, {7000, 7000});
+  r.worker.num_worker_threads = 2;
+  r.worker.window_packets = 8;
+  Status s = x.Register(r);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("udp_ports[1] = 7000 repeats udp_ports[0]"));
+  r.worker.leaf = true;
+  EXPECT_TRUE(x.Register(r).ok());
 }
 
 // The leaf's packet path, datagram by datagram: a completed round goes up, a duplicate while the

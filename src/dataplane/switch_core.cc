@@ -213,7 +213,8 @@ void SwitchCore::Aggregate(const transport::RxDatagram& d, const wire::PacketVie
   // A leaf's completed round (or a worker's duplicate of one still held) goes up to the parent.
   if (r.outcome == Outcome::kForwardUp || r.outcome == Outcome::kResendUp) {
     const control::Uplink& up = job.uplink();
-    out.Push(resp, size, transport::Endpoint{up.parent_ipv4, up.parent_port}, false);
+    out.Push(resp, size, transport::Endpoint{up.parent_ipv4, up.PortFor(job.layout, h.slot)},
+             false);
     ++c.datagrams_sent;
     Bump(jc.datagrams_sent);
     return;
@@ -225,6 +226,14 @@ void SwitchCore::Aggregate(const transport::RxDatagram& d, const wire::PacketVie
     ++c.datagrams_sent;
     Bump(jc.datagrams_sent);
     return;
+  }
+  // Each worker's port for the thread whose slots hold this one, when the workers registered
+  // their threads (the job's layout): the same as the sender's thread for workers of this
+  // library, but not for a leaf switch at its parent, whose threads may share a port
+  // (LeafRegistration). Otherwise the sender's.
+  if (thread != kNoThread && job.agreed.num_worker_threads > 0) {
+    const uint32_t slot_thread = job.layout.ThreadOfSlot(h.slot);
+    if (slot_thread < job.layout.worker_threads()) thread = uint16_t(slot_thread);
   }
   Multicast(resp, size, job, jc, thread, d.from.port, out);
 }
@@ -252,7 +261,8 @@ void SwitchCore::ParentTotal(const wire::PacketView& pkt, const JobTable::Job& j
   Bump(jc.received);
   const wire::Header& h = pkt.header;
   // The parent answers what this leaf sent up: slots of the job, at most its packet size, on
-  // I/O thread 0 (Job::io_threads). Anything else is not a total of ours.
+  // the I/O thread that owns the slot (the leaf registered that thread's port for it).
+  // Anything else is not a total of ours.
   if (job.state != JobState::kRunning || h.slot >= job.spec.num_slots ||
       pkt.num_elements > job.spec.elements_per_packet || !job.OwnsSlot(io_thread_, h.slot)) {
     ++c.parent_stale;

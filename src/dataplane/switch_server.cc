@@ -399,6 +399,7 @@ JobList SwitchServer::ListJobs() const {
   const SwitchInfo info = Info();
   list.data_ipv4 = info.ipv4;
   list.data_udp_port = info.udp_port;
+  for (const auto& io : io_) list.data_udp_ports.push_back(io->local_endpoint.port);
   return list;
 }
 

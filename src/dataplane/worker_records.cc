@@ -48,7 +48,7 @@ Status CheckAgreedParams(const AgreedParams& first, const AgreedParams& reg,
                                  " must use the same " + (differing == 1 ? "value" : "values"));
 }
 
-Status ValidateUdpPorts(const std::vector<uint16_t>& ports) {
+Status ValidateUdpPorts(const std::vector<uint16_t>& ports, bool may_repeat) {
   if (ports.size() > kMaxPortsPerWorker) {
     return InvalidArgumentError("udp_ports must list at most " +
                                 std::to_string(kMaxPortsPerWorker) + " ports, got " +
@@ -58,7 +58,7 @@ Status ValidateUdpPorts(const std::vector<uint16_t>& ports) {
     if (ports[i] == 0) {
       return InvalidArgumentError("udp_ports[" + std::to_string(i) + "] must not be 0");
     }
-    for (size_t j = 0; j < i; ++j) {
+    for (size_t j = 0; j < i && !may_repeat; ++j) {
       if (ports[j] == ports[i]) {
         return InvalidArgumentError("udp_ports[" + std::to_string(i) + "] = " +
                                     std::to_string(ports[i]) + " repeats udp_ports[" +

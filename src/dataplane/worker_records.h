@@ -66,8 +66,10 @@ Status CheckAgreedParams(const AgreedParams& first, const AgreedParams& reg,
                          const std::string& scope, const std::string& kind);
 
 // InvalidArgument naming the entry if `ports` has more than kMaxPortsPerWorker entries, a 0
-// or a repeated port. An empty list is valid here (the callers decide whether it is allowed).
-Status ValidateUdpPorts(const std::vector<uint16_t>& ports);
+// or a repeated port (allowed with `may_repeat`: a leaf switch registered at its parent,
+// control::LeafRegistration). An empty list is valid here (the callers decide whether it is
+// allowed).
+Status ValidateUdpPorts(const std::vector<uint16_t>& ports, bool may_repeat = false);
 
 // "10.0.0.1" for a host-order IPv4 address.
 std::string FormatIpv4(uint32_t ipv4);

@@ -9,6 +9,7 @@
 #include "rendezvous/grpc_client.h"
 #include "rendezvous/grpc_status.h"
 #include "rendezvous/job_counters_proto.h"
+#include "rendezvous/uplink_proto.h"
 #include "rendezvous/operator_auth.h"
 #include "rendezvous/tls.h"
 #include "switchml_v1.grpc.pb.h"
@@ -43,11 +44,9 @@ JobInfo FromProto(const v1::JobInfo& p) {
   j.assignment.shard_group = p.spec().shard_group();
   j.assignment.placement = p.spec().placement();
   j.assignment.job_id = p.spec().controller_job_id();
-  j.assignment.uplink = {.parent_ipv4 = p.spec().parent_ipv4(),
-                         .parent_port = static_cast<uint16_t>(p.spec().parent_port()),
-                         .parent_job_id = p.spec().parent_job_id(),
-                         .leaf = p.spec().leaf(),
-                         .total_workers = p.spec().total_workers()};
+  // A port out of range from the other end reads as none (informative here).
+  StatusOr<control::Uplink> uplink = UplinkFromProto(p.spec());
+  if (uplink.ok()) j.assignment.uplink = std::move(*uplink);
   for (const auto& r : p.spec().racks()) {
     j.spec.racks.push_back({.switch_index = r.switch_index(), .workers = r.workers()});
   }
@@ -154,11 +153,7 @@ StatusOr<JobInfo> JobClient::CreateJobShard(const JobSpec& spec,
   p->set_shard_group(assignment.shard_group);
   p->set_placement(assignment.placement);
   p->set_controller_job_id(assignment.job_id);
-  p->set_parent_ipv4(assignment.uplink.parent_ipv4);
-  p->set_parent_port(assignment.uplink.parent_port);
-  p->set_parent_job_id(assignment.uplink.parent_job_id);
-  p->set_leaf(assignment.uplink.leaf);
-  p->set_total_workers(assignment.uplink.total_workers);
+  UplinkToProto(assignment.uplink, p);
   for (const JobSpec::Rack& r : spec.racks) {
     auto* out = p->add_racks();
     out->set_switch_index(r.switch_index);
@@ -213,6 +208,13 @@ StatusOr<JobList> JobClient::ListJobs(
   list.largest_free_range = response.largest_free_range();
   list.data_ipv4 = response.data_ipv4();
   list.data_udp_port = static_cast<uint16_t>(response.data_udp_port());
+  for (uint32_t port : response.data_udp_ports()) {
+    if (port == 0 || port > 65535) {
+      return InternalError("ListJobs: data_udp_ports has " + std::to_string(port) +
+                           ", not a UDP port");
+    }
+    list.data_udp_ports.push_back(static_cast<uint16_t>(port));
+  }
   for (const v1::SwitchHealth& h : response.switches()) {
     list.switches.push_back({.address = h.address(),
                              .up = h.up(),
@@ -241,6 +243,7 @@ StatusOr<JobWorkerGrant> JobClient::RegisterWorker(const JobRegistration& reg) {
   request.set_num_worker_threads(reg.worker.num_worker_threads);
   request.set_window_packets(reg.worker.window_packets);
   request.set_elements_per_packet(reg.worker.elements_per_packet);
+  request.set_leaf(reg.worker.leaf);
   v1::RegisterWorkerResponse response;
   grpc::ClientContext context;
   impl_->Prepare(&context);

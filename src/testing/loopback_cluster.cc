@@ -135,43 +135,85 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Create(
 
 StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::CreateTwoLevel(
     uint32_t racks, uint32_t per_rack, const Options& options,
-    const transport::FaultOptions& faults, const dataplane::SwitchConfig& switch_config) {
+    const transport::FaultOptions& faults, const dataplane::SwitchConfig& switch_config,
+    uint32_t shards) {
   if (racks == 0) return InvalidArgumentError("racks must be >= 1, got 0");
   if (per_rack == 0) return InvalidArgumentError("per_rack must be >= 1, got 0");
+  if (shards == 0) return InvalidArgumentError("shards must be >= 1, got 0");
   std::unique_ptr<LoopbackCluster> c(new LoopbackCluster());
   transport::LoopbackOptions lo;
   lo.faults = faults;
   SWITCHML_ASSIGN_OR_RETURN(c->fabric_, transport::LoopbackFabric::Create(lo));
-  SWITCHML_ASSIGN_OR_RETURN(c->parent_, c->AddSwitch(kParentIpv4, switch_config));
-  auto leaf_ip = [](uint32_t l) { return kSwitchEndpoint.ipv4 + l; };
-  const uint32_t job_slots = control::JobLayout::SlotsFor(1, options.num_worker_threads,
+  const uint32_t job_slots = control::JobLayout::SlotsFor(shards, options.num_worker_threads,
                                                           options.window_packets);
+  // Every level has the workers' layout; every switch here has the same I/O threads, I/O
+  // thread i at port kSwitchEndpoint.port + i, so a leaf's port for each worker thread (what
+  // it answers a worker with) follows from the layout.
+  SWITCHML_ASSIGN_OR_RETURN(
+      control::JobLayout layout,
+      control::JobLayout::Make({.job_slots = job_slots,
+                                .num_shards = shards,
+                                .worker_threads = options.num_worker_threads,
+                                .window_packets = options.window_packets}));
+  const uint32_t io_threads = std::max<uint32_t>(1, switch_config.io_threads);
+  std::vector<uint16_t> io_ports, thread_ports;
+  for (uint32_t i = 0; i < io_threads; ++i) io_ports.push_back(uint16_t(kSwitchEndpoint.port + i));
+  for (uint32_t t = 0; t < layout.worker_threads(); ++t) {
+    thread_ports.push_back(io_ports[layout.IoThreadOf(t, io_threads)]);
+  }
+  auto leaf_ip = [shards](uint32_t l, uint32_t s) { return kSwitchEndpoint.ipv4 + l * shards + s; };
+  constexpr uint64_t kShardGroup = 1;  // one job; no controller ever looks for it
+  auto assignment = [&](uint32_t s) {
+    control::ShardAssignment a;
+    if (shards > 1) a = {.shard = s, .num_shards = shards, .shard_group = kShardGroup};
+    return a;
+  };
   control::JobSpec parent_spec;
   parent_spec.num_workers = racks;
   parent_spec.num_slots = job_slots;
   parent_spec.elements_per_packet = options.elements_per_packet;
   parent_spec.token = kToken;
-  SWITCHML_ASSIGN_OR_RETURN(control::JobInfo parent_job, c->parent_->CreateJob(parent_spec));
+  parent_spec.switches = shards;
+  // Parent shard s: a job of one worker per rack (leaf shard s of each rack).
+  std::vector<uint32_t> parent_job(shards);
+  for (uint32_t s = 0; s < shards; ++s) {
+    SWITCHML_ASSIGN_OR_RETURN(dataplane::SwitchServer * p,
+                              c->AddSwitch(kParentIpv4 + s, switch_config));
+    c->parents_.push_back(p);
+    SWITCHML_ASSIGN_OR_RETURN(control::JobInfo job,
+                              shards > 1 ? p->CreateJobShard(parent_spec, assignment(s))
+                                         : p->CreateJob(parent_spec));
+    parent_job[s] = job.job_id;
+  }
   const uint32_t total = racks * per_rack;
   for (uint32_t l = 0; l < racks; ++l) {
-    SWITCHML_ASSIGN_OR_RETURN(dataplane::SwitchServer * leaf, c->AddSwitch(leaf_ip(l), switch_config));
-    c->servers_.push_back(leaf);
-    control::JobSpec spec = parent_spec;
-    spec.num_workers = per_rack;
-    control::ShardAssignment a;
-    a.uplink = {.parent_ipv4 = kParentIpv4,
-                .parent_port = kSwitchEndpoint.port,
-                .parent_job_id = parent_job.job_id,
-                .leaf = l,
-                .total_workers = total};
-    SWITCHML_ASSIGN_OR_RETURN(control::JobInfo job, leaf->CreateJobShard(spec, a));
-    control::JobRegistration up;
-    up.job_id = parent_job.job_id;
-    up.token = kToken;
-    up.worker = control::LeafRegistration(l, racks, leaf_ip(l), kSwitchEndpoint.port, job_slots,
-                                          options.elements_per_packet);
-    SWITCHML_RETURN_IF_ERROR(c->parent_->RegisterJobWorker(up).status().WithContext(
-        "registering leaf " + std::to_string(l) + " at the parent"));
+    std::vector<JobAt> rack;  // leaf shard s of this rack
+    for (uint32_t s = 0; s < shards; ++s) {
+      SWITCHML_ASSIGN_OR_RETURN(dataplane::SwitchServer * leaf,
+                                c->AddSwitch(leaf_ip(l, s), switch_config));
+      c->servers_.push_back(leaf);
+      control::JobSpec spec = parent_spec;
+      spec.num_workers = per_rack;
+      control::ShardAssignment a = assignment(s);
+      a.uplink = {.parent_ipv4 = kParentIpv4 + s,
+                  .parent_ports = io_ports,
+                  .parent_job_id = parent_job[s],
+                  .leaf = l,
+                  .total_workers = total};
+      SWITCHML_ASSIGN_OR_RETURN(control::JobInfo job, leaf->CreateJobShard(spec, a));
+      rack.push_back({leaf, job.job_id, kToken, leaf_ip(l, s)});
+      std::vector<uint16_t> ours(thread_ports.size(), 0);
+      const control::ThreadRange threads = layout.ShardThreads(s);
+      for (uint32_t t = threads.begin; t < threads.end; ++t) ours[t] = thread_ports[t];
+      control::JobRegistration up;
+      up.job_id = parent_job[s];
+      up.token = kToken;
+      up.worker = control::LeafRegistration(l, racks, leaf_ip(l, s), ours, layout,
+                                            options.elements_per_packet);
+      SWITCHML_RETURN_IF_ERROR(c->parents_[s]->RegisterJobWorker(up).status().WithContext(
+          "registering leaf " + std::to_string(l) + " shard " + std::to_string(s) +
+          " at the parent"));
+    }
     for (uint32_t i = 0; i < per_rack; ++i) {
       const uint32_t g = l * per_rack + i;
       SWITCHML_ASSIGN_OR_RETURN(Options o, RankOptions(options, g, total));
@@ -179,8 +221,7 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::CreateTwoLevel(
       reg.rank = i;
       reg.num_workers = per_rack;
       reg.ipv4 = 0x0A000001 + g;
-      SWITCHML_RETURN_IF_ERROR(
-          c->AddWorker(o, std::move(reg), {{leaf, job.job_id, kToken, leaf_ip(l)}}));
+      SWITCHML_RETURN_IF_ERROR(c->AddWorker(o, std::move(reg), rack));
     }
   }
   return c;

@@ -30,7 +30,9 @@
 // job has one worker per leaf (control::LeafRegistration), each leaf a job of its `per_rack`
 // workers with the parent as its uplink; worker g = l * per_rack + i is rank i of leaf l and
 // aggregates as rank g of racks * per_rack (what it quantizes with). server(l) is leaf l's,
-// parent() the parent's.
+// parent() the parent's. With `shards` = K > 1 every level is K shards of the workers' layout
+// (what a standalone controller places): rack l's leaf shard s at 127.0.0.(1 + l*K + s) is
+// server(l*K + s) and a worker (rank l) of parent shard s at kParentIpv4 + s, parent(s).
 //
 // Thread-safety: ctx(r) may be used from any thread (Context's own rules); the
 // accessors themselves are not synchronised with DestroyContext.
@@ -74,7 +76,7 @@ class LoopbackCluster {
   static StatusOr<std::unique_ptr<LoopbackCluster>> CreateTwoLevel(
       uint32_t racks, uint32_t per_rack, const Options& options,
       const transport::FaultOptions& faults = {},
-      const dataplane::SwitchConfig& switch_config = DefaultSwitchConfig());
+      const dataplane::SwitchConfig& switch_config = DefaultSwitchConfig(), uint32_t shards = 1);
 
   ~LoopbackCluster();
   LoopbackCluster(const LoopbackCluster&) = delete;
@@ -90,7 +92,9 @@ class LoopbackCluster {
   dataplane::SwitchServer& server(uint32_t shard) { return *servers_[shard]; }
   uint32_t shards() const { return uint32_t(servers_.size()); }
   // The parent switch of a two-level cluster (nullptr otherwise).
-  dataplane::SwitchServer* parent() { return parent_; }
+  dataplane::SwitchServer* parent(uint32_t shard = 0) {
+    return shard < parents_.size() ? parents_[shard] : nullptr;
+  }
   transport::LoopbackFabric& fabric() { return *fabric_; }
 
  private:
@@ -115,7 +119,7 @@ class LoopbackCluster {
   std::unique_ptr<transport::LoopbackFabric> fabric_;
   std::vector<std::unique_ptr<dataplane::SwitchHost>> hosts_;
   std::vector<dataplane::SwitchServer*> servers_;  // hosts_'s (the leaves, two-level)
-  dataplane::SwitchServer* parent_ = nullptr;      // two-level: the last of hosts_'s
+  std::vector<dataplane::SwitchServer*> parents_;  // two-level: the parent's shards
   std::vector<std::unique_ptr<Context>> contexts_;
 };
 
