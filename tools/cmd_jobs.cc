@@ -8,7 +8,8 @@
 //   switchml jobs create --controller H:P --workers 8 --leaf 0:4 --leaf 1:4 [--parent 2] ...
 //                        a two-level job (standalone controller): rack k = the k-th --leaf
 //                        SWITCH:WORKERS, the next WORKERS ranks on that switch, under a parent
-//                        job on --parent (default: a reachable non-leaf switch with room)
+//                        job on --parent (default: a reachable non-leaf switch with room);
+//                        --leaf 0,1:4 --leaf 2,3:4 [--parent 4,5]: K = 2 shards per level
 //       prints SWITCHML_JOB_ID=<id> and SWITCHML_JOB_TOKEN=<token> (shell syntax, so a launch
 //       script can `eval "$(switchml jobs create ...)"`), or JSON with --json
 //   switchml jobs list   --controller H:P [--json]      jobs (job 0, the reference session,
@@ -50,7 +51,7 @@ struct JobsArgs {
   uint32_t elements_per_packet = 256;
   uint32_t switches = 1;
   std::vector<std::string> leaves;  // --leaf I:N (a two-level job)
-  std::optional<uint32_t> parent;   // --parent I
+  std::string parent;               // --parent I[,I...]
   std::string type = "unspecified";
   double idle_timeout_s = 0;
   bool no_idle_timeout = false;
@@ -69,13 +70,20 @@ std::string Ipv4(uint32_t ip) {
          std::to_string((ip >> 8) & 255) + "." + std::to_string(ip & 255);
 }
 
-// A two-level job's racks ([{"switch", "workers"}] in rank order) and parent switch; null
-// for a one-level job.
+// A two-level job's racks ([{"switches", "workers"}] in rank order, a switch per shard) and
+// parent switches (a switch per shard); null for a one-level job.
 nlohmann::json RacksJson(const control::JobSpec& spec) {
   if (spec.racks.empty()) return nullptr;
   nlohmann::json racks = nlohmann::json::array();
-  for (const auto& r : spec.racks) racks.push_back({{"switch", r.switch_index}, {"workers", r.workers}});
-  return {{"leaves", racks}, {"parent", spec.parent_switch ? nlohmann::json(*spec.parent_switch) : nullptr}};
+  for (const auto& r : spec.racks) racks.push_back({{"switches", r.switches}, {"workers", r.workers}});
+  return {{"leaves", racks}, {"parent", spec.parent_switches}};
+}
+
+// "0,1" for switches {0, 1}.
+std::string SwitchList(const std::vector<uint32_t>& switches) {
+  std::string out;
+  for (uint32_t i : switches) out += (out.empty() ? "" : ",") + std::to_string(i);
+  return out;
 }
 
 nlohmann::json ToJson(const control::JobInfo& j) {
@@ -114,10 +122,10 @@ void PrintJobLine(const control::JobInfo& j, bool reference = false) {
   if (!j.spec.racks.empty()) {
     std::string racks;
     for (const auto& r : j.spec.racks) {
-      racks += (racks.empty() ? "" : " ") + std::to_string(r.switch_index) + ":" + std::to_string(r.workers);
+      racks += (racks.empty() ? "" : " ") + SwitchList(r.switches) + ":" + std::to_string(r.workers);
     }
     what += " [two-level: leaves " + racks + ", parent " +
-            (j.spec.parent_switch ? std::to_string(*j.spec.parent_switch) : "?") + "]";
+            (j.spec.parent_switches.empty() ? "?" : SwitchList(j.spec.parent_switches)) + "]";
   }
   if (j.assignment.placement > 1) {
     what += " [re-placed: placement " + std::to_string(j.assignment.placement) + "]";
@@ -138,37 +146,40 @@ int Fail(const std::string& what, const Status& s) {
 }
 
 // The job's slots: --slots, or the fewest that hold the windows of workers with --threads
-// threads and --window packets in flight on --switches switches (control::JobLayout).
-StatusOr<uint32_t> JobSlots(const JobsArgs& a) {
+// threads and --window packets in flight on `shards` switches (--switches, or per level of a
+// two-level job, control::JobLayout).
+StatusOr<uint32_t> JobSlots(const JobsArgs& a, uint32_t shards) {
   if ((a.slots == 0) == (a.window == 0)) {
     return InvalidArgumentError(
         a.slots == 0 ? "give the job's size: --slots N, or --window W [--threads T]"
                      : "--slots and --window both size the job; give one of them");
   }
   if (a.slots != 0) return a.slots;
-  const uint32_t slots = control::JobLayout::SlotsFor(a.switches, a.threads, a.window);
+  const uint32_t slots = control::JobLayout::SlotsFor(shards, a.threads, a.window);
   auto layout = control::JobLayout::Make({.job_slots = slots,
-                                          .num_shards = a.switches,
+                                          .num_shards = shards,
                                           .worker_threads = a.threads,
                                           .window_packets = a.window});
   if (!layout.ok()) {
     return InvalidArgumentError("--window " + std::to_string(a.window) + " --threads " +
-                                std::to_string(a.threads) + " --switches " +
-                                std::to_string(a.switches) + ": " + layout.status().message());
+                                std::to_string(a.threads) + " on " + std::to_string(shards) +
+                                " switch(es): " + layout.status().message());
   }
   return slots;
 }
 
 int Run(const std::string& cmd, const JobsArgs& a) {
   if (cmd == "create") {  // argument errors before connecting
-    auto slots = JobSlots(a);
-    if (!slots.ok()) return Fail(cmd, slots.status());
     auto racks = ParseLeafFlags(a.leaves, a.workers, a.parent);
     if (!racks.ok()) return Fail(cmd, racks.status());
-    if (!racks->empty() && a.switches != 1) {
-      return Fail(cmd, InvalidArgumentError("--switches " + std::to_string(a.switches) +
-                                            " with --leaf: a two-level job has one switch per "
-                                            "level and rack (--switches 1)"));
+    auto slots = JobSlots(a, racks->racks.empty() ? a.switches : racks->shards());
+    if (!slots.ok()) return Fail(cmd, slots.status());
+    if (!racks->racks.empty() && a.switches != 1 && a.switches != racks->shards()) {
+      return Fail(cmd, InvalidArgumentError(
+                           "--switches " + std::to_string(a.switches) + " but every --leaf names " +
+                           std::to_string(racks->shards()) +
+                           " switch(es): a two-level job has as many shards per level as each "
+                           "rack names switches (leave --switches out)"));
     }
   }
   auto cred = a.operator_token.Resolve("switchml jobs " + cmd);
@@ -184,11 +195,12 @@ int Run(const std::string& cmd, const JobsArgs& a) {
   if (cmd == "create") {
     control::JobSpec spec;
     spec.num_workers = a.workers;
-    spec.num_slots = *JobSlots(a);  // checked above
+    const LeafPlacement leaves = *ParseLeafFlags(a.leaves, a.workers, a.parent);  // checked above
+    spec.switches = leaves.racks.empty() ? a.switches : leaves.shards();
+    spec.num_slots = *JobSlots(a, spec.switches);  // checked above
     spec.elements_per_packet = a.elements_per_packet;
-    spec.switches = a.switches;
-    spec.racks = *ParseLeafFlags(a.leaves, a.workers, a.parent);  // checked above
-    spec.parent_switch = a.parent;
+    spec.racks = leaves.racks;
+    spec.parent_switches = leaves.parent_switches;
     if (a.type == "int32") {
       spec.data_type = control::JobDataType::kInt32;
     } else if (a.type == "float32") {
@@ -393,10 +405,12 @@ Runner AddJobsCommand(CLI::App& app) {
                      "Two-level job (a standalone controller): SWITCH:WORKERS, once per rack in "
                      "rank order: rack k is a leaf job of the next WORKERS ranks on the "
                      "controller's switch SWITCH (its --switch list, from 0); counts sum to "
-                     "--workers");
+                     "--workers. SWITCH,SWITCH,...:WORKERS: K shards per level, leaf shard s on "
+                     "the s-th switch (every rack names K)");
   create->add_option("--parent", a->parent,
-                     "With --leaf: the controller's switch that runs the parent job (default: "
-                     "a reachable switch that is not a leaf, with room)");
+                     "With --leaf: the controller's switch that runs the parent job, or K "
+                     "switches SWITCH,SWITCH,... (one per shard) (default: reachable switches "
+                     "that are not leaves, with room)");
   create->add_option("--idle-timeout-s", a->idle_timeout_s,
                      "Tear the job down after this long without datagrams (0 = the switch's or "
                      "controller's default, 600 s unless it was started with another)")

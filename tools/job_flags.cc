@@ -73,54 +73,90 @@ std::vector<std::string> JobFlags::ToArgs(const std::vector<uint64_t>& c) const 
           std::to_string(elements_per_packet), "--call-timeout-ms", std::to_string(EffectiveCallTimeoutMs())};
 }
 
-StatusOr<std::vector<control::JobSpec::Rack>> ParseLeafFlags(
-    const std::vector<std::string>& leaves, uint32_t workers,
-    const std::optional<uint32_t>& parent) {
-  std::vector<control::JobSpec::Rack> racks;
+namespace {
+
+// "3" or "3,4,5": switch indices (up to 9 digits each). False if malformed.
+bool ParseSwitchList(const std::string& text, std::vector<uint32_t>* out) {
+  out->clear();
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string t = text.substr(start, comma == std::string::npos ? std::string::npos
+                                                                        : comma - start);
+    if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos) {
+      return false;
+    }
+    out->push_back(uint32_t(std::stoul(t)));
+    if (comma == std::string::npos) return true;
+    start = comma + 1;
+  }
+}
+
+}  // namespace
+
+StatusOr<LeafPlacement> ParseLeafFlags(const std::vector<std::string>& leaves, uint32_t workers,
+                                       const std::string& parent) {
+  LeafPlacement out;
+  if (!parent.empty() && !ParseSwitchList(parent, &out.parent_switches)) {
+    return InvalidArgumentError("--parent must be SWITCH or SWITCH,SWITCH,... (the controller's "
+                                "switch index of each of the parent's shards), got '" + parent +
+                                "'");
+  }
   if (leaves.empty()) {
-    if (parent) return InvalidArgumentError("--parent needs --leaf (a two-level job's racks)");
-    return racks;
+    if (!parent.empty()) return InvalidArgumentError("--parent needs --leaf (a two-level job's racks)");
+    return out;
   }
   if (leaves.size() < 2) {
     return InvalidArgumentError("--leaf: a two-level job needs at least two racks, got one ('" +
                                 leaves[0] + "'); a job of one rack is a one-level job on that "
                                 "switch");
   }
+  // Where each switch index was given first, to name both places when one repeats.
+  std::map<uint32_t, std::string> given;
+  auto claim = [&](uint32_t i, const std::string& where) -> Status {
+    const auto [it, fresh] = given.emplace(i, where);
+    if (fresh) return OkStatus();
+    return InvalidArgumentError("switch " + std::to_string(i) + " is given twice (" + it->second +
+                                " and " + where + "): a switch serves one rack or the parent, "
+                                "one shard of it");
+  };
+  for (uint32_t i : out.parent_switches) SWITCHML_RETURN_IF_ERROR(claim(i, "--parent " + parent));
   uint64_t sum = 0;
   for (const std::string& l : leaves) {
-    const size_t colon = l.find(':');
-    auto number = [](const std::string& t, uint32_t* out) {
-      if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos) {
-        return false;
-      }
-      *out = uint32_t(std::stoul(t));
-      return true;
-    };
+    const size_t colon = l.rfind(':');
     control::JobSpec::Rack r;
-    if (colon == std::string::npos || !number(l.substr(0, colon), &r.switch_index) ||
-        !number(l.substr(colon + 1), &r.workers)) {
-      return InvalidArgumentError("--leaf must be SWITCH:WORKERS (the controller's switch index "
-                                  "and the rack's worker count, e.g. 0:4), got '" + l + "'");
+    const std::string count = colon == std::string::npos ? "" : l.substr(colon + 1);
+    if (colon == std::string::npos || !ParseSwitchList(l.substr(0, colon), &r.switches) ||
+        count.empty() || count.size() > 9 ||
+        count.find_first_not_of("0123456789") != std::string::npos) {
+      return InvalidArgumentError("--leaf must be SWITCH:WORKERS or SWITCH,SWITCH,...:WORKERS (the "
+                                  "controller's switch index of each of the rack's shards and the "
+                                  "rack's worker count, e.g. 0:4 or 0,1:4), got '" + l + "'");
     }
+    r.workers = uint32_t(std::stoul(count));
     if (r.workers == 0) return InvalidArgumentError("--leaf " + l + ": a rack needs >= 1 worker");
-    for (const control::JobSpec::Rack& o : racks) {
-      if (o.switch_index == r.switch_index) {
-        return InvalidArgumentError("--leaf: switch " + std::to_string(r.switch_index) +
-                                    " is given twice (one rack per leaf switch)");
-      }
+    if (!out.racks.empty() && r.switches.size() != out.racks[0].switches.size()) {
+      return InvalidArgumentError("--leaf " + l + " names " + std::to_string(r.switches.size()) +
+                                  " switch(es) but --leaf " + leaves[0] + " names " +
+                                  std::to_string(out.racks[0].switches.size()) +
+                                  ": every rack has one switch per shard (the same number)");
     }
-    if (parent && *parent == r.switch_index) {
-      return InvalidArgumentError("--parent " + std::to_string(*parent) +
-                                  " is also a --leaf; the parent must be another switch");
-    }
+    for (uint32_t i : r.switches) SWITCHML_RETURN_IF_ERROR(claim(i, "--leaf " + l));
     sum += r.workers;
-    racks.push_back(r);
+    out.racks.push_back(r);
+  }
+  if (!out.parent_switches.empty() && out.parent_switches.size() != out.shards()) {
+    return InvalidArgumentError("--parent " + parent + " names " +
+                                std::to_string(out.parent_switches.size()) +
+                                " switch(es) but every --leaf names " +
+                                std::to_string(out.shards()) +
+                                ": the parent has as many shards as each rack");
   }
   if (sum != workers) {
     return InvalidArgumentError("--leaf counts sum to " + std::to_string(sum) + " but --workers is " +
                                 std::to_string(workers) + "; rack k holds the next count ranks");
   }
-  return racks;
+  return out;
 }
 
 void OperatorTokenFlag::Register(CLI::App& app, const std::string& role) {

@@ -51,14 +51,20 @@ struct JobFlags {
   std::vector<std::string> ToArgs(const std::vector<uint64_t>& counts) const;
 };
 
-// `switchml jobs create --leaf I:N ... [--parent P]`: a two-level job's racks in rank order
-// (rack k = the k-th --leaf: N ranks on the controller's switch I, its --switch list from 0).
-// Checks what needs no controller: each "I:N" well formed with N >= 1, no switch twice, the
-// counts summing to `workers`, --parent not a leaf, and at least two racks. Errors name the
+// `switchml jobs create --leaf I[,I...]:N ... [--parent P[,P...]]`: a two-level job's racks in
+// rank order (rack k = the k-th --leaf: N ranks on the controller's switches I, its --switch
+// list from 0, one per shard) and the parent's switches (one per shard; empty = chosen by the
+// controller). Checks what needs no controller: each "I,...:N" well formed with N >= 1, every
+// rack naming as many switches (K, the shards per level) and --parent none or K, no switch
+// twice anywhere, the counts summing to `workers`, and at least two racks. Errors name the
 // flag. Empty `leaves` = a one-level job (then --parent is refused).
-StatusOr<std::vector<control::JobSpec::Rack>> ParseLeafFlags(
-    const std::vector<std::string>& leaves, uint32_t workers,
-    const std::optional<uint32_t>& parent);
+struct LeafPlacement {
+  std::vector<control::JobSpec::Rack> racks;
+  std::vector<uint32_t> parent_switches;
+  uint32_t shards() const { return racks.empty() ? 1 : uint32_t(racks[0].switches.size()); }
+};
+StatusOr<LeafPlacement> ParseLeafFlags(const std::vector<std::string>& leaves, uint32_t workers,
+                                       const std::string& parent);
 
 // --operator-token-file FILE, or else the environment variable SWITCHML_OPERATOR_TOKEN
 // (rendezvous/operator_auth.h): the operator credential of the job service.

@@ -62,32 +62,50 @@ TEST(JobFlagsTest, DeprecatedJobTimeoutStillWorksWithANote) {
 }
 
 TEST(LeafFlagsTest, RacksInRankOrder) {
-  auto racks = ParseLeafFlags({"2:3", "0:5"}, 8, 1);
+  auto racks = ParseLeafFlags({"2:3", "0:5"}, 8, "1");
   ASSERT_TRUE(racks.ok()) << racks.status();
-  ASSERT_EQ(racks->size(), 2u);
-  EXPECT_EQ((*racks)[0], (control::JobSpec::Rack{.switch_index = 2, .workers = 3}));
-  EXPECT_EQ((*racks)[1], (control::JobSpec::Rack{.switch_index = 0, .workers = 5}));
-  auto none = ParseLeafFlags({}, 8, std::nullopt);
+  ASSERT_EQ(racks->racks.size(), 2u);
+  EXPECT_EQ(racks->racks[0], (control::JobSpec::Rack{.switches = {2}, .workers = 3}));
+  EXPECT_EQ(racks->racks[1], (control::JobSpec::Rack{.switches = {0}, .workers = 5}));
+  EXPECT_EQ(racks->parent_switches, std::vector<uint32_t>{1});
+  EXPECT_EQ(racks->shards(), 1u);
+  auto none = ParseLeafFlags({}, 8, "");
   ASSERT_TRUE(none.ok());
-  EXPECT_TRUE(none->empty());
+  EXPECT_TRUE(none->racks.empty());
+  // K = 2 shards per level: a switch per shard in every rack and for the parent.
+  auto two = ParseLeafFlags({"0,1:4", "2,3:4"}, 8, "5,4");
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->shards(), 2u);
+  EXPECT_EQ(two->racks[1], (control::JobSpec::Rack{.switches = {2, 3}, .workers = 4}));
+  EXPECT_EQ(two->parent_switches, (std::vector<uint32_t>{5, 4}));
+  auto chosen = ParseLeafFlags({"0,1:4", "2,3:4"}, 8, "");
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_TRUE(chosen->parent_switches.empty());
 }
 
 TEST(LeafFlagsTest, BadRacksAreRefusedNamingTheFlag) {
   struct Case {
     std::vector<std::string> leaves;
     uint32_t workers;
-    std::optional<uint32_t> parent;
+    std::string parent;
     std::string expect;
   };
   for (const Case& c : std::vector<Case>{
-           {{"0:4", "1:3"}, 8, std::nullopt, "--leaf counts sum to 7 but --workers is 8"},
-           {{"0:4", "0:4"}, 8, std::nullopt, "--leaf: switch 0 is given twice"},
-           {{"0:4", "1:4"}, 8, 1, "--parent 1 is also a --leaf"},
-           {{"0:4", "1"}, 8, std::nullopt, "--leaf must be SWITCH:WORKERS"},
-           {{"0:4", "x:4"}, 8, std::nullopt, "--leaf must be SWITCH:WORKERS"},
-           {{"0:8", "1:0"}, 8, std::nullopt, "a rack needs >= 1 worker"},
-           {{"0:8"}, 8, std::nullopt, "--leaf: a two-level job needs at least two racks"},
-           {{}, 8, 2, "--parent needs --leaf"},
+           {{"0:4", "1:3"}, 8, "", "--leaf counts sum to 7 but --workers is 8"},
+           {{"0:4", "0:4"}, 8, "", "switch 0 is given twice (--leaf 0:4 and --leaf 0:4)"},
+           {{"0:4", "1:4"}, 8, "1", "switch 1 is given twice (--parent 1 and --leaf 1:4)"},
+           {{"0,1:4", "2,1:4"}, 8, "", "switch 1 is given twice"},
+           {{"0,1:4", "2,3:4"}, 8, "4,4", "switch 4 is given twice"},
+           {{"0:4", "1"}, 8, "", "--leaf must be SWITCH:WORKERS"},
+           {{"0:4", "x:4"}, 8, "", "--leaf must be SWITCH:WORKERS"},
+           {{"0:4", "1,:4"}, 8, "", "--leaf must be SWITCH:WORKERS"},
+           {{"0:4", "1:"}, 8, "", "--leaf must be SWITCH:WORKERS"},
+           {{"0:8", "1:0"}, 8, "", "a rack needs >= 1 worker"},
+           {{"0:8"}, 8, "", "--leaf: a two-level job needs at least two racks"},
+           {{}, 8, "2", "--parent needs --leaf"},
+           {{"0:4", "1:4"}, 8, "x", "--parent must be SWITCH"},
+           {{"0,1:4", "2:4"}, 8, "", "--leaf 2:4 names 1 switch(es) but --leaf 0,1:4 names 2"},
+           {{"0,1:4", "2,3:4"}, 8, "4", "--parent 4 names 1 switch(es) but every --leaf names 2"},
        }) {
     auto r = ParseLeafFlags(c.leaves, c.workers, c.parent);
     ASSERT_FALSE(r.ok()) << c.expect;

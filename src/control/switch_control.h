@@ -150,17 +150,19 @@ struct JobSpec {
   // serves a job alone (1).
   uint32_t switches = 1;
   // Two-level aggregation (docs/scaling.md "Two-level aggregation"), placed only by a
-  // standalone controller: the racks in rank order, rack k a leaf job of `workers` ranks on
-  // the controller's switch `switch_index` (rack k holds the next `workers` global ranks), under
-  // one parent job on switch `parent_switch` (none: a reachable switch that is not a leaf, with
-  // room). Empty = a one-level job. With racks, switches must be 1 (one shard per level).
+  // standalone controller: the racks in rank order, rack k a leaf job of `workers` ranks (rack
+  // k holds the next `workers` global ranks) on the controller's switches `switches` (its
+  // --switch list, from 0), one per shard: with K = `switches` above, every rack names K
+  // switches (leaf shard s on switches[s]) and the parent job is K shards too, shard s on
+  // parent_switches[s] (empty: reachable switches that are not leaves, with room). Leaf shard s
+  // of every rack is a worker of parent shard s. Empty racks = a one-level job.
   struct Rack {
-    uint32_t switch_index = 0;
+    std::vector<uint32_t> switches;
     uint32_t workers = 0;
     bool operator==(const Rack&) const = default;
   };
   std::vector<Rack> racks;
-  std::optional<uint32_t> parent_switch;
+  std::vector<uint32_t> parent_switches;
 };
 
 // The controller's assignment of one switch to a job it placed (docs/design.md "Shards on

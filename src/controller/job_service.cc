@@ -15,7 +15,7 @@
 
 #include "rendezvous/grpc_status.h"
 #include "rendezvous/job_counters_proto.h"
-#include "rendezvous/uplink_proto.h"
+#include "rendezvous/two_level_proto.h"
 #include "controller/job_sync_table.h"
 #include "rendezvous/operator_auth.h"
 #include "controller/sync_calls.h"
@@ -58,12 +58,7 @@ void ToProto(const JobInfo& j, v1::JobInfo* out) {
   spec->set_placement(j.assignment.placement);
   spec->set_controller_job_id(j.assignment.job_id);
   rendezvous::UplinkToProto(j.assignment.uplink, spec);
-  for (const JobSpec::Rack& r : j.spec.racks) {
-    auto* out = spec->add_racks();
-    out->set_switch_index(r.switch_index);
-    out->set_workers(r.workers);
-  }
-  if (j.spec.parent_switch) spec->set_parent_switch(*j.spec.parent_switch);
+  rendezvous::RacksToProto(j.spec, spec);
   out->set_state(ToProto(j.state));
   out->set_slot_base(j.slot_base);
   out->set_num_registered(j.num_registered);
@@ -146,10 +141,7 @@ class JobService::Impl final : public JobServiceBase {
     spec.token = p.token();
     spec.name = p.name();
     spec.switches = std::max<uint32_t>(1, p.switches());
-    for (const auto& r : p.racks()) {
-      spec.racks.push_back({.switch_index = r.switch_index(), .workers = r.workers()});
-    }
-    if (p.has_parent_switch()) spec.parent_switch = p.parent_switch();
+    rendezvous::RacksFromProto(p, &spec);
     // The wire's JobSpec also carries a shard assignment, which only a standalone controller
     // sends, to the switches it places a job on: the switch creates its shard; any other sink
     // (a standalone controller itself) refuses it naming the field.

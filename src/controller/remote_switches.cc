@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <random>
 
@@ -342,7 +343,11 @@ std::string RemoteSwitches::PartName(const Job& job, const Shards& shards, size_
   if (!job.two_level()) return ShardName(shards, part);
   const size_t index = shards[part].first;
   const std::string where = "(switch " + Str(index) + " at " + switches_[index].address + ")";
-  return part + 1 == shards.size() ? "the parent " + where : "leaf " + Str(part) + " " + where;
+  const size_t k = job.per_level();
+  const std::string shard =
+      k > 1 ? "shard " + Str(part % k) + " of " + Str(k) + " " : std::string();
+  if (job.IsParentPart(part)) return (k > 1 ? "the parent's " + shard : "the parent ") + where;
+  return "leaf " + Str(part / k) + (k > 1 ? " " + shard : " ") + where;
 }
 
 RemoteSwitches::Shards RemoteSwitches::ShardsOf(const Job& job, uint32_t* placement) const {
@@ -479,51 +484,70 @@ void RemoteSwitches::Adopt() {
 
 void RemoteSwitches::AdoptTwoLevel(uint64_t group,
                                    const std::vector<std::pair<size_t, JobInfo>>& parts) {
-  // One parent (no uplink) and its leaves 0..L-1 (L = the parent's workers), all of the
-  // group's newest placement; anything else is left alone (usable per switch, statelessly).
+  // The parent's K shards (no uplink) and every rack's K leaf shards (rack = the uplink's
+  // leaf), all of the group's newest placement; anything else is left alone (usable per
+  // switch, statelessly).
   uint32_t placement = 0;
   for (const auto& [i, j] : parts) placement = std::max(placement, std::max<uint32_t>(1, j.assignment.placement));
-  std::optional<std::pair<size_t, JobInfo>> parent;
+  using Part = std::optional<std::pair<size_t, JobInfo>>;
+  uint32_t k = 0;
+  std::vector<Part> parents;
   for (const auto& part : parts) {
-    if (std::max<uint32_t>(1, part.second.assignment.placement) != placement) continue;
-    if (part.second.assignment.uplink.enabled()) continue;
-    if (parent) return;  // two parents
-    parent = part;
+    const control::ShardAssignment& a = part.second.assignment;
+    if (std::max<uint32_t>(1, a.placement) != placement) continue;
+    if (k == 0) {
+      k = std::max<uint32_t>(1, a.num_shards);
+      parents.resize(k);
+    }
+    if (std::max<uint32_t>(1, a.num_shards) != k || a.shard >= k) return;  // inconsistent
+    if (a.uplink.enabled()) continue;
+    if (parents[a.shard]) return;  // two parents
+    parents[a.shard] = part;
   }
-  if (!parent) return;
-  const uint32_t num_leaves = parent->second.spec.num_workers;
-  std::vector<std::optional<std::pair<size_t, JobInfo>>> leaves(num_leaves);
+  if (k == 0) return;
+  for (const Part& p : parents) {
+    if (!p) return;  // a parent shard is missing
+  }
+  const uint32_t num_leaves = parents[0]->second.spec.num_workers;
+  std::vector<Part> leaves(size_t{num_leaves} * k);
   for (const auto& part : parts) {
     const control::ShardAssignment& a = part.second.assignment;
     if (std::max<uint32_t>(1, a.placement) != placement || !a.uplink.enabled()) continue;
-    if (a.uplink.leaf >= num_leaves || leaves[a.uplink.leaf] ||
-        a.uplink.parent_job_id != parent->second.job_id) {
+    const size_t at = size_t{a.uplink.leaf} * k + a.shard;
+    if (a.uplink.leaf >= num_leaves || leaves[at] ||
+        a.uplink.parent_job_id != parents[a.shard]->second.job_id) {
       return;
     }
-    leaves[a.uplink.leaf] = part;
+    leaves[at] = part;
   }
   auto job = std::make_shared<Job>();
   uint32_t total = 0;
-  for (const auto& leaf : leaves) {
-    if (!leaf) return;  // a leaf is missing
+  for (const Part& leaf : leaves) {
+    if (!leaf) return;  // a leaf shard is missing
     job->shards.push_back({leaf->first, leaf->second.job_id});
-    job->spec.racks.push_back({.switch_index = uint32_t(leaf->first),
-                               .workers = leaf->second.spec.num_workers});
-    total += leaf->second.spec.num_workers;
+  }
+  for (uint32_t r = 0; r < num_leaves; ++r) {
+    JobSpec::Rack rack{.workers = leaves[size_t{r} * k]->second.spec.num_workers};
+    for (uint32_t s = 0; s < k; ++s) rack.switches.push_back(uint32_t(leaves[size_t{r} * k + s]->first));
+    total += rack.workers;
+    job->spec.racks.push_back(std::move(rack));
   }
   if (total != leaves[0]->second.assignment.uplink.total_workers) return;
-  job->shards.push_back({parent->first, parent->second.job_id});
-  const JobSpec racks = job->spec;
+  for (const Part& p : parents) {
+    job->shards.push_back({p->first, p->second.job_id});
+    job->spec.parent_switches.push_back(uint32_t(p->first));
+  }
+  const JobSpec placed = job->spec;
   job->spec = leaves[0]->second.spec;
-  job->spec.racks = racks.racks;
-  job->spec.parent_switch = uint32_t(parent->first);
+  job->spec.racks = placed.racks;
+  job->spec.parent_switches = placed.parent_switches;
   job->spec.num_workers = total;
-  job->spec.switches = 1;
+  job->spec.switches = k;
   if (job->spec.idle_timeout.count() == 0) job->spec.idle_timeout = JobClient::kNoIdleTimeout;
   job->shard_group = group;
   job->placement = placement;
   const uint32_t id = leaves[0]->second.assignment.job_id;
-  job->job_id = id != 0 ? id : GlobalId(parent->first, parent->second.job_id);
+  job->job_id = id != 0 ? id : GlobalId(parents[0]->first, parents[0]->second.job_id);
   std::lock_guard<std::mutex> lock(jobs_mu_);
   jobs_[job->job_id] = job;
 }
@@ -581,8 +605,8 @@ StatusOr<RemoteSwitches::Shards> RemoteSwitches::CreateShards(const JobSpec& spe
 
 StatusOr<JobInfo> RemoteSwitches::Place(const JobSpec& spec) {
   if (!spec.racks.empty()) return PlaceTwoLevel(spec);
-  if (spec.parent_switch) {
-    return InvalidArgumentError("parent_switch (--parent) " + Str(*spec.parent_switch) +
+  if (!spec.parent_switches.empty()) {
+    return InvalidArgumentError("parent_switches (--parent) " + Str(spec.parent_switches[0]) +
                                 " needs racks (--leaf): only a two-level job has a parent");
   }
   const uint32_t k = spec.switches;
@@ -667,101 +691,118 @@ StatusOr<JobInfo> RemoteSwitches::PlaceTwoLevel(const JobSpec& spec) {
   // The request, each error naming the field and the `switchml jobs create` flag.
   const std::vector<JobSpec::Rack>& racks = spec.racks;
   const size_t n = switches_.size();
-  if (spec.switches != 1) {
-    return InvalidArgumentError("switches (--switches) " + Str(spec.switches) +
-                                " with racks (--leaf): a two-level job has one switch per level "
-                                "and rack (switches = 1)");
-  }
+  const uint32_t k = spec.switches;  // shards per level
   if (racks.size() < 2) {
     return InvalidArgumentError("racks (--leaf): a two-level job needs at least two racks, got " +
                                 Str(racks.size()));
   }
-  uint64_t total = 0;
-  for (size_t k = 0; k < racks.size(); ++k) {
-    const std::string what = "racks[" + Str(k) + "] (--leaf " + Str(racks[k].switch_index) + ":" +
-                             Str(racks[k].workers) + ")";
-    if (racks[k].switch_index >= n) {
-      return InvalidArgumentError(what + ": switch " + Str(racks[k].switch_index) +
+  if (k == 0 || k > control::JobLayout::kMaxShards ||
+      (spec.num_slots != 0 && k > spec.num_slots)) {
+    return InvalidArgumentError("switches (shards per level) must be in [1, " +
+                                Str(std::min<uint32_t>(control::JobLayout::kMaxShards,
+                                                       spec.num_slots == 0 ? UINT32_MAX
+                                                                           : spec.num_slots)) +
+                                "], got " + Str(k));
+  }
+  // Every switch the request names, and where: each serves one part of one level.
+  std::map<uint32_t, std::string> named;
+  auto name = [&](uint32_t i, const std::string& what) -> Status {
+    if (i >= n) {
+      return InvalidArgumentError(what + ": switch " + Str(i) +
                                   " is out of range: this controller drives " + Str(n) +
                                   " switch(es) (--switch), indices from 0");
     }
-    if (racks[k].workers == 0) return InvalidArgumentError(what + ": a rack needs >= 1 worker");
-    for (size_t o = 0; o < k; ++o) {
-      if (racks[o].switch_index == racks[k].switch_index) {
-        return InvalidArgumentError(what + ": switch " + Str(racks[k].switch_index) +
-                                    " is already racks[" + Str(o) +
-                                    "]'s leaf (one rack per leaf switch)");
-      }
+    const auto [it, fresh] = named.emplace(i, what);
+    if (fresh) return OkStatus();
+    return InvalidArgumentError(what + ": switch " + Str(i) + " is also " + it->second +
+                                " (a switch serves one rack's shard or one of the parent's)");
+  };
+  uint64_t total = 0;
+  for (size_t r = 0; r < racks.size(); ++r) {
+    std::string list;
+    for (uint32_t i : racks[r].switches) list += (list.empty() ? "" : ",") + Str(i);
+    const std::string what = "racks[" + Str(r) + "] (--leaf " + list + ":" +
+                             Str(racks[r].workers) + ")";
+    if (racks[r].switches.size() != k) {
+      return InvalidArgumentError(what + " names " + Str(racks[r].switches.size()) +
+                                  " switch(es) but the job has " + Str(k) +
+                                  " shard(s) per level (switches): one switch per shard");
     }
-    total += racks[k].workers;
+    if (racks[r].workers == 0) return InvalidArgumentError(what + ": a rack needs >= 1 worker");
+    for (uint32_t i : racks[r].switches) SWITCHML_RETURN_IF_ERROR(name(i, what));
+    total += racks[r].workers;
   }
   if (total != spec.num_workers) {
     return InvalidArgumentError("racks (--leaf): the racks' workers sum to " + Str(total) +
                                 " but num_workers (--workers) is " + Str(spec.num_workers));
   }
-  auto is_leaf = [&](size_t i) {
-    return std::any_of(racks.begin(), racks.end(),
-                       [&](const JobSpec::Rack& r) { return r.switch_index == i; });
-  };
-  if (spec.parent_switch) {
-    const uint32_t p = *spec.parent_switch;
-    if (p >= n) {
-      return InvalidArgumentError("parent_switch (--parent) " + Str(p) +
-                                  " is out of range: this controller drives " + Str(n) +
-                                  " switch(es) (--switch), indices from 0");
-    }
-    if (is_leaf(p)) {
-      return InvalidArgumentError("parent_switch (--parent) " + Str(p) +
-                                  " is also a leaf (--leaf); the parent must be another switch");
-    }
+  if (!spec.parent_switches.empty() && spec.parent_switches.size() != k) {
+    return InvalidArgumentError("parent_switches (--parent) names " +
+                                Str(spec.parent_switches.size()) + " switch(es) but the job has " +
+                                Str(k) + " shard(s) per level (switches)");
   }
-  // Every leaf: reachable, its data address, room for the job's slots.
-  for (size_t k = 0; k < racks.size(); ++k) {
-    const size_t i = racks[k].switch_index;
+  for (uint32_t p : spec.parent_switches) {
+    const Status s = name(p, "parent_switches (--parent) " + Str(p));
+    if (!s.ok() && p < n) {
+      return InvalidArgumentError("parent_switches (--parent) " + Str(p) + " is also " +
+                                  named.at(p) + "; the parent must be other switches");
+    }
+    SWITCHML_RETURN_IF_ERROR(s);
+  }
+  // Every leaf: reachable, room for the job's slots (each shard its share).
+  auto room = [&](size_t i, uint32_t shard, const std::string& what) -> StatusOr<DataAddress> {
     StatusOr<DataAddress> a = DataAddressOf(i);
-    if (!a.ok()) return a.status().WithContext("leaf " + Str(k) + " (--leaf)");
-    if (a->largest_free_range < spec.num_slots) {
-      return ResourceExhaustedError("leaf " + Str(k) + " (switch " + Str(i) + " at " +
-                                    switches_[i].address + ") has " + Str(a->largest_free_range) +
-                                    " free slots in one range, the job needs " +
-                                    Str(spec.num_slots));
+    if (!a.ok()) return a.status().WithContext(what);
+    const uint32_t needs = control::JobLayout::ShardSlots(spec.num_slots, shard, k).count;
+    if (a->largest_free_range < needs) {
+      return ResourceExhaustedError(what + " (switch " + Str(i) + " at " + switches_[i].address +
+                                    ") has " + Str(a->largest_free_range) +
+                                    " free slots in one range, its shard needs " + Str(needs));
+    }
+    return a;
+  };
+  for (size_t r = 0; r < racks.size(); ++r) {
+    for (uint32_t s = 0; s < k; ++s) {
+      SWITCHML_RETURN_IF_ERROR(
+          room(racks[r].switches[s], s, "leaf " + Str(r) + (k > 1 ? " shard " + Str(s) : "") +
+                                            " (--leaf)")
+              .status());
     }
   }
-  // The parent: the one asked for, or the reachable non-leaf switch with the largest free
-  // range (ties: the first index).
-  size_t parent = 0;
-  DataAddress parent_at;
-  if (spec.parent_switch) {
-    parent = *spec.parent_switch;
-    StatusOr<DataAddress> a = DataAddressOf(parent);
-    if (!a.ok()) return a.status().WithContext("the parent (--parent)");
-    if (a->largest_free_range < spec.num_slots) {
-      return ResourceExhaustedError("the parent (switch " + Str(parent) + " at " +
-                                    switches_[parent].address + ") has " +
-                                    Str(a->largest_free_range) +
-                                    " free slots in one range, the job needs " +
-                                    Str(spec.num_slots));
+  // The parent's shards: those asked for, or the reachable non-leaf switches with the largest
+  // free ranges (ties: the first index), one per shard.
+  std::vector<size_t> parent(k);
+  std::vector<DataAddress> parent_at(k);
+  if (!spec.parent_switches.empty()) {
+    for (uint32_t s = 0; s < k; ++s) {
+      parent[s] = spec.parent_switches[s];
+      SWITCHML_ASSIGN_OR_RETURN(parent_at[s],
+                                room(parent[s], s, std::string("the parent") +
+                                                       (k > 1 ? " shard " + Str(s) : "") +
+                                                       " (--parent)"));
     }
-    parent_at = *a;
   } else {
     Status first_error;
-    bool found = false;
+    uint32_t found = 0;
     for (const auto& [free, i] : ByFreeRange(&first_error)) {
-      if (is_leaf(i) || free < spec.num_slots) continue;
+      if (found == k) break;
+      if (named.count(uint32_t(i)) ||
+          free < control::JobLayout::ShardSlots(spec.num_slots, found, k).count) {
+        continue;
+      }
       StatusOr<DataAddress> a = DataAddressOf(i);
       if (!a.ok()) {
         if (first_error.ok()) first_error = a.status();
         continue;
       }
-      parent = i;
-      parent_at = *a;
-      found = true;
-      break;
+      parent[found] = i;
+      parent_at[found] = *a;
+      ++found;
     }
-    if (!found) {
-      const std::string msg = "no switch for the parent (--parent): none of the " + Str(n) +
-                              " switches that is not a leaf is reachable with " +
-                              Str(spec.num_slots) + " free slots in one range";
+    if (found < k) {
+      const std::string msg = "no switch for the parent (--parent): " + Str(found) + " of the " +
+                              Str(n) + " switches that are not leaves are reachable with room "
+                              "for a shard; the parent needs " + Str(k);
       if (!first_error.ok()) return first_error.WithContext(msg);
       return ResourceExhaustedError(msg + "; add a switch (--switch) or free one");
     }
@@ -771,77 +812,99 @@ StatusOr<JobInfo> RemoteSwitches::PlaceTwoLevel(const JobSpec& spec) {
   job->token = spec.token.empty() ? control::RandomToken() : spec.token;
   job->spec = spec;
   job->spec.token.clear();
-  job->spec.parent_switch = uint32_t(parent);
+  job->spec.parent_switches.assign(parent.begin(), parent.end());
   if (job->spec.idle_timeout.count() == 0) job->spec.idle_timeout = JobClient::kNoIdleTimeout;
   do {
     job->shard_group = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
   } while (job->shard_group == 0);
-  // Each level's job: the spec without the racks, one switch.
+  // Each level's job: the spec without the racks, K shards.
   JobSpec part = job->spec;
   part.racks.clear();
-  part.parent_switch.reset();
-  part.switches = 1;
+  part.parent_switches.clear();
+  part.switches = k;
   part.token = job->token;
   Shards created;
   auto undo = [&] {
     for (const auto& [i, local] : created) (void)switches_[i].jobs->DeleteJob(local, job->token);
   };
+  auto assignment = [&](uint32_t s) {
+    return control::ShardAssignment{.shard = s,
+                                    .num_shards = k,
+                                    .shard_group = job->shard_group,
+                                    .placement = 1};
+  };
   // The parent first: an ordinary job of one "worker" per leaf, in the job's group. The job's
-  // id is the parent's global id (unless a live re-placed job still has that id: then again).
+  // id is the parent's (shard 0's) global id (unless a live re-placed job still has that id:
+  // then again).
   JobSpec parent_spec = part;
   parent_spec.num_workers = uint32_t(racks.size());
-  const control::ShardAssignment parent_assignment{
-      .num_shards = 1, .shard_group = job->shard_group, .placement = 1};
-  uint32_t parent_local = 0;
+  std::vector<uint32_t> parent_local(k);
   for (int attempt = 0;; ++attempt) {
-    StatusOr<JobInfo> p = switches_[parent].jobs->CreateJobShard(parent_spec, parent_assignment);
-    if (!p.ok()) return SwitchError(switches_[parent], p.status()).WithContext("the parent");
-    if (p->job_id >> kLocalIdBits) {
-      (void)switches_[parent].jobs->DeleteJob(p->job_id, job->token);
-      return InternalError("switch " + Str(parent) + " returned job id " + Str(p->job_id) +
-                           " >= 2^24, which this controller cannot route");
+    Shards parents;
+    Status error;
+    for (uint32_t s = 0; s < k && error.ok(); ++s) {
+      StatusOr<JobInfo> p = switches_[parent[s]].jobs->CreateJobShard(parent_spec, assignment(s));
+      if (!p.ok()) {
+        error = SwitchError(switches_[parent[s]], p.status())
+                    .WithContext(std::string("the parent") + (k > 1 ? " shard " + Str(s) : ""));
+        break;
+      }
+      parents.push_back({parent[s], p->job_id});
+      if (p->job_id >> kLocalIdBits) {
+        error = InternalError("switch " + Str(parent[s]) + " returned job id " + Str(p->job_id) +
+                              " >= 2^24, which this controller cannot route");
+      }
     }
-    const uint32_t id = GlobalId(parent, p->job_id);
-    std::lock_guard<std::mutex> lock(jobs_mu_);
-    const auto it = jobs_.find(id);
-    if (it == jobs_.end() || !it->second->end_reason.empty()) {
-      parent_local = p->job_id;
-      job->job_id = id;
-      break;
+    auto drop = [&] {
+      for (const auto& [i, local] : parents) (void)switches_[i].jobs->DeleteJob(local, job->token);
+    };
+    if (!error.ok()) {
+      drop();
+      return error;
     }
-    (void)switches_[parent].jobs->DeleteJob(p->job_id, job->token);
+    const uint32_t id = GlobalId(parent[0], parents[0].second);
+    {
+      std::lock_guard<std::mutex> lock(jobs_mu_);
+      const auto it = jobs_.find(id);
+      if (it == jobs_.end() || !it->second->end_reason.empty()) {
+        for (uint32_t s = 0; s < k; ++s) parent_local[s] = parents[s].second;
+        job->job_id = id;
+        break;
+      }
+    }
+    drop();
     if (attempt == 8) return InternalError("job id " + Str(id) + " is still used by a re-placed job");
   }
-  // Each leaf: a job of its rack's workers whose completed rounds go up to the parent.
-  for (size_t k = 0; k < racks.size(); ++k) {
-    const size_t i = racks[k].switch_index;
+  // Each rack's leaf shards: jobs of the rack's workers whose completed rounds go up to the
+  // parent's shard of the same index.
+  for (size_t r = 0; r < racks.size(); ++r) {
     JobSpec leaf_spec = part;
-    leaf_spec.num_workers = racks[k].workers;
-    const control::ShardAssignment a{
-        .num_shards = 1,
-        .shard_group = job->shard_group,
-        .placement = 1,
-        .job_id = job->job_id,
-        .uplink = {.parent_ipv4 = parent_at.ipv4,
-                   .parent_ports = parent_at.ports,
-                   .parent_job_id = parent_local,
-                   .leaf = uint32_t(k),
-                   .total_workers = spec.num_workers}};
-    StatusOr<JobInfo> leaf = switches_[i].jobs->CreateJobShard(leaf_spec, a);
-    Status error = leaf.ok() ? OkStatus() : SwitchError(switches_[i], leaf.status());
-    if (error.ok() && leaf->job_id >> kLocalIdBits) {
+    leaf_spec.num_workers = racks[r].workers;
+    for (uint32_t s = 0; s < k; ++s) {
+      const size_t i = racks[r].switches[s];
+      control::ShardAssignment a = assignment(s);
+      a.job_id = job->job_id;
+      a.uplink = {.parent_ipv4 = parent_at[s].ipv4,
+                  .parent_ports = parent_at[s].ports,
+                  .parent_job_id = parent_local[s],
+                  .leaf = uint32_t(r),
+                  .total_workers = spec.num_workers};
+      StatusOr<JobInfo> leaf = switches_[i].jobs->CreateJobShard(leaf_spec, a);
+      Status error = leaf.ok() ? OkStatus() : SwitchError(switches_[i], leaf.status());
+      if (error.ok() && leaf->job_id >> kLocalIdBits) {
+        created.push_back({i, leaf->job_id});
+        error = InternalError("switch " + Str(i) + " returned job id " + Str(leaf->job_id) +
+                              " >= 2^24, which this controller cannot route");
+      }
+      if (!error.ok()) {
+        for (uint32_t p = 0; p < k; ++p) created.push_back({parent[p], parent_local[p]});
+        undo();
+        return error.WithContext("creating leaf " + Str(r) + (k > 1 ? " shard " + Str(s) : ""));
+      }
       created.push_back({i, leaf->job_id});
-      error = InternalError("switch " + Str(i) + " returned job id " + Str(leaf->job_id) +
-                            " >= 2^24, which this controller cannot route");
     }
-    if (!error.ok()) {
-      created.push_back({parent, parent_local});
-      undo();
-      return error.WithContext("creating leaf " + Str(k));
-    }
-    created.push_back({i, leaf->job_id});
   }
-  created.push_back({parent, parent_local});
+  for (uint32_t s = 0; s < k; ++s) created.push_back({parent[s], parent_local[s]});
   // Each leaf registers at the parent when its rack's first worker registers (Register): the
   // leaf and the parent serve the job with the workers' layout, known only then.
   job->shards = created;
@@ -918,9 +981,10 @@ StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistratio
     JobRegistration local = reg;
     local.worker.rank = reg.worker.rank - first;
     local.worker.num_workers = job.spec.racks[rack].workers;
-    regs = {local};
-    parts = {rack};
-    k = 1;
+    k = job.per_level();
+    regs.assign(k, local);
+    for (size_t s = 0; s < k; ++s) parts[s] = job.LeafPart(rack, s);
+    parts.resize(k);
   }
   if (k > 1 && reg.worker.udp_ports.empty()) {
     return InvalidArgumentError("job " + Str(job.job_id) + " is served by " + Str(k) +
@@ -940,10 +1004,13 @@ StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistratio
     grants.push_back(std::move(*reply));
   }
   if (job.two_level()) {
-    const size_t rack = parts[0];
+    const size_t rack = parts[0] / job.per_level();
     job.leaf_registered.resize(job.spec.racks.size());
     if (!job.leaf_registered[rack]) {
-      SWITCHML_RETURN_IF_ERROR(RegisterLeafAtParent(job, shards, rack, regs[0], grants[0].switch_info));
+      for (size_t s = 0; s < k; ++s) {
+        SWITCHML_RETURN_IF_ERROR(
+            RegisterLeafAtParent(job, shards, rack, s, regs[s], grants[s].switch_info));
+      }
       job.leaf_registered[rack] = true;
     }
     if (!job.first_worker) job.first_worker = reg.worker;
@@ -966,17 +1033,19 @@ StatusOr<JobWorkerGrant> RemoteSwitches::Register(Job& job, const JobRegistratio
 }
 
 Status RemoteSwitches::RegisterLeafAtParent(Job& job, const Shards& shards, size_t rack,
-                                            const JobRegistration& worker,
+                                            size_t shard, const JobRegistration& worker,
                                             const SwitchInfo& leaf) const {
-  const size_t parent = shards.size() - 1;
+  const size_t parent = job.ParentPart(shard);
+  const size_t part = job.LeafPart(rack, shard);
   StatusOr<control::JobLayout> layout =
       control::JobLayout::Make({.job_slots = job.spec.num_slots,
-                                .num_shards = 1,
+                                .num_shards = uint32_t(job.per_level()),
                                 .worker_threads = worker.worker.num_worker_threads,
                                 .window_packets = worker.worker.window_packets});
-  if (!layout.ok()) return layout.status().WithContext(PartName(job, shards, rack));
-  // The leaf's port for each worker thread: where it told the worker to send that thread's
-  // data (the port of its I/O thread that owns the thread's slots).
+  if (!layout.ok()) return layout.status().WithContext(PartName(job, shards, part));
+  // The leaf's port for each worker thread it serves: where it told the worker to send that
+  // thread's data (the port of its I/O thread that owns the thread's slots); 0 for the threads
+  // other shards serve.
   std::vector<uint16_t> ports;
   for (uint32_t t = 0; t < layout->worker_threads(); ++t) {
     ports.push_back(t < leaf.thread_routes.size() ? leaf.thread_routes[t].udp_port : 0);
@@ -987,10 +1056,10 @@ Status RemoteSwitches::RegisterLeafAtParent(Job& job, const Shards& shards, size
   up.worker = control::LeafRegistration(uint32_t(rack), uint32_t(job.spec.racks.size()),
                                         leaf.ipv4, ports, *layout,
                                         worker.worker.elements_per_packet);
-  const auto& [index, local_id] = shards[parent];
+  const size_t index = shards[parent].first;
   StatusOr<JobWorkerGrant> g = switches_[index].jobs->RegisterWorker(up);
   if (!g.ok()) {
-    return g.status().WithContext("registering leaf " + Str(rack) + " at " +
+    return g.status().WithContext("registering " + PartName(job, shards, part) + " at " +
                                   PartName(job, shards, parent));
   }
   return OkStatus();
@@ -1220,15 +1289,28 @@ JobInfo RemoteSwitches::Describe(Job& job) const {
         if (j.state != JobState::kRunning) merged->state = j.state;
         merged->counters += j.counters;
         merged->idle_for = std::min(merged->idle_for, j.idle_for);
-        if (shard + 1 < k) {
+        if (!job.IsParentPart(shard)) {
+          // Each rack's workers once (from its leaf shard 0), with what every shard received.
+          const size_t rack = shard / job.per_level();
           uint32_t first = 0;
-          for (size_t r = 0; r < shard && r < job.spec.racks.size(); ++r) {
+          for (size_t r = 0; r < rack && r < job.spec.racks.size(); ++r) {
             first += job.spec.racks[r].workers;
           }
-          merged->num_registered += j.num_registered;
-          for (JobWorkerInfo w : j.workers) {
-            w.rank += first;
-            merged->workers.push_back(std::move(w));
+          if (shard % job.per_level() == 0) {
+            merged->num_registered += j.num_registered;
+            for (JobWorkerInfo w : j.workers) {
+              w.rank += first;
+              merged->workers.push_back(std::move(w));
+            }
+          } else {
+            for (JobWorkerInfo& w : merged->workers) {
+              for (const JobWorkerInfo& o : j.workers) {
+                if (o.rank + first == w.rank) {
+                  w.received += o.received;
+                  w.idle_for = std::min(w.idle_for, o.idle_for);
+                }
+              }
+            }
           }
         }
         continue;
@@ -1274,12 +1356,12 @@ JobInfo RemoteSwitches::Describe(Job& job) const {
     merged->assignment.num_shards = uint32_t(k);
     if (job.two_level()) {
       // The job as asked for (all racks' workers, the racks, the parent chosen), the idle
-      // timeout as the leaves show it; one switch per level and rack.
+      // timeout as the leaves show it; K shards per level.
       JobSpec spec = job.spec;
       spec.idle_timeout = merged->spec.idle_timeout;
-      spec.switches = 1;
+      spec.switches = uint32_t(job.per_level());
       merged->spec = std::move(spec);
-      merged->assignment.num_shards = 1;
+      merged->assignment.num_shards = uint32_t(job.per_level());
       merged->assignment.uplink = {};
     }
     merged->assignment.shard_group = job.shard_group;

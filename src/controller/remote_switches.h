@@ -239,9 +239,14 @@ class RemoteSwitches final : public SwitchControl {
     uint64_t ended_seq = 0;
     // Guarded by jobs_mu_: until when CheckAccess trusts the shards' last answer (Probe).
     std::chrono::steady_clock::time_point live_until;
-    // A two-level job (spec.racks, spec.parent_switch set): `shards` are its leaf jobs in rack
-    // order, then its parent job (never re-placed).
+    // A two-level job (spec.racks, spec.parent_switches set; never re-placed): `shards` are
+    // its parts, rack r's leaf shard s at r * K + s, then the parent's shard s at R * K + s
+    // (K = spec.switches shards per level, R racks).
     bool two_level() const { return !spec.racks.empty(); }
+    size_t per_level() const { return std::max<size_t>(1, spec.switches); }
+    size_t LeafPart(size_t rack, size_t shard) const { return rack * per_level() + shard; }
+    size_t ParentPart(size_t shard) const { return spec.racks.size() * per_level() + shard; }
+    bool IsParentPart(size_t part) const { return part >= ParentPart(0); }
   };
   // The reachable switches as (largest free range, index), largest first (ties: the first
   // index); *first_error gets the first unreachable switch's error.
@@ -264,10 +269,11 @@ class RemoteSwitches final : public SwitchControl {
     uint32_t largest_free_range = 0;
   };
   StatusOr<DataAddress> DataAddressOf(size_t i) const;
-  // A two-level job: registers rack `rack`'s leaf at the parent (control::LeafRegistration)
-  // with the layout of `worker` (a worker of that rack, just registered there) and the ports
-  // the leaf answered it with (`leaf`, the leaf's answer to that worker). Under register_mu.
-  Status RegisterLeafAtParent(Job& job, const Shards& shards, size_t rack,
+  // A two-level job: registers rack `rack`'s leaf shard `shard` at the parent's shard
+  // `shard` (control::LeafRegistration) with the layout of `worker` (a worker of that rack,
+  // just registered there) and the ports the leaf shard answered it with (`leaf`). Under
+  // register_mu.
+  Status RegisterLeafAtParent(Job& job, const Shards& shards, size_t rack, size_t shard,
                               const JobRegistration& worker, const SwitchInfo& leaf) const;
   // Adopt for the groups of two-level jobs: `parts` are (switch, listed job) of one group.
   void AdoptTwoLevel(uint64_t group, const std::vector<std::pair<size_t, JobInfo>>& parts);

@@ -218,16 +218,17 @@ class ShardsTest : public ::testing::Test {
     spec.switches = switches;
     return Jobs()->CreateJob(spec);
   }
-  // A two-level job of `racks` ({switch, workers} in rank order) under `parent` (none: the
-  // controller chooses).
+  // A two-level job of `racks` ({switches, workers} in rank order, a switch per shard) under
+  // `parent` (a switch per shard; none: the controller chooses), K = the racks' switches.
   StatusOr<JobInfo> CreateTwoLevel(std::vector<JobSpec::Rack> racks,
-                                   std::optional<uint32_t> parent = std::nullopt) {
+                                   std::vector<uint32_t> parent = {}) {
     JobSpec spec;
     for (const auto& r : racks) spec.num_workers += r.workers;
     spec.num_slots = kJobSlots;
     spec.elements_per_packet = 64;
+    spec.switches = racks.empty() ? 1 : uint32_t(racks[0].switches.size());
     spec.racks = std::move(racks);
-    spec.parent_switch = parent;
+    spec.parent_switches = std::move(parent);
     return Jobs()->CreateJob(spec);
   }
   // Every rank of `job` joins (concurrently) with kThreads worker threads.
@@ -864,12 +865,11 @@ TEST_F(ShardsTest, ATwoLevelJobThroughTheControllerIsExact) {
   // sending it up to the parent's I/O thread that owns it); the parent is chosen: switch 2, the
   // only switch that is not a leaf, with three I/O threads.
   StartSwitches({1, 2, 3});
-  auto job = CreateTwoLevel({{.switch_index = 0, .workers = 2}, {.switch_index = 1, .workers = 2}});
+  auto job = CreateTwoLevel({{.switches = {0}, .workers = 2}, {.switches = {1}, .workers = 2}});
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->spec.num_workers, 4u);
   ASSERT_EQ(job->spec.racks.size(), 2u);
-  ASSERT_TRUE(job->spec.parent_switch.has_value());
-  EXPECT_EQ(*job->spec.parent_switch, 2u);
+  EXPECT_EQ(job->spec.parent_switches, std::vector<uint32_t>{2});
   EXPECT_FALSE(job->token.empty());
   EXPECT_EQ(job->job_id >> RemoteSwitches::kLocalIdBits, 2u);  // the parent's id
   // Each leaf's job has the parent as its uplink; the parent's job has both leaves registered.
@@ -916,7 +916,7 @@ TEST_F(ShardsTest, ATwoLevelJobThroughTheControllerIsExact) {
   ASSERT_EQ(info->workers.size(), 4u);
   for (uint32_t r = 0; r < 4; ++r) EXPECT_EQ(info->workers[r].rank, r);  // global ranks
   EXPECT_EQ(info->spec.racks, job->spec.racks);
-  EXPECT_EQ(info->spec.parent_switch, job->spec.parent_switch);
+  EXPECT_EQ(info->spec.parent_switches, job->spec.parent_switches);
   EXPECT_GT(info->counters.received, 0u);
   auto list = Jobs()->ListJobs();
   ASSERT_TRUE(list.ok()) << list.status();
@@ -929,11 +929,84 @@ TEST_F(ShardsTest, ATwoLevelJobThroughTheControllerIsExact) {
   }
 }
 
+// K = 2 shards per level (docs/scaling.md): each rack's two leaf switches serve its workers'
+// threads as the two shards of a one-level job would (5 threads: 3 and 2), leaf shard s of
+// every rack is a worker of the parent's shard s (switches chosen by the controller), with
+// several I/O threads on some switches. Exact; a restarted controller finds the job again
+// (all eight parts); a dead leaf shard ends it naming that shard.
+TEST_F(ShardsTest, ATwoLevelJobWithTwoShardsPerLevelIsExactSurvivesARestartAndNamesADeadShard) {
+  StartSwitches({1, 2, 1, 3, 2, 1});
+  auto job = CreateTwoLevel({{.switches = {0, 1}, .workers = 2}, {.switches = {2, 3}, .workers = 2}});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec.switches, 2u);
+  EXPECT_EQ(job->spec.parent_switches, (std::vector<uint32_t>{4, 5}));
+  const uint64_t group = job->assignment.shard_group;
+  // Leaf shard s of each rack goes up to the parent's shard s.
+  for (uint32_t rack = 0; rack < 2; ++rack) {
+    for (uint32_t s = 0; s < 2; ++s) {
+      auto on = ShardsOn(rack * 2 + s, group);
+      ASSERT_EQ(on.size(), 1u) << "rack " << rack << " shard " << s;
+      EXPECT_EQ(on[0].second.shard, s);
+      EXPECT_EQ(on[0].second.num_shards, 2u);
+      EXPECT_EQ(on[0].second.uplink.leaf, rack);
+      EXPECT_EQ(on[0].second.uplink.parent_ports, switches_[4 + s]->ListJobs().data_udp_ports);
+    }
+  }
+  auto ctx = Join(*job, 4);
+  ASSERT_EQ(ctx.size(), 4u);
+  uint64_t offset = 1;
+  for (size_t n : {1, 63, 64 * 5 + 1, 64 * 40 * 3 + 17}) {
+    for (const Status& s : AllReduce(ctx, n, offset++)) ASSERT_TRUE(s.ok()) << s;
+  }
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_GT(switches_[i]->counters().core.uplink_sent, 0u) << "leaf switch " << i;
+    EXPECT_EQ(switches_[i]->counters().core.wrong_io_thread, 0u) << "leaf switch " << i;
+  }
+  for (uint32_t i = 4; i < 6; ++i) {
+    EXPECT_GT(switches_[i]->counters().core.consumed, 0u) << "parent switch " << i;
+    EXPECT_EQ(switches_[i]->counters().core.wrong_io_thread, 0u) << "parent switch " << i;
+  }
+  auto info = Jobs()->GetJob(job->job_id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state, JobState::kRunning);
+  EXPECT_EQ(info->num_registered, 4u);
+  ASSERT_EQ(info->workers.size(), 4u);  // each rack's workers once, not once per shard
+  for (uint32_t r = 0; r < 4; ++r) EXPECT_EQ(info->workers[r].rank, r);
+  EXPECT_EQ(info->spec.racks, job->spec.racks);
+  EXPECT_EQ(info->spec.switches, 2u);
+
+  StartStandalone();
+  info = Jobs()->GetJob(job->job_id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state, JobState::kRunning);
+  EXPECT_EQ(info->spec.racks, job->spec.racks);
+  EXPECT_EQ(info->spec.parent_switches, job->spec.parent_switches);
+  EXPECT_EQ(info->spec.switches, 2u);
+  EXPECT_EQ(info->num_registered, 4u);
+  for (const Status& s : AllReduce(ctx, 3000, offset++)) EXPECT_TRUE(s.ok()) << s;
+  // The restarted controller learns the token from a call presenting it (to delete the other
+  // parts when the job ends).
+  ASSERT_TRUE(Jobs()->GetJob(job->job_id, job->token).ok());
+
+  Kill(3);  // rack 1's leaf shard 1
+  const std::vector<Status> failed = AllReduce(ctx, 64 * 40 * 3, offset++);
+  for (size_t r = 0; r < failed.size(); ++r) {
+    EXPECT_EQ(failed[r].code(), StatusCode::kUnavailable) << "rank " << r << ": " << failed[r];
+  }
+  const JobInfo ended =
+      WaitForJob(job->job_id, [](const JobInfo& j) { return j.state == JobState::kEnded; });
+  EXPECT_THAT(ended.end_reason, HasSubstr("leaf 1 shard 1 of 2 (switch 3 at"));
+  EXPECT_TRUE(ended.switch_lost);
+  for (uint32_t i : {0u, 1u, 2u, 4u, 5u}) {
+    EXPECT_EQ(switches_[i]->ListJobs().free_slots, kPool) << "switch " << i;
+  }
+}
+
 // Racks whose workers cut calls differently (other threads or window) would put other data in
 // a slot than the other racks, and the parent would add it up with status OK: refused.
 TEST_F(ShardsTest, RacksThatDisagreeAreRefused) {
   StartSwitches({1, 1, 1});
-  auto job = CreateTwoLevel({{.switch_index = 1, .workers = 1}, {.switch_index = 2, .workers = 1}}, 0);
+  auto job = CreateTwoLevel({{.switches = {1}, .workers = 1}, {.switches = {2}, .workers = 1}}, {0});
   ASSERT_TRUE(job.ok()) << job.status();
   auto jobs = Jobs();
   ASSERT_NE(jobs, nullptr);
@@ -957,6 +1030,16 @@ TEST_F(ShardsTest, RacksThatDisagreeAreRefused) {
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(refused.status().message(), HasSubstr("num_worker_threads=2 (rank 0: 1)"));
   EXPECT_THAT(refused.status().message(), HasSubstr("window_packets=16 (rank 0: 8)"));
+  // A reference-mode worker (no threads, no ports) cannot join: the leaves register at the
+  // parent with the workers' layout.
+  JobRegistration bare = reg(1, 1, 41100);
+  bare.worker.num_worker_threads = 0;
+  bare.worker.window_packets = 0;
+  bare.worker.udp_ports.clear();
+  auto no_layout = jobs->RegisterWorker(bare);
+  ASSERT_FALSE(no_layout.ok());
+  EXPECT_EQ(no_layout.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(no_layout.status().message(), HasSubstr("reference-mode workers cannot join it"));
   // The same rank agreeing joins.
   EXPECT_TRUE(jobs->RegisterWorker(reg(1, 1, 41100)).ok());
 }
@@ -967,22 +1050,30 @@ TEST_F(ShardsTest, BadTwoLevelRequestsAreRefusedNamingTheField) {
   struct Case {
     std::vector<Rack> racks;
     uint32_t workers;  // 0: the racks' sum
-    std::optional<uint32_t> parent;
+    std::vector<uint32_t> parent;
     uint32_t switches;
     std::string expect;
   };
   for (const Case& c : std::vector<Case>{
-           {{{0, 2}, {1, 2}}, 5, std::nullopt, 1,
+           {{{{0}, 2}, {{1}, 2}}, 5, {}, 1,
             "racks (--leaf): the racks' workers sum to 4 but num_workers (--workers) is 5"},
-           {{{0, 2}, {3, 2}}, 0, std::nullopt, 1,
+           {{{{0}, 2}, {{3}, 2}}, 0, {}, 1,
             "racks[1] (--leaf 3:2): switch 3 is out of range: this controller drives 3"},
-           {{{0, 2}, {1, 2}}, 0, 1, 1, "parent_switch (--parent) 1 is also a leaf"},
-           {{{0, 2}, {1, 2}}, 0, 7, 1, "parent_switch (--parent) 7 is out of range"},
-           {{{0, 2}, {0, 2}}, 0, std::nullopt, 1, "racks[1] (--leaf 0:2): switch 0 is already"},
-           {{{0, 2}, {1, 0}}, 0, std::nullopt, 1, "racks[1] (--leaf 1:0): a rack needs >= 1"},
-           {{{0, 4}}, 0, std::nullopt, 1, "racks (--leaf): a two-level job needs at least two"},
-           {{{0, 2}, {1, 2}}, 0, std::nullopt, 2, "switches (--switches) 2 with racks (--leaf)"},
-           {{}, 4, 2, 1, "parent_switch (--parent) 2 needs racks (--leaf)"},
+           {{{{0}, 2}, {{1}, 2}}, 0, {1}, 1,
+            "parent_switches (--parent) 1 is also racks[1] (--leaf 1:2); the parent must be"},
+           {{{{0}, 2}, {{1}, 2}}, 0, {7}, 1,
+            "parent_switches (--parent) 7: switch 7 is out of range"},
+           {{{{0}, 2}, {{0}, 2}}, 0, {}, 1,
+            "racks[1] (--leaf 0:2): switch 0 is also racks[0] (--leaf 0:2)"},
+           {{{{0}, 2}, {{1}, 0}}, 0, {}, 1, "racks[1] (--leaf 1:0): a rack needs >= 1"},
+           {{{{0}, 4}}, 0, {}, 1, "racks (--leaf): a two-level job needs at least two"},
+           {{{{0}, 2}, {{1}, 2}}, 0, {}, 2,
+            "racks[0] (--leaf 0:2) names 1 switch(es) but the job has 2 shard(s) per level"},
+           {{{{0, 1}, 2}, {{2}, 2}}, 0, {}, 2,
+            "racks[1] (--leaf 2:2) names 1 switch(es) but the job has 2 shard(s) per level"},
+           {{{{0}, 2}, {{1}, 2}}, 0, {2, 0}, 1,
+            "parent_switches (--parent) names 2 switch(es) but the job has 1 shard(s)"},
+           {{}, 4, {2}, 1, "parent_switches (--parent) 2 needs racks (--leaf)"},
        }) {
     JobSpec spec;
     spec.num_workers = c.workers;
@@ -992,7 +1083,7 @@ TEST_F(ShardsTest, BadTwoLevelRequestsAreRefusedNamingTheField) {
     spec.num_slots = kJobSlots;
     spec.elements_per_packet = 64;
     spec.racks = c.racks;
-    spec.parent_switch = c.parent;
+    spec.parent_switches = c.parent;
     spec.switches = c.switches;
     auto job = Jobs()->CreateJob(spec);
     ASSERT_FALSE(job.ok()) << c.expect;
@@ -1009,7 +1100,7 @@ TEST_F(ShardsTest, BadTwoLevelRequestsAreRefusedNamingTheField) {
     big.elements_per_packet = 64;
     auto filler = Jobs()->CreateJob(big);  // on switch 0 (all equal: the first)
     ASSERT_TRUE(filler.ok()) << filler.status();
-    auto job = CreateTwoLevel({{.switch_index = 1, .workers = 1}, {.switch_index = 2, .workers = 1}});
+    auto job = CreateTwoLevel({{.switches = {1}, .workers = 1}, {.switches = {2}, .workers = 1}});
     ASSERT_FALSE(job.ok());
     EXPECT_EQ(job.status().code(), StatusCode::kResourceExhausted) << job.status();
     EXPECT_THAT(job.status().message(), HasSubstr("no switch for the parent (--parent)"));
@@ -1023,7 +1114,7 @@ TEST_F(ShardsTest, BadTwoLevelRequestsAreRefusedNamingTheField) {
   spec.num_workers = 4;
   spec.num_slots = kJobSlots;
   spec.elements_per_packet = 64;
-  spec.racks = {{1, 2}, {2, 2}};
+  spec.racks = {{{1}, 2}, {{2}, 2}};
   auto refused = (*direct)->CreateJob(spec);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
@@ -1035,7 +1126,7 @@ TEST_F(ShardsTest, BadTwoLevelRequestsAreRefusedNamingTheField) {
 // leaf and its switch, not re-placed, its other parts deleted.
 TEST_F(ShardsTest, ADeadLeafEndsTheTwoLevelJobNamingIt) {
   StartSwitches({1, 1, 1});
-  auto job = CreateTwoLevel({{.switch_index = 0, .workers = 2}, {.switch_index = 1, .workers = 2}}, 2);
+  auto job = CreateTwoLevel({{.switches = {0}, .workers = 2}, {.switches = {1}, .workers = 2}}, {2});
   ASSERT_TRUE(job.ok()) << job.status();
   auto ctx = Join(*job, 4);
   ASSERT_EQ(ctx.size(), 4u);
@@ -1064,9 +1155,9 @@ TEST_F(ShardsTest, ADeadLeafEndsTheTwoLevelJobNamingIt) {
 // The parent's switch dies: the job ends naming the parent.
 TEST_F(ShardsTest, ADeadParentEndsTheTwoLevelJobNamingIt) {
   StartSwitches({1, 1, 1});
-  auto job = CreateTwoLevel({{.switch_index = 1, .workers = 1}, {.switch_index = 2, .workers = 1}});
+  auto job = CreateTwoLevel({{.switches = {1}, .workers = 1}, {.switches = {2}, .workers = 1}});
   ASSERT_TRUE(job.ok()) << job.status();
-  ASSERT_EQ(job->spec.parent_switch, std::optional<uint32_t>(0));
+  ASSERT_EQ(job->spec.parent_switches, std::vector<uint32_t>{0});
   Kill(0);
   const JobInfo ended =
       WaitForJob(job->job_id, [](const JobInfo& j) { return j.state == JobState::kEnded; });
@@ -1080,7 +1171,7 @@ TEST_F(ShardsTest, ADeadParentEndsTheTwoLevelJobNamingIt) {
 // naming the leaf; the parent's part is deleted.
 TEST_F(ShardsTest, ALeafJobEndedAtItsSwitchEndsTheTwoLevelJobNamingIt) {
   StartSwitches({1, 1, 1});
-  auto job = CreateTwoLevel({{.switch_index = 0, .workers = 1}, {.switch_index = 1, .workers = 1}});
+  auto job = CreateTwoLevel({{.switches = {0}, .workers = 1}, {.switches = {1}, .workers = 1}});
   ASSERT_TRUE(job.ok()) << job.status();
   auto on1 = ShardsOn(1, job->assignment.shard_group);
   ASSERT_EQ(on1.size(), 1u);
@@ -1100,9 +1191,9 @@ TEST_F(ShardsTest, ALeafJobEndedAtItsSwitchEndsTheTwoLevelJobNamingIt) {
 // running; the token is learned from the first call that presents it.
 TEST_F(ShardsTest, ARestartedControllerFindsATwoLevelJobAgain) {
   StartSwitches({1, 1, 1});
-  auto job = CreateTwoLevel({{.switch_index = 2, .workers = 1}, {.switch_index = 0, .workers = 2}});
+  auto job = CreateTwoLevel({{.switches = {2}, .workers = 1}, {.switches = {0}, .workers = 2}});
   ASSERT_TRUE(job.ok()) << job.status();
-  EXPECT_EQ(job->spec.parent_switch, std::optional<uint32_t>(1));
+  EXPECT_EQ(job->spec.parent_switches, std::vector<uint32_t>{1});
   auto ctx = Join(*job, 3);
   ASSERT_EQ(ctx.size(), 3u);
   for (const Status& s : AllReduce(ctx, 1000, 1)) ASSERT_TRUE(s.ok()) << s;
@@ -1112,7 +1203,7 @@ TEST_F(ShardsTest, ARestartedControllerFindsATwoLevelJobAgain) {
   EXPECT_EQ(info->state, JobState::kRunning);
   EXPECT_EQ(info->spec.num_workers, 3u);
   EXPECT_EQ(info->spec.racks, job->spec.racks);
-  EXPECT_EQ(info->spec.parent_switch, job->spec.parent_switch);
+  EXPECT_EQ(info->spec.parent_switches, job->spec.parent_switches);
   EXPECT_EQ(info->num_registered, 3u);
   auto list = Jobs()->ListJobs();
   ASSERT_TRUE(list.ok()) << list.status();

@@ -242,9 +242,9 @@ StatusOr<std::shared_ptr<const JobTable>> JobTable::Create(const JobTable& curre
                                 Str(shard.shard) + " of num_shards " + Str(shard.num_shards) +
                                 ": a job's switches are its shards");
   }
-  if (!spec.racks.empty() || spec.parent_switch) {
+  if (!spec.racks.empty() || !spec.parent_switches.empty()) {
     return InvalidArgumentError(
-        std::string(spec.racks.empty() ? "parent_switch" : "racks") +
+        std::string(spec.racks.empty() ? "parent_switches" : "racks") +
         ": a switch serves one level of a job; a two-level job is placed by a standalone "
         "controller that drives its leaf and parent switches (switchml controller --switch ...)");
   }

@@ -9,7 +9,7 @@
 #include "rendezvous/grpc_client.h"
 #include "rendezvous/grpc_status.h"
 #include "rendezvous/job_counters_proto.h"
-#include "rendezvous/uplink_proto.h"
+#include "rendezvous/two_level_proto.h"
 #include "rendezvous/operator_auth.h"
 #include "rendezvous/tls.h"
 #include "switchml_v1.grpc.pb.h"
@@ -47,10 +47,7 @@ JobInfo FromProto(const v1::JobInfo& p) {
   // A port out of range from the other end reads as none (informative here).
   StatusOr<control::Uplink> uplink = UplinkFromProto(p.spec());
   if (uplink.ok()) j.assignment.uplink = std::move(*uplink);
-  for (const auto& r : p.spec().racks()) {
-    j.spec.racks.push_back({.switch_index = r.switch_index(), .workers = r.workers()});
-  }
-  if (p.spec().has_parent_switch()) j.spec.parent_switch = p.spec().parent_switch();
+  RacksFromProto(p.spec(), &j.spec);
   j.state = FromProto(p.state());
   j.slot_base = p.slot_base();
   j.num_registered = p.num_registered();
@@ -154,12 +151,7 @@ StatusOr<JobInfo> JobClient::CreateJobShard(const JobSpec& spec,
   p->set_placement(assignment.placement);
   p->set_controller_job_id(assignment.job_id);
   UplinkToProto(assignment.uplink, p);
-  for (const JobSpec::Rack& r : spec.racks) {
-    auto* out = p->add_racks();
-    out->set_switch_index(r.switch_index);
-    out->set_workers(r.workers);
-  }
-  if (spec.parent_switch) p->set_parent_switch(*spec.parent_switch);
+  RacksToProto(spec, p);
   v1::CreateJobResponse response;
   grpc::ClientContext context;
   impl_->Prepare(&context);

@@ -6,6 +6,7 @@
 # all-reduce fails naming that shard, the controller reports the job ended for that reason, and
 # the surviving switch has ended it too (its slots are free). Last, a job whose switch dies is
 # re-placed by a controller with another switch that has room, and its workers register again.
+# Last, a two-level job with two shards per level (`jobs create --leaf 0,1:2 --leaf 2,3:2`).
 source "$(dirname "$0")/lib.sh"
 unset SWITCHML_JOB_ID SWITCHML_JOB_TOKEN  # set by new_job below
 start_switch_on 0 0 switch0.log --io-threads 2
@@ -141,4 +142,50 @@ run_ranks moved- int32 1000,65537
 for p in "${PIDS[@]}"; do wait "$p" || { tail -n 5 "$WORK"/moved-*.log; fail "a worker of the re-placed job failed"; }; done
 for r in 0 1 2; do [ "$(json_get "$WORK/moved-$r.json" "j['ok']")" = True ] || fail "re-placed job, rank $r: not ok"; done
 pass "switch 2 killed: job $SWITCHML_JOB_ID re-placed on switch 0 (placement 2), its workers registered again: exact"
+sml_stop "$C_PID" 10 controller || true
+
+# Two levels with two shards per level (docs/scaling.md, `jobs create --leaf S,S:N`): four leaf
+# switches (racks 0 and 1, two shards each; some with two I/O threads) and a parent of two
+# shards the controller chooses (switches 4 and 5); 4 workers x 4 threads, int32 exact (float32
+# through two levels: two_level_test); every leaf sent its share up and every parent shard
+# aggregated.
+TL_CTL=()
+for i in 0 1 2 3 4 5; do
+  io=1
+  ((i % 2 == 1)) && io=2
+  start_switch_on 0 0 "tl-switch$i.log" --io-threads "$io"
+  TL_CTL+=(--switch "127.0.0.1:$CTL_PORT")
+  eval "TL${i}_CTL=127.0.0.1:\$CTL_PORT"
+done
+sml_start_controller --log "$WORK/controller-3.log" --ready "$WORK/controller-3-ready" --deadline 10 -- \
+    "${TL_CTL[@]}" --rpc-timeout-ms 3000 || fail "third standalone controller did not start"
+CTL=127.0.0.1:$C_PORT
+expect_refused "names 1 switch(es) but --leaf 0,1:2 names 2" --leaf 0,1:2 --leaf 2:1 --slots 128
+expect_refused "switch 1 is given twice" --leaf 0,1:2 --leaf 1,2:1 --slots 128
+out=$(jobs create --controller "$CTL" --workers 4 --leaf 0,1:2 --leaf 2,3:2 --window 256 --threads 4 \
+      --name two-by-two) || fail "jobs create --leaf 0,1:2 --leaf 2,3:2 failed: $out"
+eval "$out"
+listed=$(jobs list --controller "$CTL")
+grep -q "two-by-two \[on 2 switches\] \[two-level: leaves 0,1:2 2,3:2, parent 4,5\]" <<<"$listed" ||
+    { echo "$listed"; fail "jobs list does not show the two-level job of 2 shards per level"; }
+PIDS=()
+for r in 0 1 2 3; do
+  "$SWITCHML" allreduce --controller "$CTL" --job-id "$SWITCHML_JOB_ID" --job-token "$SWITCHML_JOB_TOKEN" \
+      --rank $r --workers 4 --threads 4 --type int32 --counts 1,1000,300001 --json "$WORK/tl$r.json" \
+      > "$WORK/tl$r.log" 2>&1 &
+  PIDS+=($!)
+  sml_track $!
+done
+for p in "${PIDS[@]}"; do wait "$p" || { tail -n 5 "$WORK"/tl*.log; fail "a worker of the two-level job failed"; }; done
+for r in 0 1 2 3; do [ "$(json_get "$WORK/tl$r.json" "j['ok']")" = True ] || fail "two-level rank $r: not ok"; done
+for i in 0 1 2 3 4 5; do
+  ctl_var=TL${i}_CTL
+  jobs list --controller "${!ctl_var}" --json > "$WORK/tl-sw$i.json"
+  read -r consumed up wrong < <(json_get "$WORK/tl-sw$i.json" \
+      "'%d %d %d' % tuple(sum(x['counters'][c] for x in j['jobs']) for c in ('consumed', 'uplink_sent', 'wrong_io_thread'))")
+  ((consumed > 0)) || fail "switch $i aggregated nothing of the two-level job"
+  ((wrong == 0)) || fail "switch $i: $wrong datagrams reached the wrong I/O thread"
+  ((i >= 4 || up > 0)) || fail "leaf switch $i sent nothing up"
+done
+pass "two levels x 2 shards (leaves 0,1 and 2,3, parent 4,5): 4 workers x 4 threads exact; every leaf sent up, every switch aggregated"
 sml_stop "$C_PID" 10 controller || true
