@@ -338,8 +338,8 @@ struct JobList {
   // A standalone controller's switches, in --switch order (empty from a switch).
   std::vector<SwitchHealth> switches;
   // A switch's data address (SwitchInfo ipv4 and udp_port: I/O thread 0's, ipv4 0 when it
-  // listens on every interface), what a standalone controller gives a leaf as its parent and
-  // registers a leaf at its parent with. 0 from a standalone controller.
+  // listens on every interface), what a standalone controller gives a leaf as its parent
+  // (with data_udp_ports). 0 from a standalone controller.
   uint32_t data_ipv4 = 0;
   uint16_t data_udp_port = 0;
   // The data port of each of the switch's I/O threads ([0] = data_udp_port); empty from a

@@ -527,7 +527,7 @@ void RemoteSwitches::AdoptTwoLevel(uint64_t group,
     job->shards.push_back({leaf->first, leaf->second.job_id});
   }
   for (uint32_t r = 0; r < num_leaves; ++r) {
-    JobSpec::Rack rack{.workers = leaves[size_t{r} * k]->second.spec.num_workers};
+    JobSpec::Rack rack{.switches = {}, .workers = leaves[size_t{r} * k]->second.spec.num_workers};
     for (uint32_t s = 0; s < k; ++s) rack.switches.push_back(uint32_t(leaves[size_t{r} * k + s]->first));
     total += rack.workers;
     job->spec.racks.push_back(std::move(rack));

@@ -63,29 +63,32 @@
 // shard lost first. A switch that comes back holding a shard of an older placement has it
 // deleted at the next probe.
 //
-// Two-level jobs (JobSpec::racks, `switchml jobs create --leaf I:N ... [--parent P]`;
-// docs/scaling.md "Two-level aggregation"): the request names the racks in rank order (rack k:
-// the next racks[k].workers global ranks, on switch racks[k].switch_index) and optionally the
-// parent's switch (default: the reachable switch that is not a leaf with the largest free
-// range, which must hold the job's slots); every field is checked first, each error naming it
-// and its flag. CreateJob asks every leaf and the parent for its data address
-// (JobList::data_ipv4/data_udp_port: I/O thread 0's; a switch listening on every interface
-// reports 0.0.0.0, replaced by the host of its --switch address, as for workers' grants),
-// creates the parent job (num_workers = the racks, the job's slots) and then each leaf's job
-// (its rack's workers, the same slots) with CreateJobShard carrying the control::Uplink to the
-// parent, all in one shard group with one token, and registers every leaf into the parent
-// (control::LeafRegistration from the leaf's data address); any failure deletes what it
-// created. The job's id is the parent's global id; its parts (Job::shards) are the leaves in
-// rack order, then the parent. RegisterWorker for global rank g registers at its rack's leaf
-// only, as the rack's local rank of the rack's count (everything else as sent), and answers
-// with that leaf's grant (num_workers the job's total). GetJob/ListJobs merge the parts (the
-// leaves' workers under their global ranks, every part's counters; running when every part
-// is). A part found unreachable, forgotten or ended ENDS the job (switch_lost when lost), the
-// reason naming "leaf k (switch i at ADDRESS)" or "the parent (switch i at ADDRESS)": two-level
-// jobs are never re-placed (yet). A restarted controller finds them again at Connect (the
-// group's parent and its leaves 0..L-1, told apart by the leaves' uplinks), under the same id.
-// InspectSlots answers each leaf's slots in rack order, then the parent's. Limits: one switch
-// per level and rack (switches = 1), one leaf job per (leaf switch, parent switch) pair.
+// Two-level jobs (JobSpec::racks, `switchml jobs create --leaf I[,I...]:N ... [--parent
+// P[,P...]]`; docs/scaling.md "Two-level aggregation"): the request names the racks in rank
+// order (rack k: the next racks[k].workers global ranks, on switches racks[k].switches, one per
+// shard: K = JobSpec::switches shards per level) and optionally the parent's K switches
+// (default: the reachable switches that are not leaves with the largest free ranges, each
+// holding its shard's slots); every field is checked first, each error naming it and its
+// flag. CreateJob asks every leaf and parent switch for its data address
+// (JobList::data_ipv4/data_udp_ports; a switch listening on every interface reports 0.0.0.0,
+// replaced by the host of its --switch address, as for workers' grants), creates the parent
+// job (K shards, num_workers = the racks) and then each rack's K leaf shards (its rack's
+// workers) with CreateJobShard carrying the control::Uplink to the parent's shard of the same
+// index, all in one shard group with one token; any failure deletes what it created. The job's
+// id is the parent shard 0's global id; its parts (Job::shards) are rack k's leaf shard s at
+// k * K + s, then the parent's shards (Job::LeafPart/ParentPart). RegisterWorker for global
+// rank g registers at its rack's K leaf shards only, as the rack's local rank of the rack's
+// count (everything else as sent), and answers with their merged grant (num_workers the job's
+// total); the rack's first registration also registers each leaf shard at the parent's shard
+// (control::LeafRegistration: the workers' layout, the leaf's port per thread from its answer).
+// GetJob/ListJobs merge the parts (each rack's workers once under their global ranks, every
+// part's counters; running when every part is). A part found unreachable, forgotten or ended
+// ENDS the job (switch_lost when lost), the reason naming "leaf k (switch i at ADDRESS)" or
+// "the parent (switch i at ADDRESS)" ("leaf k shard s of K (...)", "the parent's shard s of K
+// (...)"): two-level jobs are never re-placed (yet). A restarted controller finds them again
+// at Connect (the group's parent shards and its leaves, told apart by the leaves' uplinks and
+// shard indices), under the same id. InspectSlots answers the parts in that order. Limits:
+// one leaf job per (leaf switch, parent switch) pair.
 //
 // Jobs this controller did not create (created on a switch directly, or whose shard group is
 // incomplete at Connect) are still visible and usable through it, statelessly: the controller

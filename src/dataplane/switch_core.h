@@ -26,7 +26,8 @@
 // partial sums and max exponents; uplink_sent), and so does a worker's duplicate while the
 // parent's total is outstanding (uplink_resent: the workers' retransmission timers drive the
 // leaf's); a datagram from the parent's endpoint (after step 2) is the total of a held round:
-// checked (slot, size, I/O thread 0; else parent_stale), through the ingress drop simulator,
+// checked (slot, size, the I/O thread that owns the slot; else parent_stale), through the
+// ingress drop simulator,
 // stored by Aggregator::Complete and multicast to the workers (multicast_rounds), through the
 // egress drop simulator.
 // The per-job counters (JobRuntime, this I/O thread's share) are bumped alongside the
