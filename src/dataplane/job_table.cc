@@ -445,6 +445,7 @@ Status JobTable::Admit(const Job& job, const WorkerRegistration& w, const Admiss
 void JobTable::Admitted(Job& j, const WorkerRegistration& w, const AdmissionRule& rule) {
   if (j.num_registered == 0) j.agreed = AgreedParams::Of(w);
   WorkerEntry& e = j.workers[w.rank];
+  j.leaf_workers = j.leaf_workers || w.leaf;
   e.registered = true;
   e.ipv4 = w.ipv4;
   e.mac = w.mac;

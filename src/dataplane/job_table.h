@@ -184,6 +184,10 @@ class JobTable {
     // What the job's first registration (job 0: rank 0's) gave for the parameters every
     // worker must share (CheckAgreedParams); valid once num_registered > 0.
     AgreedParams agreed;
+    // A leaf switch of a two-level job registered as a worker (WorkerRegistration::leaf): its
+    // threads may share a port, so results go to each worker's port for the slot's thread
+    // (the layout's), not the sender's thread.
+    bool leaf_workers = false;
     std::shared_ptr<JobRuntime> runtime;  // null once ended
     // The switch-wide counter a packet with slot >= num_slots is counted under:
     // slot_out_of_range for job 0, job_slot_out_of_range for service jobs (switch_counters.h).

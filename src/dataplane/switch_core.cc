@@ -227,11 +227,10 @@ void SwitchCore::Aggregate(const transport::RxDatagram& d, const wire::PacketVie
     Bump(jc.datagrams_sent);
     return;
   }
-  // Each worker's port for the thread whose slots hold this one, when the workers registered
-  // their threads (the job's layout): the same as the sender's thread for workers of this
-  // library, but not for a leaf switch at its parent, whose threads may share a port
-  // (LeafRegistration). Otherwise the sender's.
-  if (thread != kNoThread && job.agreed.num_worker_threads > 0) {
+  // Each worker's port for the sender's thread (a worker thread sends only its own slots), but
+  // at a parent whose workers are leaf switches, whose threads may share a port
+  // (LeafRegistration), the port for the thread whose slots hold this one (the layout's).
+  if (job.leaf_workers && thread != kNoThread && job.agreed.num_worker_threads > 0) {
     const uint32_t slot_thread = job.layout.ThreadOfSlot(h.slot);
     if (slot_thread < job.layout.worker_threads()) thread = uint16_t(slot_thread);
   }
