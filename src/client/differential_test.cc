@@ -659,7 +659,8 @@ std::string RunAndCheck(const Program& p) {
   // The survivors of an abandoned job wait one job timeout: keep it short there.
   if (abandon) options.call_timeout = std::chrono::milliseconds(1500);
   auto cluster_or = c.racks != 0
-                        ? LoopbackCluster::CreateTwoLevel(c.racks, n / c.racks, options, faults, sc)
+                        ? LoopbackCluster::CreateTwoLevel(c.racks, n / c.racks, options, faults, sc,
+                                                          c.shards)
                         : LoopbackCluster::Create(n, options, faults, sc, c.shards);
   if (!cluster_or.ok()) return "cannot build the cluster: " + cluster_or.status().ToString();
   std::unique_ptr<LoopbackCluster> cluster = std::move(*cluster_or);
@@ -889,7 +890,7 @@ TEST(DifferentialTest, RandomProgramsMatchTheModelOnSeveralShards) {
 
 // The same generator against a two-level job (docs/scaling.md "Two-level aggregation"): the
 // workers split into racks, a leaf switch per rack under one parent (some with 2 I/O threads
-// per switch); a fixed seed and a few programs.
+// per switch, some with 2 shards per level); a fixed seed and a few programs.
 TEST(DifferentialTest, RandomProgramsMatchTheModelThroughTwoLevels) {
   constexpr uint64_t kSeed = 20261203;
   const uint64_t programs = EnvU64("SWITCHML_DIFF_RACK_PROGRAMS", 40);
@@ -898,10 +899,11 @@ TEST(DifferentialTest, RandomProgramsMatchTheModelThroughTwoLevels) {
     const uint32_t n = p.cluster.workers;
     p.cluster.racks = n % 2 == 0 ? 2 : n % 3 == 0 ? 3 : n;  // n racks of 1 for 1 and 5
     p.cluster.io_threads = 1 + uint32_t(i % 2);
+    p.cluster.shards = 1 + uint32_t((i / 2) % 2);  // shards per level
     const std::string failure = RunAndCheck(p);
     if (!failure.empty()) {
       ADD_FAILURE() << "program " << i << " of seed " << kSeed << " through " << p.cluster.racks
-                    << " racks failed\n"
+                    << " racks (" << p.cluster.shards << " shard(s) per level) failed\n"
                     << Describe(p) << "problems:\n"
                     << failure;
       return;

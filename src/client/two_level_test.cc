@@ -180,6 +180,25 @@ TEST(TwoLevelTest, ShardsOnEveryLevelWithLossStayExact) {
   }
 }
 
+// More shards per level than worker threads: the second shard of each level serves no thread
+// (as a one-level job's would), yet every leaf shard registers at its parent shard (from its
+// data port) and the job runs, exact.
+TEST(TwoLevelTest, MoreShardsPerLevelThanWorkerThreads) {
+  Options o = TwoLevelOptions();
+  o.num_worker_threads = 1;
+  o.window_packets = 16;
+  auto cluster = LoopbackCluster::CreateTwoLevel(2, 2, o, {}, LoopbackCluster::DefaultSwitchConfig(),
+                                                 /*shards=*/2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  LoopbackCluster& c = **cluster;
+  RunAndCheck(c, {1, 1000, 5000}, 1);
+  for (uint32_t s = 0; s < 2; ++s) {
+    auto parent_jobs = c.parent(s)->ListJobs();
+    ASSERT_EQ(parent_jobs.jobs.size(), 1u) << "parent shard " << s;
+    EXPECT_EQ(parent_jobs.jobs[0].state, control::JobState::kRunning) << "parent shard " << s;
+  }
+}
+
 // 1,024 workers through two levels (8 leaves x 128): four times what one switch can aggregate.
 // Each worker quantizes with N = 1024 (the smallest float32 headroom of any test) and checks
 // the call descriptor's sums over 1024 workers.

@@ -52,18 +52,16 @@ uint16_t Uplink::PortFor(const JobLayout& layout, uint32_t slot) const {
 }
 
 WorkerRegistration LeafRegistration(uint32_t leaf, uint32_t num_leaves, uint32_t leaf_ipv4,
-                                    const std::vector<uint16_t>& thread_ports,
+                                    const std::vector<uint16_t>& thread_ports, uint16_t data_port,
                                     const JobLayout& layout, uint32_t elements_per_packet) {
   WorkerRegistration reg;
   reg.rank = leaf;
   reg.num_workers = num_leaves;
   reg.ipv4 = leaf_ipv4;
   reg.leaf = true;
-  uint16_t any = 0;
-  for (uint16_t p : thread_ports) any = any != 0 ? any : p;
   for (uint32_t t = 0; t < layout.worker_threads(); ++t) {
     const uint16_t p = t < thread_ports.size() ? thread_ports[t] : 0;
-    reg.udp_ports.push_back(p != 0 ? p : any);
+    reg.udp_ports.push_back(p != 0 ? p : data_port);
   }
   reg.protocol_version = kClientProtocolVersion;
   reg.num_worker_threads = layout.worker_threads();

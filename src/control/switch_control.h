@@ -210,10 +210,12 @@ struct Uplink {
 // from its data address, with the workers' threads and window (`layout`) and packet size, and
 // as worker thread t's port `thread_ports[t]`: the port of the leaf I/O thread that owns t's
 // slots (what the leaf answers a worker's registration with, SwitchInfo::thread_routes); 0 for
-// a thread another shard serves, replaced by one of the leaf's ports. Ports repeat when the
-// leaf has fewer I/O threads than worker threads: `leaf` is set, which allows that.
+// a thread another shard serves, replaced by `data_port` (the leaf's I/O thread 0 port; also
+// every thread's when the leaf's shard serves none: more shards than worker threads). Ports
+// repeat when the leaf has fewer I/O threads than worker threads: `leaf` is set, which allows
+// that.
 WorkerRegistration LeafRegistration(uint32_t leaf, uint32_t num_leaves, uint32_t leaf_ipv4,
-                                    const std::vector<uint16_t>& thread_ports,
+                                    const std::vector<uint16_t>& thread_ports, uint16_t data_port,
                                     const JobLayout& layout, uint32_t elements_per_packet);
 
 struct ShardAssignment {

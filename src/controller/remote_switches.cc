@@ -1054,7 +1054,7 @@ Status RemoteSwitches::RegisterLeafAtParent(Job& job, const Shards& shards, size
   up.job_id = shards[parent].second;
   up.token = worker.token;
   up.worker = control::LeafRegistration(uint32_t(rack), uint32_t(job.spec.racks.size()),
-                                        leaf.ipv4, ports, *layout,
+                                        leaf.ipv4, ports, leaf.udp_port, *layout,
                                         worker.worker.elements_per_packet);
   const size_t index = shards[parent].first;
   StatusOr<JobWorkerGrant> g = switches_[index].jobs->RegisterWorker(up);

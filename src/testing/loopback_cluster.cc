@@ -208,7 +208,7 @@ StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::CreateTwoLevel(
       control::JobRegistration up;
       up.job_id = parent_job[s];
       up.token = kToken;
-      up.worker = control::LeafRegistration(l, racks, leaf_ip(l, s), ours, layout,
+      up.worker = control::LeafRegistration(l, racks, leaf_ip(l, s), ours, io_ports[0], layout,
                                             options.elements_per_packet);
       SWITCHML_RETURN_IF_ERROR(c->parents_[s]->RegisterJobWorker(up).status().WithContext(
           "registering leaf " + std::to_string(l) + " shard " + std::to_string(s) +
